@@ -1,0 +1,418 @@
+//go:build linux
+
+package images
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Build builds image name unless the built image already matches its definition; see BuildWith.
+func (s *Store) Build(ctx context.Context, name string, progress io.Writer) (Image, error) {
+	return s.BuildWith(ctx, name, progress, BuildOptions{})
+}
+
+// BuildWith builds image name: it writes the definition to a temporary directory, runs its
+// build.sh (as root, in a private mount namespace) into a new rootfs generation, and switches
+// image.json to it. Each Write to progress is one line of the script's combined output, ending
+// in "\n". When the built image's digest equals the definition's, it returns the built image
+// without building, unless opts.Force. A failed or cancelled build leaves the previous image as
+// it was and no temporary directory. Concurrent builds of one name (in any process) run one
+// after the other.
+func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, opts BuildOptions) (Image, error) {
+	if !validName(name) || !s.known(name) {
+		return Image{}, fmt.Errorf("image %q: no definition: %w", name, ErrUnknown)
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	dg, err := digest(s.defs(), name)
+	if err != nil {
+		return Image{}, err
+	}
+	dir := s.imageDir(name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	lock, err := s.lock(ctx, name, progress)
+	if err != nil {
+		return Image{}, err
+	}
+	defer lock.Close()
+
+	// Under the lock no other build of name runs, so any .build-* is a crashed build's.
+	s.removeBuildDirs(name, progress)
+	old, err := s.readMeta(name)
+	hasOld := err == nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(progress, "W: ignoring the unreadable built image: %v\n", err)
+	}
+	if hasOld && old.Digest == dg && !opts.Force {
+		img := old.image(dir)
+		if _, err := os.Stat(img.Path); err == nil {
+			fmt.Fprintf(progress, "image %s is up to date (%s)\n", name, dg)
+			return img, nil
+		}
+	}
+
+	build, err := os.MkdirTemp(dir, ".build-")
+	if err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	defer func() {
+		if err := removeTree(build); err != nil {
+			fmt.Fprintf(progress, "W: %v\n", err)
+		}
+	}()
+	defDir := filepath.Join(build, "definition")
+	if err := writeDefinition(s.defs(), name, defDir); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	rootfs := filepath.Join(build, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	mirror := s.Mirror
+	if mirror == "" {
+		mirror = HostMirror()
+	}
+	fmt.Fprintf(progress, "building image %s (%s) from %s\n", name, dg, mirror)
+	if err := runScript(ctx, filepath.Join(defDir, name, "build.sh"), rootfs, mirror, lock, progress); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+
+	size, err := diskUsage(rootfs)
+	if err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	gen := generationName(dg, rand.Uint32())
+	if err := os.Rename(rootfs, filepath.Join(dir, gen)); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	m := meta{Name: name, Digest: dg, Built: time.Now().UTC().Truncate(time.Second), SizeBytes: size, Rootfs: gen, Mirror: mirror}
+	if hasOld {
+		m.Previous = old.Rootfs
+	}
+	if err := s.writeMeta(m); err != nil {
+		_ = removeTree(filepath.Join(dir, gen))
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	fmt.Fprintf(progress, "built image %s: %d MiB\n", name, size>>20)
+	s.prune(name, m, progress)
+	return m.image(dir), nil
+}
+
+// Prune removes the rootfs generations of image name other than the current and the previous
+// one that no mount on the host uses. Build prunes on its own; the daemon may call Prune after
+// sandboxes on an old generation stop.
+func (s *Store) Prune(ctx context.Context, name string) error {
+	if !validName(name) {
+		return fmt.Errorf("image %q: %w", name, ErrUnknown)
+	}
+	lock, err := s.lock(ctx, name, io.Discard)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	m, err := s.readMeta(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var warnings bytes.Buffer
+	s.prune(name, m, &warnings)
+	if warnings.Len() > 0 {
+		return fmt.Errorf("image %s: prune: %s", name, strings.TrimSpace(warnings.String()))
+	}
+	return nil
+}
+
+func (s *Store) prune(name string, m meta, progress io.Writer) {
+	entries, err := os.ReadDir(s.imageDir(name))
+	if err != nil {
+		fmt.Fprintf(progress, "W: prune image %s: %v\n", name, err)
+		return
+	}
+	var inUse func(string) bool
+	for _, e := range entries {
+		g := e.Name()
+		if !e.IsDir() || !strings.HasPrefix(g, "rootfs-") || g == m.Rootfs || g == m.Previous {
+			continue
+		}
+		if inUse == nil {
+			inUse = mountedPaths()
+		}
+		p := filepath.Join(s.imageDir(name), g)
+		if inUse(p) {
+			continue // a sandbox still runs on it; a later build or Prune removes it
+		}
+		if err := removeTree(p); err != nil {
+			fmt.Fprintf(progress, "W: %v\n", err)
+		}
+	}
+}
+
+// lock takes <Dir>/<name>.lock, waiting (cancellably) while another build holds it. Closing the
+// returned file releases it.
+func (s *Store) lock(ctx context.Context, name string, progress io.Writer) (*os.File, error) {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(s.Dir, name+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	waited := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("image %s: lock: %w", name, err)
+		}
+		if !waited {
+			fmt.Fprintf(progress, "waiting for another build of image %s\n", name)
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) removeBuildDirs(name string, progress io.Writer) {
+	stale, _ := filepath.Glob(filepath.Join(s.imageDir(name), ".build-*"))
+	for _, p := range stale {
+		if err := removeTree(p); err != nil {
+			fmt.Fprintf(progress, "W: %v\n", err)
+		}
+	}
+}
+
+// writeDefinition copies the files of definition name and the shared directory into dir.
+func writeDefinition(defs fs.FS, name, dir string) error {
+	for _, sub := range []string{name, sharedDir} {
+		err := fs.WalkDir(defs, sub, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if sub == sharedDir && errors.Is(err, fs.ErrNotExist) {
+					return fs.SkipDir
+				}
+				return err
+			}
+			dst := filepath.Join(dir, filepath.FromSlash(p))
+			if d.IsDir() {
+				return os.MkdirAll(dst, 0o755)
+			}
+			b, err := fs.ReadFile(defs, p)
+			if err != nil {
+				return err
+			}
+			mode := os.FileMode(0o644)
+			if path.Ext(p) == ".sh" {
+				mode = 0o755
+			}
+			return os.WriteFile(dst, b, mode)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runScript runs build.sh ROOTFS MIRROR, streaming its output to progress line by line. The
+// script inherits the build lock, so a build orphaned by a daemon crash keeps holding it until
+// it ends and the next build cannot remove the directory it is writing to.
+func runScript(ctx context.Context, script, rootfs, mirror string, lock *os.File, progress io.Writer) error {
+	lw := &lineWriter{w: progress}
+	cmd := exec.CommandContext(ctx, "/bin/sh", script, rootfs, mirror)
+	cmd.Dir = filepath.Dir(script)
+	cmd.Env = buildEnv()
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = lw, lw
+	cmd.ExtraFiles = []*os.File{lock}
+	// Its own process group, so a cancel kills debootstrap and dpkg too, not just the shell. As
+	// root, its own mount namespace (made private by os/exec), so the mounts debootstrap makes
+	// in the rootfs die with it and never show up on the host, whatever happens to the build.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
+	}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	lw.flush()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("build cancelled: %w", ctx.Err())
+	}
+	return fmt.Errorf("%s failed: %w; last output:\n%s", path.Base(script), err, strings.Join(lw.tail, "\n"))
+}
+
+func buildEnv() []string {
+	env := os.Environ()
+	p := os.Getenv("PATH")
+	if p == "" {
+		p = "/usr/bin:/bin"
+	}
+	// debootstrap, chroot and useradd live in sbin, often missing from a non-login PATH.
+	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
+		if !slices.Contains(filepath.SplitList(p), d) {
+			p += ":" + d
+		}
+	}
+	return append(env, "PATH="+p, "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C.UTF-8")
+}
+
+// lineWriter passes on complete lines, one Write each, and keeps the last few for errors.
+type lineWriter struct {
+	w    io.Writer
+	buf  []byte
+	tail []string
+}
+
+const (
+	maxLine  = 4096
+	tailSize = 15
+)
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			if len(l.buf) > maxLine {
+				l.emit(l.buf)
+				l.buf = l.buf[:0]
+			}
+			return len(p), nil
+		}
+		l.emit(l.buf[:i])
+		l.buf = l.buf[i+1:]
+	}
+}
+
+func (l *lineWriter) emit(line []byte) {
+	s := strings.TrimRight(string(line), "\r")
+	_, _ = io.WriteString(l.w, s+"\n") // a gone progress reader must not fail the build
+	l.tail = append(l.tail, s)
+	if len(l.tail) > tailSize {
+		l.tail = l.tail[1:]
+	}
+}
+
+func (l *lineWriter) flush() {
+	if len(l.buf) > 0 {
+		l.emit(l.buf)
+		l.buf = nil
+	}
+}
+
+// diskUsage sums the blocks allocated under root, counting hard-linked files once.
+func diskUsage(root string) (int64, error) {
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]bool{}
+	var total int64
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Nlink > 1 && !d.IsDir() {
+			k := inode{uint64(st.Dev), st.Ino}
+			if seen[k] {
+				return nil
+			}
+			seen[k] = true
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
+}
+
+// removeTree removes dir, refusing if anything is mounted inside it: RemoveAll would reach
+// into the mount (a bind-mounted /dev in a crashed chroot build, say).
+func removeTree(dir string) error {
+	if mountedPathsSelf()(dir) {
+		return fmt.Errorf("not removing %s: something is mounted inside it", dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// mountedPaths returns a test for "is p, or something below p, used by a mount in any mount
+// namespace on the host" (as a mount point, a bind mount's source or an overlay layer).
+func mountedPaths() func(p string) bool {
+	tables := [][]byte{}
+	seen := map[string]bool{}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, pd := range append([]string{"/proc/self"}, procs...) {
+		ns, err := os.Readlink(pd + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		if b, err := os.ReadFile(pd + "/mountinfo"); err == nil {
+			tables = append(tables, b)
+		}
+	}
+	return func(p string) bool { return slices.ContainsFunc(tables, func(t []byte) bool { return mentions(t, p) }) }
+}
+
+// mountedPathsSelf is mountedPaths for the daemon's own mount namespace only.
+func mountedPathsSelf() func(p string) bool {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	return func(p string) bool { return mentions(b, p) }
+}
+
+// mentions reports whether the mountinfo table names p or a path below it, escaped as the
+// kernel escapes it.
+func mentions(table []byte, p string) bool {
+	esc := strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`).Replace(p)
+	needle := []byte(esc)
+	for rest := table; ; {
+		i := bytes.Index(rest, needle)
+		if i < 0 {
+			return false
+		}
+		end := i + len(needle)
+		if end == len(rest) || bytes.IndexByte([]byte("/:, \n"), rest[end]) >= 0 {
+			return true
+		}
+		rest = rest[end:]
+	}
+}

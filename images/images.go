@@ -1,0 +1,289 @@
+// Package images owns the root filesystem images sandboxes start from: their definitions (one
+// directory per image, embedded in the binary) and the store of built images on the host.
+//
+// A definition is a directory <name>/ with a build.sh that takes the output rootfs directory and
+// a Debian mirror URL; lib/ holds the shell functions every definition shares. The package does
+// not mount anything: the runtime uses a built rootfs as the read-only lower layer of an overlay.
+package images
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// definitions holds every image definition; a new definition directory is added here too.
+//
+//go:embed base minimal lib
+var definitions embed.FS
+
+// ErrUnknown is returned for an image name that has no definition and no built image.
+var ErrUnknown = errors.New("unknown image")
+
+// ErrNotBuilt is returned for an image that has a definition but has not been built.
+var ErrNotBuilt = errors.New("image not built")
+
+// sharedDir holds what every definition may source; it is part of every digest.
+const sharedDir = "lib"
+
+// Names returns the names of the embedded definitions, sorted.
+func Names() []string { return names(definitions) }
+
+func names(defs fs.FS) []string {
+	entries, err := fs.ReadDir(defs, ".")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == sharedDir {
+			continue
+		}
+		if _, err := fs.Stat(defs, path.Join(e.Name(), "build.sh")); err == nil {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// digest hashes every file the build of name reads: its directory and the shared one. The
+// result looks like "sha256:3f1c...".
+func digest(defs fs.FS, name string) (string, error) {
+	h := sha256.New()
+	for _, dir := range []string{name, sharedDir} {
+		err := fs.WalkDir(defs, dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if dir == sharedDir && errors.Is(err, fs.ErrNotExist) {
+					return fs.SkipDir // a definition set without shared files
+				}
+				return err
+			}
+			if d.IsDir() {
+				return nil
+			}
+			b, err := fs.ReadFile(defs, p)
+			if err != nil {
+				return err
+			}
+			// Length-prefixed, so moving bytes between a name and a body changes the digest.
+			fmt.Fprintf(h, "%d:%s\x00%d:", len(p), p, len(b))
+			h.Write(b)
+			return nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("image %s: hash definition: %w", name, err)
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Image is a built image.
+type Image struct {
+	// Name is the definition it was built from, e.g. "base".
+	Name string
+	// Built is when the build finished.
+	Built time.Time
+	// SizeBytes is the disk space the rootfs takes (allocated blocks, hard links counted once).
+	SizeBytes int64
+	// Digest identifies the definition files, e.g. "sha256:3f1c...".
+	Digest string
+	// Path is the rootfs directory; it stays valid after a rebuild (see Store).
+	Path string
+}
+
+// meta is image.json.
+type meta struct {
+	Name      string    `json:"name"`
+	Digest    string    `json:"digest"`
+	Built     time.Time `json:"built"`
+	SizeBytes int64     `json:"size_bytes"`
+	// Rootfs is the current rootfs directory, relative to the image's directory.
+	Rootfs string `json:"rootfs"`
+	// Previous is the rootfs this build replaced; it is kept for sandboxes still using it.
+	Previous string `json:"previous,omitempty"`
+	// Mirror is the Debian mirror the build used.
+	Mirror string `json:"mirror,omitempty"`
+}
+
+// BuildOptions changes what Store.BuildWith does.
+type BuildOptions struct {
+	// Force rebuilds even when the built image matches its definition.
+	Force bool
+}
+
+// Store holds built images as <Dir>/<name>/image.json plus the rootfs directory it names.
+//
+// Layout under Dir:
+//
+//	<name>.lock                     flock held by a build of <name>
+//	<name>/image.json               the current image (written last, atomically, by a build)
+//	<name>/rootfs-<digest>-<rand>/  a rootfs generation
+//	<name>/.build-<rand>/           a build in progress; removed when it fails or is cancelled
+//
+// A rebuild never touches the rootfs sandboxes run on: it builds a new generation and switches
+// image.json to it. Retention: the current and the previous generation are always kept; older
+// ones are removed by the next build (or Prune) unless a mount on the host, in any mount
+// namespace, still uses them. A sandbox starting reads Path once and keeps it until it stops.
+type Store struct {
+	// Dir is where built images live, e.g. /var/lib/hiloop/images.
+	Dir string
+	// Mirror is the Debian mirror builds use; empty means the host's apt mirror (HostMirror).
+	Mirror string
+	// Definitions replaces the embedded definitions (tests, an operator's own directory).
+	Definitions fs.FS
+}
+
+func (s *Store) defs() fs.FS {
+	if s.Definitions != nil {
+		return s.Definitions
+	}
+	return definitions
+}
+
+func (s *Store) known(name string) bool { return slices.Contains(names(s.defs()), name) }
+
+// List returns the built images, sorted by name.
+func (s *Store) List() ([]Image, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []Image
+	for _, e := range entries {
+		if !e.IsDir() || !validName(e.Name()) {
+			continue
+		}
+		img, err := s.Get(e.Name())
+		if errors.Is(err, ErrNotBuilt) || errors.Is(err, ErrUnknown) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	return out, nil // ReadDir sorts by name
+}
+
+// Get returns the built image name. It fails with ErrNotBuilt for a defined image that was never
+// built and ErrUnknown for a name with neither a definition nor a built image.
+func (s *Store) Get(name string) (Image, error) {
+	if !validName(name) {
+		return Image{}, fmt.Errorf("image %q: %w", name, ErrUnknown)
+	}
+	m, err := s.readMeta(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		if s.known(name) {
+			return Image{}, fmt.Errorf("image %s: %w", name, ErrNotBuilt)
+		}
+		return Image{}, fmt.Errorf("image %s: %w", name, ErrUnknown)
+	}
+	if err != nil {
+		return Image{}, err
+	}
+	img := m.image(s.imageDir(name))
+	if _, err := os.Stat(img.Path); err != nil {
+		return Image{}, fmt.Errorf("image %s: rootfs %s: %w", name, img.Path, err)
+	}
+	return img, nil
+}
+
+func (m meta) image(dir string) Image {
+	return Image{Name: m.Name, Built: m.Built, SizeBytes: m.SizeBytes, Digest: m.Digest, Path: filepath.Join(dir, m.Rootfs)}
+}
+
+func (s *Store) imageDir(name string) string { return filepath.Join(s.Dir, name) }
+func (s *Store) metaPath(name string) string { return filepath.Join(s.Dir, name, "image.json") }
+
+func (s *Store) readMeta(name string) (meta, error) {
+	b, err := os.ReadFile(s.metaPath(name))
+	if err != nil {
+		return meta{}, err
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return meta{}, fmt.Errorf("image %s: %s: %w", name, s.metaPath(name), err)
+	}
+	if m.Name != name || !validGeneration(m.Rootfs) || (m.Previous != "" && !validGeneration(m.Previous)) {
+		return meta{}, fmt.Errorf("image %s: %s names an invalid rootfs", name, s.metaPath(name))
+	}
+	return m, nil
+}
+
+// writeMeta replaces image.json atomically: this rename is what switches an image to a new build.
+func (s *Store) writeMeta(m meta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(s.imageDir(m.Name), ".image.json-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), s.metaPath(m.Name)); err != nil {
+		return err
+	}
+	syncDir(s.imageDir(m.Name))
+	return nil
+}
+
+// validName accepts what pkg/api accepts for image names (lower-case letters, digits, '-').
+func validName(name string) bool {
+	if name == "" || len(name) > 63 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// generationName names a new rootfs directory: the digest prefix says what it holds, the random
+// suffix keeps a forced rebuild of the same definition from colliding with the live one.
+func generationName(digest string, rnd uint32) string {
+	hexDigest := digest[len("sha256:"):]
+	return "rootfs-" + hexDigest[:12] + "-" + strconv.FormatUint(uint64(rnd)|1<<32, 16)[1:]
+}
+
+func validGeneration(s string) bool {
+	return len(s) == len("rootfs-")+12+1+8 && s[:len("rootfs-")] == "rootfs-" && !slices.Contains([]byte(s), '/')
+}
+
+// syncDir makes a rename in dir durable; failing only weakens crash safety.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}

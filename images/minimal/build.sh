@@ -1,0 +1,10 @@
+#!/bin/sh
+# The minimal image, for tests: Debian trixie minbase plus sudo, procps, iproute2 and python3,
+# and the agent user.
+#
+# Usage: build.sh ROOTFS MIRROR
+. "$(dirname "$0")/../lib/rootfs.sh"
+
+bootstrap "$1" "$2" sudo,procps,iproute2,python3
+add_agent "$1"
+finish "$1"

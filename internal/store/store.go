@@ -1,0 +1,206 @@
+// Package store keeps the daemon's durable state in one bbolt file: sandbox records and
+// idempotency receipts. It knows nothing of containers or volumes; the sandbox manager is the
+// single writer of sandbox state and calls in here for every change.
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bucketSandboxes   = []byte("sandboxes")   // name → Sandbox JSON
+	bucketIdempotency = []byte("idempotency") // key → Receipt JSON
+)
+
+// ErrNotFound is returned for a record that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrExists is returned when creating a record whose key is taken.
+var ErrExists = errors.New("already exists")
+
+// ReceiptTTL is how long an idempotency receipt is kept.
+const ReceiptTTL = 24 * time.Hour
+
+// Store is the daemon's bbolt database.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens (creating if needed) the database at path. A second daemon on the same file gets
+// a clear error instead of waiting forever for the lock.
+func Open(path string) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open %s: the database is locked by another sandboxd using the same --data-dir", path)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if err := s.expireReceipts(time.Now()); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Sandbox is the stored record of one sandbox.
+type Sandbox struct {
+	ID           string     `json:"id"`
+	Name         string     `json:"name"`
+	Image        string     `json:"image"`
+	StorageClass string     `json:"storage_class"`
+	WorkspaceGiB int        `json:"workspace_gib"`
+	CPUs         float64    `json:"cpus"`
+	MemoryMB     int        `json:"memory_mb"`
+	State        string     `json:"state"`
+	Error        string     `json:"error,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+}
+
+// CreateSandbox stores a new record; ErrExists if the name is taken.
+func (s *Store) CreateSandbox(sb Sandbox) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSandboxes)
+		if b.Get([]byte(sb.Name)) != nil {
+			return ErrExists
+		}
+		return putJSON(b, sb.Name, sb)
+	})
+}
+
+// GetSandbox returns the record named name; ErrNotFound if there is none.
+func (s *Store) GetSandbox(name string) (Sandbox, error) {
+	var sb Sandbox
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketSandboxes), name, &sb)
+	})
+	return sb, err
+}
+
+// ListSandboxes returns every record, sorted by name.
+func (s *Store) ListSandboxes() ([]Sandbox, error) {
+	var out []Sandbox
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).ForEach(func(_, v []byte) error {
+			var sb Sandbox
+			if err := json.Unmarshal(v, &sb); err != nil {
+				return err
+			}
+			out = append(out, sb)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, err
+}
+
+// UpdateSandbox applies fn to the record named name and stores the result atomically.
+func (s *Store) UpdateSandbox(name string, fn func(*Sandbox) error) (Sandbox, error) {
+	var sb Sandbox
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSandboxes)
+		if err := getJSON(b, name, &sb); err != nil {
+			return err
+		}
+		if err := fn(&sb); err != nil {
+			return err
+		}
+		return putJSON(b, name, sb)
+	})
+	return sb, err
+}
+
+// DeleteSandbox removes the record named name; deleting a missing record succeeds.
+func (s *Store) DeleteSandbox(name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).Delete([]byte(name))
+	})
+}
+
+// Receipt is the stored answer to a mutating request made with an idempotency key.
+type Receipt struct {
+	// Fingerprint identifies the request (method, path and body) the key was first used with.
+	Fingerprint string    `json:"fingerprint"`
+	Status      int       `json:"status"`
+	ContentType string    `json:"content_type,omitempty"`
+	Body        []byte    `json:"body"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// GetReceipt returns the receipt stored under key; ErrNotFound if there is none.
+func (s *Store) GetReceipt(key string) (Receipt, error) {
+	var r Receipt
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketIdempotency), key, &r)
+	})
+	return r, err
+}
+
+// PutReceipt stores a receipt under key.
+func (s *Store) PutReceipt(key string, r Receipt) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return putJSON(tx.Bucket(bucketIdempotency), key, r)
+	})
+}
+
+func (s *Store) expireReceipts(now time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIdempotency)
+		var stale [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var r Receipt
+			if json.Unmarshal(v, &r) != nil || now.Sub(r.CreatedAt) > ReceiptTTL {
+				stale = append(stale, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range stale {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func getJSON(b *bolt.Bucket, key string, v any) error {
+	data := b.Get([]byte(key))
+	if data == nil {
+		return ErrNotFound
+	}
+	return json.Unmarshal(data, v)
+}
+
+func putJSON(b *bolt.Bucket, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(key), data)
+}

@@ -1,0 +1,501 @@
+//go:build linux
+
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// requireRoot skips a test that needs root, or fails it under CI=true where a skip would hide it.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("this test needs root (CI=true)")
+	}
+	t.Skip("this test needs root")
+}
+
+func newTestXFS(t testing.TB) *XFS {
+	t.Helper()
+	requireRoot(t)
+	dir := t.TempDir()
+	x, err := NewXFS(filepath.Join(dir, "volumes"))
+	if err != nil {
+		t.Fatalf("NewXFS: %v", err)
+	}
+	t.Cleanup(func() {
+		// Leave no mount or loop device behind even when a test fails half-way.
+		ids, _ := x.List(context.Background())
+		for _, id := range ids {
+			if err := x.Delete(context.Background(), id); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	return x
+}
+
+// assertReleased checks that nothing of volume id is left in the kernel: no mount, no loop device.
+func assertReleased(t *testing.T, x *XFS, id string) {
+	t.Helper()
+	if _, mounted, err := mountAt(x.mountpoint(id)); err != nil || mounted {
+		t.Errorf("volume %s still mounted (err %v)", id, err)
+	}
+	devs, err := loopDevicesFor(x.image(id))
+	if err != nil || len(devs) > 0 {
+		t.Errorf("volume %s still has loop devices %v (err %v)", id, devs, err)
+	}
+}
+
+// assertReflink checks that the filesystem at dir clones files (FICLONE), as snapshots need.
+func assertReflink(t *testing.T, dir string) {
+	t.Helper()
+	src, err := os.Create(filepath.Join(dir, "reflink-src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if _, err := src.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.Create(filepath.Join(dir, "reflink-dst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
+		t.Errorf("FICLONE on the volume: %v (reflink off?)", err)
+	}
+}
+
+func countMounts(t *testing.T, target string) int {
+	t.Helper()
+	ms, err := mounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range ms {
+		if m.Target == target {
+			n++
+		}
+	}
+	return n
+}
+
+func TestXFSLifecycle(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-life"
+
+	in, err := x.Create(ctx, id, 0, 1000, 1000)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if in.ID != id || in.CapacityBytes != 10<<30 || !in.Resizable {
+		t.Errorf("Create info = %+v, want 10 GiB resizable", in)
+	}
+	if _, err := os.Stat(x.image(id) + ".creating"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary image left behind: %v", err)
+	}
+	if in2, err := x.Create(ctx, id, 10, 1000, 1000); err != nil || in2 != in {
+		t.Errorf("Create again = %+v, %v; want %+v, nil", in2, err, in)
+	}
+	if _, err := x.Create(ctx, id, 5, 1000, 1000); !errors.Is(err, ErrExists) {
+		t.Errorf("Create with another size: err = %v, want ErrExists", err)
+	}
+	if ids, err := x.List(ctx); err != nil || len(ids) != 1 || ids[0] != id {
+		t.Errorf("List = %v, %v", ids, err)
+	}
+	assertReleased(t, x, id)
+
+	mnt, err := x.Mount(ctx, id)
+	if err != nil {
+		t.Fatalf("Mount: %v", err)
+	}
+	if mnt != x.mountpoint(id) {
+		t.Errorf("Mount = %s, want %s", mnt, x.mountpoint(id))
+	}
+	st, err := os.Stat(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if sys.Uid != 1000 || sys.Gid != 1000 || st.Mode().Perm() != 0o755 {
+		t.Errorf("root is %d:%d %v, want 1000:1000 0755", sys.Uid, sys.Gid, st.Mode().Perm())
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(mnt, &sfs); err != nil || sfs.Type != unix.XFS_SUPER_MAGIC {
+		t.Errorf("mounted fs type %#x (err %v), want XFS", sfs.Type, err)
+	}
+	if mnt2, err := x.Mount(ctx, id); err != nil || mnt2 != mnt {
+		t.Errorf("Mount again = %s, %v", mnt2, err)
+	}
+	if n := countMounts(t, mnt); n != 1 {
+		t.Errorf("%d mounts at %s after two Mounts, want 1", n, mnt)
+	}
+	if devs, _ := loopDevicesFor(x.image(id)); len(devs) != 1 {
+		t.Errorf("loop devices for the image: %v, want one", devs)
+	}
+
+	in, err = x.Info(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// XFS keeps its log and metadata out of f_blocks: a little under the image size.
+	if in.CapacityBytes > 10<<30 || in.CapacityBytes < 9<<30 || !in.Resizable {
+		t.Errorf("mounted Info = %+v, want about 10 GiB", in)
+	}
+	t.Logf("10 GiB volume: statfs capacity %d bytes (%.2f GiB)", in.CapacityBytes, float64(in.CapacityBytes)/(1<<30))
+
+	data := []byte("durable workspace\n")
+	if err := os.WriteFile(filepath.Join(mnt, "file.txt"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	assertReflink(t, mnt)
+
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Fatalf("Unmount: %v", err)
+	}
+	assertReleased(t, x, id)
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Errorf("Unmount again: %v", err)
+	}
+	if in, err := x.Info(ctx, id); err != nil || in.CapacityBytes != 10<<30 {
+		t.Errorf("unmounted Info = %+v, %v; want the image size", in, err)
+	}
+
+	mnt, err = x.Mount(ctx, id)
+	if err != nil {
+		t.Fatalf("remount: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "file.txt")); err != nil || string(got) != string(data) {
+		t.Errorf("after remount file = %q, %v; want %q", got, err, data)
+	}
+
+	if err := x.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	assertReleased(t, x, id)
+	if _, err := os.Stat(x.image(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("image still there after Delete: %v", err)
+	}
+	if _, err := os.Stat(mnt); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mount point still there after Delete: %v", err)
+	}
+	if err := x.Delete(ctx, id); err != nil {
+		t.Errorf("Delete again: %v", err)
+	}
+	if _, err := x.Info(ctx, id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Info after Delete: %v, want ErrNotFound", err)
+	}
+	if _, err := x.Mount(ctx, id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Mount after Delete: %v, want ErrNotFound", err)
+	}
+	if ids, err := x.List(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("List after Delete = %v, %v", ids, err)
+	}
+}
+
+func TestXFSBadArguments(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	if _, err := x.Create(ctx, "../escape", 1, 0, 0); err == nil {
+		t.Error("Create accepted a path as id")
+	}
+	if _, err := x.Create(ctx, "sb-neg", -1, 0, 0); err == nil {
+		t.Error("Create accepted a negative size")
+	}
+	if _, err := x.Mount(ctx, "sb-missing"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Mount of a missing volume: %v, want ErrNotFound", err)
+	}
+	if err := x.Unmount(ctx, "sb-missing"); err != nil {
+		t.Errorf("Unmount of a missing volume: %v", err)
+	}
+	if err := x.Delete(ctx, "sb-missing"); err != nil {
+		t.Errorf("Delete of a missing volume: %v", err)
+	}
+	ctx2, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := x.Create(ctx2, "sb-cancelled", 1, 0, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("Create with a cancelled context: %v", err)
+	}
+	if ids, _ := x.List(ctx); len(ids) != 0 {
+		t.Errorf("List = %v after failed creates, want none", ids)
+	}
+}
+
+func TestXFSCrashedCreateIsCleanedUp(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-crashed"
+	// What a crash between truncate and rename leaves.
+	if err := os.WriteFile(x.image(id)+".creating", []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := x.List(ctx); err != nil || len(ids) != 1 || ids[0] != id {
+		t.Errorf("List = %v, %v; want the half-created volume", ids, err)
+	}
+	if _, err := x.Info(ctx, id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Info of a half-created volume: %v, want ErrNotFound", err)
+	}
+	if err := x.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := x.List(ctx); len(ids) != 0 {
+		t.Errorf("List after Delete = %v", ids)
+	}
+	// And Create over such a leftover works.
+	if err := os.WriteFile(x.image(id)+".creating", []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Create(ctx, id, 1, 0, 0); err != nil {
+		t.Fatalf("Create over a leftover: %v", err)
+	}
+	if _, err := x.Mount(ctx, id); err != nil {
+		t.Fatalf("Mount: %v", err)
+	}
+}
+
+func TestXFSUnmountBusy(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-busy"
+	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := x.Mount(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(mnt, "open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Unmount(ctx, id); !errors.Is(err, ErrBusy) {
+		t.Errorf("Unmount with an open file: %v, want ErrBusy", err)
+	}
+	if err := x.Delete(ctx, id); !errors.Is(err, ErrBusy) {
+		t.Errorf("Delete with an open file: %v, want ErrBusy", err)
+	}
+	if _, err := os.Stat(x.image(id)); err != nil {
+		t.Errorf("a refused Delete removed the image: %v", err)
+	}
+	f.Close()
+	if err := x.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	assertReleased(t, x, id)
+}
+
+func TestXFSLeftoverLoopDeviceIsDetached(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-leftover"
+	if _, err := x.Create(ctx, id, 1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A device bound without autoclear, as by a hand-run losetup or an older daemon.
+	dev, fd, err := loopAttach(x.image(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.Flags &^= unix.LO_FLAGS_AUTOCLEAR
+	if err := unix.IoctlLoopSetStatus64(fd, info); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	if devs, _ := loopDevicesFor(x.image(id)); len(devs) != 1 || devs[0] != dev {
+		t.Fatalf("loop devices %v, want [%s]", devs, dev)
+	}
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Fatalf("Unmount: %v", err)
+	}
+	assertReleased(t, x, id)
+}
+
+func TestXFSParallelVolumes(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 4 {
+		id := fmt.Sprintf("sb-par-%d", i)
+		wg.Go(func() {
+			for range 2 { // the same id twice at once: idempotent, serialized
+				wg.Go(func() {
+					if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+						errs <- err
+						return
+					}
+					mnt, err := x.Mount(ctx, id)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if err := os.WriteFile(filepath.Join(mnt, "id"), []byte(id), 0o644); err != nil {
+						errs <- err
+					}
+				})
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range 4 {
+		id := fmt.Sprintf("sb-par-%d", i)
+		if got, err := os.ReadFile(filepath.Join(x.mountpoint(id), "id")); err != nil || string(got) != id {
+			t.Errorf("volume %s holds %q, %v", id, got, err)
+		}
+		if n := countMounts(t, x.mountpoint(id)); n != 1 {
+			t.Errorf("volume %s mounted %d times", id, n)
+		}
+	}
+	for i := range 4 {
+		id := fmt.Sprintf("sb-par-%d", i)
+		wg.Go(func() {
+			if err := x.Delete(ctx, id); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 4 {
+		assertReleased(t, x, fmt.Sprintf("sb-par-%d", i))
+	}
+}
+
+func TestXFSGrow(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-grow"
+	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := x.Mount(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := x.Info(ctx, id)
+
+	start := time.Now()
+	in, err := x.Grow(ctx, id, 3)
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatalf("Grow mounted: %v", err)
+	}
+	t.Logf("online grow 1 -> 3 GiB (mounted): %v", elapsed)
+	if in.CapacityBytes < 2<<30+before.CapacityBytes-(1<<30)/10 || in.CapacityBytes > 3<<30 {
+		t.Errorf("after Grow to 3 GiB capacity = %d (before %d)", in.CapacityBytes, before.CapacityBytes)
+	}
+	if got, _ := x.Info(ctx, id); got != in {
+		t.Errorf("Info = %+v, Grow said %+v", got, in)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "keep")); err != nil {
+		t.Errorf("data lost by Grow: %v", err)
+	}
+	if in2, err := x.Grow(ctx, id, 3); err != nil || in2 != in {
+		t.Errorf("Grow to the same size = %+v, %v", in2, err)
+	}
+	if _, err := x.Grow(ctx, id, 2); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Grow smaller: %v, want ErrUnsupported", err)
+	}
+
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	in, err = x.Grow(ctx, id, 5)
+	elapsed = time.Since(start)
+	if err != nil {
+		t.Fatalf("Grow unmounted: %v", err)
+	}
+	t.Logf("grow 3 -> 5 GiB (unmounted, mounts for the duration): %v", elapsed)
+	if in.CapacityBytes != 5<<30 {
+		t.Errorf("unmounted Grow info = %+v, want 5 GiB", in)
+	}
+	assertReleased(t, x, id)
+	if _, err := x.Mount(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	in, _ = x.Info(ctx, id)
+	if in.CapacityBytes < 4<<30+(1<<30)/2 {
+		t.Errorf("after an unmounted Grow to 5 GiB the fs has %d bytes", in.CapacityBytes)
+	}
+	if _, err := x.Grow(ctx, "sb-missing", 5); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Grow of a missing volume: %v, want ErrNotFound", err)
+	}
+}
+
+// TestXFSCreateMountTime reports what a sandbox create pays for its workspace.
+func TestXFSCreateMountTime(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	var create, mount, unmount time.Duration
+	const n = 5
+	for i := range n {
+		id := fmt.Sprintf("sb-time-%d", i)
+		t0 := time.Now()
+		if _, err := x.Create(ctx, id, 10, 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := x.Mount(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		t2 := time.Now()
+		if err := x.Unmount(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		t3 := time.Now()
+		create += t1.Sub(t0)
+		mount += t2.Sub(t1)
+		unmount += t3.Sub(t2)
+	}
+	t.Logf("10 GiB volume, mean of %d: create %v, mount %v, unmount %v", n, create/n, mount/n, unmount/n)
+}
+
+func BenchmarkXFSCreateMount10GiB(b *testing.B) {
+	ctx := context.Background()
+	x := newTestXFS(b)
+	i := 0
+	for b.Loop() {
+		id := fmt.Sprintf("sb-bench-%d", i)
+		i++
+		if _, err := x.Create(ctx, id, 10, 1000, 1000); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := x.Mount(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := x.Delete(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}

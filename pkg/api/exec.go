@@ -1,0 +1,101 @@
+package api
+
+import (
+	"strings"
+	"time"
+)
+
+// The exec stream is a WebSocket at GET /v1/sandboxes/{name}/exec. The client's first message is
+// an ExecRequest (text). After that, binary messages carry data with the stream id in the first
+// byte (StreamStdin from the client; StreamStdout and StreamStderr from the daemon) and text
+// messages carry ExecControl values. The daemon's last message is an ExecControl of type "exit"
+// or "error"; then it closes the socket.
+
+// Stream ids of binary exec messages.
+const (
+	StreamStdin  byte = 0
+	StreamStdout byte = 1
+	StreamStderr byte = 2
+)
+
+// ExitCodeTimeout is the exit code of an exec ended by its timeout (as timeout(1) does).
+const ExitCodeTimeout = 124
+
+// MaxExecTimeout bounds ExecRequest.TimeoutMS.
+const MaxExecTimeout = 7 * 24 * time.Hour
+
+// ExecRequest starts a command in a running sandbox.
+type ExecRequest struct {
+	// Command is the program and its arguments, e.g. ["ls", "-la"].
+	Command []string `json:"command"`
+	// Env holds extra KEY=VALUE pairs on top of the login environment.
+	Env []string `json:"env,omitempty"`
+	// WorkDir is the working directory (default /workspace).
+	WorkDir string `json:"workdir,omitempty"`
+	// User is the user to run as (default agent).
+	User string `json:"user,omitempty"`
+	// Stdin forwards the client's stdin; without it the command reads EOF.
+	Stdin bool `json:"stdin,omitempty"`
+	// TTY gives the command a pseudo-terminal of Rows x Cols.
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// TimeoutMS kills the command's whole process tree after this many milliseconds (0: none).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// Defaults for ExecRequest.
+const (
+	DefaultExecUser    = "agent"
+	DefaultExecWorkDir = "/workspace"
+)
+
+// Validate checks an exec request and fills its defaults.
+func (r *ExecRequest) Validate() error {
+	if len(r.Command) == 0 || r.Command[0] == "" {
+		return Errorf(CodeInvalidArgument, "command is empty: give the program to run after --")
+	}
+	for _, kv := range r.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, "\x00") {
+			return Errorf(CodeInvalidArgument, "invalid env %q: use KEY=VALUE", kv)
+		}
+	}
+	if r.WorkDir == "" {
+		r.WorkDir = DefaultExecWorkDir
+	} else if !strings.HasPrefix(r.WorkDir, "/") {
+		return Errorf(CodeInvalidArgument, "invalid workdir %q: use an absolute path", r.WorkDir)
+	}
+	if r.User == "" {
+		r.User = DefaultExecUser
+	}
+	if r.TimeoutMS < 0 || time.Duration(r.TimeoutMS)*time.Millisecond > MaxExecTimeout {
+		return Errorf(CodeInvalidArgument, "invalid timeout %dms: use 0 (none) up to %s", r.TimeoutMS, MaxExecTimeout)
+	}
+	return nil
+}
+
+// Exec control message types.
+const (
+	ControlResize   = "resize"    // client: window size changed (Rows, Cols)
+	ControlStdinEOF = "stdin_eof" // client: stdin is finished
+	ControlSignal   = "signal"    // client: deliver Signal to the command
+	ControlStarted  = "started"   // daemon: the command runs
+	ControlExit     = "exit"      // daemon: the command ended (ExitCode, Signal, TimedOut)
+	ControlError    = "error"     // daemon: the exec failed (Error)
+)
+
+// ExecControl is a text message on the exec stream.
+type ExecControl struct {
+	Type string `json:"type"`
+	// Rows and Cols come with "resize".
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// Signal is the signal number with "signal", or the killing signal with "exit".
+	Signal int `json:"signal,omitempty"`
+	// ExitCode comes with "exit": the command's code, or 128+signal.
+	ExitCode int `json:"exit_code,omitempty"`
+	// TimedOut says the exec was killed by its timeout.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Error comes with "error".
+	Error *Error `json:"error,omitempty"`
+}

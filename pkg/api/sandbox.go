@@ -1,0 +1,172 @@
+// Package api holds every type that crosses the wire between sandboxd and its clients, and the
+// stable error codes. It is the public contract: fields are added, never renamed or removed.
+package api
+
+import (
+	"regexp"
+	"time"
+)
+
+// Version is the API version every route lives under.
+const Version = "v1"
+
+// VersionHeader carries the daemon's version on every response.
+const VersionHeader = "Sandboxd-Version"
+
+// IdempotencyKeyHeader makes a mutating call safe to repeat: the same key and body returns the
+// first result; the same key with a different request is idempotency_key_reused.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// MaxBodyBytes is the largest request body the daemon accepts.
+const MaxBodyBytes = 1 << 20
+
+// SandboxState is where a sandbox is in its lifecycle:
+// creating → stopped ⇄ starting → running → stopping → stopped; deleting; failed.
+type SandboxState string
+
+// The sandbox states. Only the daemon writes them.
+const (
+	StateCreating SandboxState = "creating"
+	StateStopped  SandboxState = "stopped"
+	StateStarting SandboxState = "starting"
+	StateRunning  SandboxState = "running"
+	StateStopping SandboxState = "stopping"
+	StateDeleting SandboxState = "deleting"
+	StateFailed   SandboxState = "failed"
+)
+
+// StorageClass is the lifetime of a sandbox's /workspace.
+type StorageClass string
+
+// The storage classes.
+const (
+	// StorageDurable keeps /workspace across stop and start.
+	StorageDurable StorageClass = "durable"
+	// StorageEphemeral drops /workspace at every stop.
+	StorageEphemeral StorageClass = "ephemeral"
+)
+
+// Defaults and limits of sandbox resources.
+const (
+	DefaultImage        = "base"
+	DefaultWorkspaceGiB = 10
+	MinWorkspaceGiB     = 1
+	MaxWorkspaceGiB     = 16383 // a sparse image must fit ext4's largest file, 16 TiB less 4 KiB
+	DefaultCPUs         = 2.0
+	MinCPUs             = 0.1
+	MaxCPUs             = 256.0
+	DefaultMemoryMB     = 2048
+	MinMemoryMB         = 64
+	MaxMemoryMB         = 1 << 20
+	MaxNameLen          = 63
+)
+
+// SandboxPut holds the fields of a sandbox a client chooses.
+type SandboxPut struct {
+	// CPUs is the CPU limit in cores, e.g. 2 or 0.5.
+	CPUs float64 `json:"cpus"`
+	// MemoryMB is the memory limit in MiB, e.g. 2048.
+	MemoryMB int `json:"memory_mb"`
+}
+
+// SandboxesPost is the body of POST /v1/sandboxes.
+type SandboxesPost struct {
+	// Name is 1-63 chars of [a-z0-9-] starting with a letter, e.g. "web".
+	Name string `json:"name"`
+	// Image is the image's name, e.g. "base" (default).
+	Image string `json:"image,omitempty"`
+	// StorageClass is "durable" (default) or "ephemeral".
+	StorageClass StorageClass `json:"storage_class,omitempty"`
+	// WorkspaceGiB is the workspace capacity in GiB (default 10; the dir driver takes none).
+	WorkspaceGiB int `json:"workspace_gib,omitempty"`
+	// CPUs is the CPU limit in cores (default 2).
+	CPUs float64 `json:"cpus,omitempty"`
+	// MemoryMB is the memory limit in MiB (default 2048).
+	MemoryMB int `json:"memory_mb,omitempty"`
+	// NoStart leaves the new sandbox stopped instead of starting it.
+	NoStart bool `json:"no_start,omitempty"`
+}
+
+// Workspace describes a sandbox's /workspace volume.
+type Workspace struct {
+	// StorageClass is "durable" or "ephemeral".
+	StorageClass StorageClass `json:"storage_class"`
+	// CapacityBytes is the size of the filesystem, e.g. 10737418240.
+	CapacityBytes int64 `json:"capacity_bytes"`
+	// Resizable tells whether the workspace can grow (false on fixed-geometry drivers).
+	Resizable bool `json:"resizable"`
+	// Driver is the volume driver, e.g. "xfs" or "dir".
+	Driver string `json:"driver"`
+}
+
+// Sandbox is a sandbox as the API reports it.
+type Sandbox struct {
+	SandboxPut
+	// Name is the sandbox's name, also its hostname.
+	Name string `json:"name"`
+	// ID is the daemon's internal id, stable for the sandbox's life.
+	ID string `json:"id"`
+	// Image is the image the root filesystem comes from.
+	Image string `json:"image"`
+	// State is the lifecycle state, e.g. "running".
+	State SandboxState `json:"state"`
+	// Workspace describes /workspace.
+	Workspace Workspace `json:"workspace"`
+	// Error says why the sandbox is "failed", if it is.
+	Error string `json:"error,omitempty"`
+	// CreatedAt is when the sandbox was created.
+	CreatedAt time.Time `json:"created_at"`
+	// StartedAt is when the sandbox last started; zero while stopped.
+	StartedAt *time.Time `json:"started_at,omitempty"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+
+// ValidateName checks the naming rule shared by sandboxes, snapshots and images.
+func ValidateName(kind, name string) error {
+	if name == "" {
+		return Errorf(CodeInvalidName, "%s name is empty: use 1-%d characters of a-z, 0-9 and '-', starting with a letter", kind, MaxNameLen)
+	}
+	if len(name) > MaxNameLen || !nameRE.MatchString(name) {
+		return Errorf(CodeInvalidName, "invalid %s name %q: use 1-%d characters of a-z, 0-9 and '-', starting with a letter", kind, name, MaxNameLen)
+	}
+	return nil
+}
+
+// Normalize fills the defaults of a create request and validates every field.
+func (p *SandboxesPost) Normalize() error {
+	if err := ValidateName("sandbox", p.Name); err != nil {
+		return err
+	}
+	if p.Image == "" {
+		p.Image = DefaultImage
+	} else if err := ValidateName("image", p.Image); err != nil {
+		return err
+	}
+	switch p.StorageClass {
+	case "":
+		p.StorageClass = StorageDurable
+	case StorageDurable, StorageEphemeral:
+	default:
+		return Errorf(CodeInvalidArgument, "invalid storage_class %q: use durable or ephemeral", p.StorageClass)
+	}
+	if p.WorkspaceGiB != 0 && (p.WorkspaceGiB < MinWorkspaceGiB || p.WorkspaceGiB > MaxWorkspaceGiB) {
+		return Errorf(CodeInvalidArgument, "invalid workspace_gib %d: use %d to %d", p.WorkspaceGiB, MinWorkspaceGiB, MaxWorkspaceGiB)
+	}
+	if p.CPUs == 0 {
+		p.CPUs = DefaultCPUs
+	} else if p.CPUs < MinCPUs || p.CPUs > MaxCPUs {
+		return Errorf(CodeInvalidArgument, "invalid cpus %g: use %g to %g", p.CPUs, MinCPUs, MaxCPUs)
+	}
+	if p.MemoryMB == 0 {
+		p.MemoryMB = DefaultMemoryMB
+	} else if p.MemoryMB < MinMemoryMB || p.MemoryMB > MaxMemoryMB {
+		return Errorf(CodeInvalidArgument, "invalid memory_mb %d: use %d to %d", p.MemoryMB, MinMemoryMB, MaxMemoryMB)
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"a", true},
+		{"web-1", true},
+		{strings.Repeat("a", 63), true},
+		{strings.Repeat("a", 64), false},
+		{"", false},
+		{"1web", false},
+		{"-web", false},
+		{"Web", false},
+		{"we_b", false},
+		{"we.b", false},
+		{"wé", false},
+	} {
+		err := ValidateName("sandbox", tc.name)
+		if (err == nil) != tc.ok {
+			t.Errorf("ValidateName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		var apiErr *Error
+		if err != nil && (!errors.As(err, &apiErr) || apiErr.Code != CodeInvalidName) {
+			t.Errorf("ValidateName(%q) error %v is not invalid_name", tc.name, err)
+		}
+	}
+}
+
+func TestSandboxesPostNormalize(t *testing.T) {
+	p := SandboxesPost{Name: "web"}
+	if err := p.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Image != DefaultImage || p.StorageClass != StorageDurable || p.CPUs != DefaultCPUs || p.MemoryMB != DefaultMemoryMB || p.WorkspaceGiB != 0 {
+		t.Errorf("defaults not filled: %+v", p)
+	}
+	for _, tc := range []struct {
+		p    SandboxesPost
+		want string
+	}{
+		{SandboxesPost{Name: "w", CPUs: 0.05}, "invalid cpus 0.05: use 0.1 to 256"},
+		{SandboxesPost{Name: "w", CPUs: 300}, "invalid cpus 300"},
+		{SandboxesPost{Name: "w", MemoryMB: 1}, "invalid memory_mb 1: use 64 to"},
+		{SandboxesPost{Name: "w", WorkspaceGiB: -1}, "invalid workspace_gib -1: use 1 to 16383"},
+		{SandboxesPost{Name: "w", WorkspaceGiB: 20000}, "invalid workspace_gib 20000"},
+		{SandboxesPost{Name: "w", StorageClass: "tmp"}, `invalid storage_class "tmp"`},
+		{SandboxesPost{Name: "w", Image: "Bad"}, `invalid image name "Bad"`},
+	} {
+		err := tc.p.Normalize()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Normalize(%+v) = %v, want %q", tc.p, err, tc.want)
+		}
+	}
+}
+
+func TestExecRequestValidate(t *testing.T) {
+	r := ExecRequest{Command: []string{"true"}}
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r.User != DefaultExecUser || r.WorkDir != DefaultExecWorkDir {
+		t.Errorf("defaults not filled: %+v", r)
+	}
+	for _, tc := range []struct {
+		r    ExecRequest
+		want string
+	}{
+		{ExecRequest{}, "command is empty"},
+		{ExecRequest{Command: []string{""}}, "command is empty"},
+		{ExecRequest{Command: []string{"x"}, Env: []string{"NOVALUE"}}, `invalid env "NOVALUE"`},
+		{ExecRequest{Command: []string{"x"}, Env: []string{"=v"}}, `invalid env "=v"`},
+		{ExecRequest{Command: []string{"x"}, WorkDir: "rel"}, `invalid workdir "rel"`},
+		{ExecRequest{Command: []string{"x"}, TimeoutMS: -1}, "invalid timeout"},
+	} {
+		if err := tc.r.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.r, err, tc.want)
+		}
+	}
+}
+
+func TestEveryCodeHasAStatus(t *testing.T) {
+	for code, status := range statusOf {
+		if status < 400 || status > 599 {
+			t.Errorf("%s maps to %d", code, status)
+		}
+	}
+	if ErrorCode("nope").HTTPStatus() != 500 {
+		t.Error("unknown code should be 500")
+	}
+}

@@ -1,0 +1,95 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// Version returns the daemon's version and capabilities.
+func (c *Client) Version(ctx context.Context) (api.VersionInfo, error) {
+	var v api.VersionInfo
+	err := c.do(ctx, http.MethodGet, "/v1/version", nil, &v)
+	return v, err
+}
+
+// CreateSandbox creates a sandbox and (unless p.NoStart) starts it.
+func (c *Client) CreateSandbox(ctx context.Context, p api.SandboxesPost, opts ...CallOption) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes", p, &sb, opts...)
+	return sb, err
+}
+
+// GetSandbox returns one sandbox.
+func (c *Client) GetSandbox(ctx context.Context, name string) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(name), nil, &sb)
+	return sb, err
+}
+
+// ListSandboxes returns every sandbox.
+func (c *Client) ListSandboxes(ctx context.Context) ([]api.Sandbox, error) {
+	var l api.SandboxList
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes", nil, &l)
+	return l.Sandboxes, err
+}
+
+// StartSandbox starts a sandbox; starting a running one is a no-op.
+func (c *Client) StartSandbox(ctx context.Context, name string, opts ...CallOption) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(name)+"/start", nil, &sb, opts...)
+	return sb, err
+}
+
+// StopSandbox stops a sandbox; stopping a stopped one is a no-op.
+func (c *Client) StopSandbox(ctx context.Context, name string, opts ...CallOption) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(name)+"/stop", nil, &sb, opts...)
+	return sb, err
+}
+
+// DeleteSandbox stops and deletes a sandbox with its workspace.
+func (c *Client) DeleteSandbox(ctx context.Context, name string, opts ...CallOption) error {
+	return c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(name), nil, nil, opts...)
+}
+
+// ListImages returns the built images and the definitions the daemon can build.
+func (c *Client) ListImages(ctx context.Context) (api.ImageList, error) {
+	var l api.ImageList
+	err := c.do(ctx, http.MethodGet, "/v1/images", nil, &l)
+	return l, err
+}
+
+// BuildImage builds an image, calling progress with each line of build output.
+func (c *Client) BuildImage(ctx context.Context, name string, p api.ImageBuildPost, progress func(string)) (api.Image, error) {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/images/"+url.PathEscape(name)+"/build", p)
+	if err != nil {
+		return api.Image{}, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), api.MaxBodyBytes)
+	for sc.Scan() {
+		var ev api.ImageBuildEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return api.Image{}, fmt.Errorf("decode build progress: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return api.Image{}, ev.Error
+		case ev.Image != nil:
+			return *ev.Image, nil
+		case progress != nil:
+			progress(ev.Progress)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return api.Image{}, fmt.Errorf("image build stream: %w", err)
+	}
+	return api.Image{}, fmt.Errorf("image build of %q ended without a result: see the sandboxd log", name)
+}
