@@ -247,19 +247,22 @@ func writeDefinition(defs fs.FS, name, dir string) error {
 // it ends and the next build cannot remove the directory it is writing to.
 func runScript(ctx context.Context, script, rootfs, mirror string, lock *os.File, progress io.Writer) error {
 	lw := &lineWriter{w: progress}
-	cmd := exec.CommandContext(ctx, "/bin/sh", script, rootfs, mirror)
+	argv := []string{"/bin/sh", script, rootfs, mirror}
+	if os.Geteuid() == 0 {
+		// As root, its own mount namespace, so the mounts debootstrap makes in the rootfs die
+		// with it and never show up on the host, whatever happens to the build. A slave, not a
+		// private one: the host's unmounts (a sandbox's workspace at its stop) must reach the
+		// copies this namespace took of them, or they would hold those volumes busy.
+		argv = append([]string{"unshare", "--mount", "--propagation", "slave", "--"}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Env = buildEnv()
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.ExtraFiles = []*os.File{lock}
-	// Its own process group, so a cancel kills debootstrap and dpkg too, not just the shell. As
-	// root, its own mount namespace (made private by os/exec), so the mounts debootstrap makes
-	// in the rootfs die with it and never show up on the host, whatever happens to the build.
+	// Its own process group, so a cancel kills debootstrap and dpkg too, not just the shell.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if os.Geteuid() == 0 {
-		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
-	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()

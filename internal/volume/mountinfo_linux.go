@@ -16,6 +16,8 @@ type mount struct {
 	Target string // mount point
 	FSType string
 	Source string // e.g. /dev/loop3
+	// Optional holds the optional fields, e.g. "shared:1" or "master:2".
+	Optional string
 }
 
 // mounts reads the mount table of the daemon's own mount namespace.
@@ -46,9 +48,10 @@ func parseMountinfo(b []byte) ([]mount, error) {
 			return nil, fmt.Errorf("mountinfo: malformed line %q", sc.Text())
 		}
 		ms = append(ms, mount{
-			Target: unescapeMountinfo(fields[4]),
-			FSType: fields[sep+1],
-			Source: unescapeMountinfo(fields[sep+2]),
+			Target:   unescapeMountinfo(fields[4]),
+			FSType:   fields[sep+1],
+			Source:   unescapeMountinfo(fields[sep+2]),
+			Optional: strings.Join(fields[6:sep], " "),
 		})
 	}
 	return ms, sc.Err()

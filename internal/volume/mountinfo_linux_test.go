@@ -18,9 +18,9 @@ func TestParseMountinfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []mount{
-		{Target: "/", FSType: "ext4", Source: "/dev/vda"},
-		{Target: "/mnt/parent", FSType: "ext3", Source: "/dev/root"},
-		{Target: "/var/lib/x/mnt/sb-1", FSType: "xfs", Source: "/dev/loop0"},
+		{Target: "/", FSType: "ext4", Source: "/dev/vda", Optional: "shared:1"},
+		{Target: "/mnt/parent", FSType: "ext3", Source: "/dev/root", Optional: "master:1"},
+		{Target: "/var/lib/x/mnt/sb-1", FSType: "xfs", Source: "/dev/loop0", Optional: "shared:20"},
 		{Target: `/tmp/with space\x`, FSType: "tmpfs", Source: "tmp fs"},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,6 +45,9 @@ func newTestXFS(t testing.TB) *XFS {
 			if err := x.Delete(context.Background(), id); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
+		}
+		if err := x.Close(); err != nil {
+			t.Errorf("cleanup: %v", err)
 		}
 	})
 	return x
@@ -155,11 +160,13 @@ func TestXFSLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// XFS keeps its log and metadata out of f_blocks: a little under the image size.
-	if in.CapacityBytes > 10<<30 || in.CapacityBytes < 9<<30 || !in.Resizable {
-		t.Errorf("mounted Info = %+v, want about 10 GiB", in)
+	// Info is the provisioned size, mounted or not; the filesystem is a little smaller.
+	if in.CapacityBytes != 10<<30 || !in.Resizable {
+		t.Errorf("mounted Info = %+v, want 10 GiB", in)
 	}
-	t.Logf("10 GiB volume: statfs capacity %d bytes (%.2f GiB)", in.CapacityBytes, float64(in.CapacityBytes)/(1<<30))
+	if fsBytes := statfsBytes(t, mnt); fsBytes > 10<<30 || fsBytes < 9<<30 {
+		t.Errorf("mounted filesystem has %d bytes, want about 10 GiB", fsBytes)
+	}
 
 	data := []byte("durable workspace\n")
 	if err := os.WriteFile(filepath.Join(mnt, "file.txt"), data, 0o644); err != nil {
@@ -302,6 +309,40 @@ func TestXFSUnmountBusy(t *testing.T) {
 	assertReleased(t, x, id)
 }
 
+// A mount namespace made while a workspace is mounted (a container starting, an image build)
+// holds a copy of its mount; the unmount must reach that copy and free the loop device.
+func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-ns"
+	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Mount(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	// Wait until the namespace exists with its copy of the mount.
+	for i := 0; ; i++ {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid))
+		if strings.Contains(string(b), x.mountpoint(id)) {
+			break
+		}
+		if i == 200 {
+			t.Fatal("the holder namespace never showed the mount")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Fatalf("Unmount with a copy in a slave namespace: %v", err)
+	}
+	assertReleased(t, x, id)
+}
+
 func TestXFSLeftoverLoopDeviceIsDetached(t *testing.T) {
 	ctx := context.Background()
 	x := newTestXFS(t)
@@ -409,8 +450,11 @@ func TestXFSGrow(t *testing.T) {
 		t.Fatalf("Grow mounted: %v", err)
 	}
 	t.Logf("online grow 1 -> 3 GiB (mounted): %v", elapsed)
-	if in.CapacityBytes < 2<<30+before.CapacityBytes-(1<<30)/10 || in.CapacityBytes > 3<<30 {
+	if in.CapacityBytes != 3<<30 || before.CapacityBytes != 1<<30 {
 		t.Errorf("after Grow to 3 GiB capacity = %d (before %d)", in.CapacityBytes, before.CapacityBytes)
+	}
+	if fsBytes := statfsBytes(t, mnt); fsBytes < 2<<30+(1<<30)/2 {
+		t.Errorf("after an online Grow to 3 GiB the mounted fs has %d bytes", fsBytes)
 	}
 	if got, _ := x.Info(ctx, id); got != in {
 		t.Errorf("Info = %+v, Grow said %+v", got, in)
@@ -442,9 +486,8 @@ func TestXFSGrow(t *testing.T) {
 	if _, err := x.Mount(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	in, _ = x.Info(ctx, id)
-	if in.CapacityBytes < 4<<30+(1<<30)/2 {
-		t.Errorf("after an unmounted Grow to 5 GiB the fs has %d bytes", in.CapacityBytes)
+	if fsBytes := statfsBytes(t, mnt); fsBytes < 4<<30+(1<<30)/2 {
+		t.Errorf("after an unmounted Grow to 5 GiB the fs has %d bytes", fsBytes)
 	}
 	if _, err := x.Grow(ctx, "sb-missing", 5); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Grow of a missing volume: %v, want ErrNotFound", err)
@@ -498,4 +541,14 @@ func BenchmarkXFSCreateMount10GiB(b *testing.B) {
 		}
 		b.StartTimer()
 	}
+}
+
+// statfsBytes is the size of the filesystem mounted at dir as df sees it.
+func statfsBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	return int64(sfs.Blocks) * int64(sfs.Bsize)
 }
