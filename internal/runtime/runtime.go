@@ -1,0 +1,84 @@
+// Package runtime runs sandboxes as libcontainer containers and serves execs in them.
+//
+// It owns, per sandbox: the overlay root filesystem (a read-only image plus an upper layer wiped
+// on every start), the libcontainer state, the cgroup, and the sandbox's init (hiloop-init, PID 1,
+// which reaps orphans and spawns execs on request over a unix socket). It must not touch the
+// store or the workspace volume's lifetime: the caller hands it an already mounted workspace.
+package runtime
+
+import (
+	"errors"
+	"io"
+	"time"
+)
+
+// ErrNotRunning is returned by Exec when the sandbox has no live init.
+var ErrNotRunning = errors.New("sandbox is not running")
+
+// ErrSandboxDied is returned by Process.Wait when the sandbox's init went away mid-exec.
+var ErrSandboxDied = errors.New("sandbox stopped while the command was running")
+
+// Spec describes one sandbox to start.
+type Spec struct {
+	// ID is the container id: unique on the host, [a-z0-9-], at most 32 chars.
+	ID string
+	// Hostname is the sandbox's hostname, also written to /etc/hosts.
+	Hostname string
+	// ImageDir is the read-only lower layer (a rootfs directory).
+	ImageDir string
+	// LayerDir is a directory the runtime owns for this sandbox: upper, work and merged live here.
+	LayerDir string
+	// WorkspaceDir is a host directory bind-mounted at /workspace; empty means none.
+	WorkspaceDir string
+	// CPUs limits CPU time in cores (0 means no limit).
+	CPUs float64
+	// MemoryMB limits memory in MiB (0 means no limit).
+	MemoryMB int
+}
+
+// ExecSpec describes one process to run in a running sandbox.
+type ExecSpec struct {
+	Argv []string
+	// Env is added on top of a login-like environment (HOME, USER, LOGNAME, SHELL, PATH, TERM with TTY).
+	Env []string
+	// Dir is the working directory; empty means the user's home.
+	Dir string
+	// User is a user name or numeric uid inside the sandbox; empty means root.
+	User string
+	// TTY gives the process a pseudo-terminal of Rows x Cols; Stdout carries its output, Stderr is nil.
+	TTY        bool
+	Rows, Cols uint16
+}
+
+// ExitStatus is how a process ended: Code, or Signal when it was killed by one.
+type ExitStatus struct {
+	Code   int
+	Signal int
+}
+
+// ExitCode returns the shell-style exit code: Code, or 128+Signal.
+func (s ExitStatus) ExitCode() int {
+	if s.Signal != 0 {
+		return 128 + s.Signal
+	}
+	return s.Code
+}
+
+// Process is a running exec. Stdin, Stdout and Stderr are streams the caller must drain.
+type Process interface {
+	Stdin() io.WriteCloser
+	Stdout() io.Reader
+	// Stderr is nil for a TTY process.
+	Stderr() io.Reader
+	// Resize changes the window size of a TTY process.
+	Resize(rows, cols uint16) error
+	// Signal sends sig to the process.
+	Signal(sig int) error
+	// Kill kills the whole process tree the exec started (its session).
+	Kill() error
+	// Wait returns once the process has exited and its output is drained (or ErrSandboxDied).
+	Wait() (ExitStatus, error)
+}
+
+// DefaultStopGrace is how long Stop waits after SIGTERM before SIGKILL.
+const DefaultStopGrace = 2 * time.Second

@@ -1,0 +1,476 @@
+//go:build linux
+
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/seccomp"
+	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/runtime/initproc"
+)
+
+// Config says where the runtime keeps its state.
+type Config struct {
+	// StateDir is libcontainer's state root, e.g. <data>/runtime.
+	StateDir string
+	// RunDir holds each sandbox's init socket (<RunDir>/<id>.sock) and rootfs record; keep the
+	// path short, a socket path must fit in 108 bytes.
+	RunDir string
+	// InitPath is the host path of the static hiloop-init binary.
+	InitPath string
+}
+
+// Runtime starts, stops and execs in sandboxes. It is safe for concurrent use; operations on
+// one sandbox id are serialized.
+type Runtime struct {
+	cfg   Config
+	locks sync.Map // id → *sync.Mutex
+}
+
+// Start waits at most this long for a new sandbox's init to answer when ctx has no deadline.
+const startTimeout = 15 * time.Second
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// New checks cfg and prepares its directories.
+func New(cfg Config) (*Runtime, error) {
+	if !seccomp.Enabled {
+		return nil, errors.New("runtime: this binary was built without seccomp support (build with -tags seccomp and libseccomp-dev)")
+	}
+	for name, p := range map[string]string{"StateDir": cfg.StateDir, "RunDir": cfg.RunDir, "InitPath": cfg.InitPath} {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("runtime: %s must be an absolute path, got %q", name, p)
+		}
+	}
+	if n := len(filepath.Join(cfg.RunDir, strings.Repeat("x", 32)+".sock")); n >= 108 {
+		return nil, fmt.Errorf("runtime: RunDir %q is too long for unix socket paths (%d bytes, limit 107)", cfg.RunDir, n)
+	}
+	st, err := os.Stat(cfg.InitPath)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: hiloop-init: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("runtime: hiloop-init %q is not an executable file", cfg.InitPath)
+	}
+	for _, d := range []string{cfg.StateDir, cfg.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("runtime: %w", err)
+		}
+	}
+	enterLeafCgroup()
+	return &Runtime{cfg: cfg}, nil
+}
+
+func (r *Runtime) lock(id string) func() {
+	m, _ := r.locks.LoadOrStore(id, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+func (r *Runtime) socketPath(id string) string { return filepath.Join(r.cfg.RunDir, id+".sock") }
+
+// rootfsRecord names the file that remembers where a sandbox's overlay is mounted, so Stop
+// can unmount it even when libcontainer's state is gone.
+func (r *Runtime) rootfsRecord(id string) string { return filepath.Join(r.cfg.RunDir, id+".rootfs") }
+
+func validID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("runtime: invalid sandbox id %q: want [a-z0-9-], at most 32 characters", id)
+	}
+	return nil
+}
+
+// Start starts the sandbox and returns once it can serve an exec. Leftovers of an earlier run
+// of the same id (a crashed daemon, a failed stop) are cleaned up first.
+func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
+	if err := validID(s.ID); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(s.ImageDir) || !filepath.IsAbs(s.LayerDir) {
+		return fmt.Errorf("runtime: ImageDir and LayerDir must be absolute paths")
+	}
+	if s.WorkspaceDir != "" && !filepath.IsAbs(s.WorkspaceDir) {
+		return fmt.Errorf("runtime: WorkspaceDir must be an absolute path, got %q", s.WorkspaceDir)
+	}
+	if s.CPUs < 0 || s.MemoryMB < 0 {
+		return fmt.Errorf("runtime: CPUs and MemoryMB must not be negative")
+	}
+	if s.Hostname == "" {
+		s.Hostname = s.ID
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+	}
+	unlock := r.lock(s.ID)
+	defer unlock()
+
+	if err := r.teardown(ctx, s.ID, 0); err != nil {
+		return fmt.Errorf("runtime: clean up earlier run of %s: %w", s.ID, err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = r.teardown(context.Background(), s.ID, 0)
+		}
+	}()
+
+	merged := filepath.Join(s.LayerDir, mergedName)
+	if err := os.WriteFile(r.rootfsRecord(s.ID), []byte(merged), 0o600); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.Hostname); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	config, err := containerConfig(s, merged, r.cfg.InitPath, cgroupName(r.cfg.StateDir, s.ID))
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	listener, err := r.listen(s.ID)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	defer listener.Close()
+	logFile, err := os.OpenFile(filepath.Join(s.LayerDir, initLog), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	defer logFile.Close()
+
+	c, err := libcontainer.Create(r.cfg.StateDir, s.ID, config)
+	if err != nil {
+		return fmt.Errorf("runtime: create container: %w", err)
+	}
+	p := &libcontainer.Process{
+		Args:       []string{initPathInSandbox},
+		Env:        []string{"PATH=" + initproc.DefaultPath, "HOME=/root"},
+		Cwd:        "/",
+		Init:       true,
+		Stdout:     logFile,
+		Stderr:     logFile,
+		ExtraFiles: []*os.File{listener}, // fd 3 in the init
+	}
+	if err := c.Run(p); err != nil {
+		_ = c.Destroy()
+		return fmt.Errorf("runtime: start container: %w", err)
+	}
+	// Reap the init when it exits while this process lives; after a daemon restart it is
+	// somebody else's child and nobody here needs to.
+	go func() { _, _ = p.Wait() }()
+	// The init holds the listener now; ours must go, or dials would queue on a dead socket later.
+	listener.Close()
+
+	if err := r.waitReady(ctx, c, s.LayerDir); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	return nil
+}
+
+// listen creates the sandbox's init socket and returns it as a file to pass to the init.
+func (r *Runtime) listen(id string) (*os.File, error) {
+	path := r.socketPath(id)
+	_ = os.Remove(path)
+	l, err := net.ListenUnix(initproc.Network, &net.UnixAddr{Name: path, Net: initproc.Network})
+	if err != nil {
+		return nil, err
+	}
+	// The socket file must outlive this listener: the init serves it, across daemon restarts.
+	l.SetUnlinkOnClose(false)
+	defer l.Close()
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, err
+	}
+	return l.File()
+}
+
+// waitReady pings the init until it answers, failing early if it died.
+func (r *Runtime) waitReady(ctx context.Context, c *libcontainer.Container, layerDir string) error {
+	delay := time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := r.ping(pctx, c.ID())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if st, serr := c.Status(); serr == nil && st == libcontainer.Stopped {
+			log, _ := os.ReadFile(filepath.Join(layerDir, initLog))
+			return fmt.Errorf("sandbox init exited during start: %s", strings.TrimSpace(string(log)))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sandbox init did not answer: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 50*time.Millisecond)
+	}
+}
+
+// ping asks the init whether it is serving.
+func (r *Runtime) ping(ctx context.Context, id string) error {
+	c, err := r.dial(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = c.UnixConn().SetDeadline(d)
+	}
+	if err := c.Send(&initproc.Message{Op: initproc.OpPing}); err != nil {
+		return err
+	}
+	var m initproc.Message
+	files, err := c.Recv(&m)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		return err
+	}
+	if m.Op != initproc.OpPong {
+		return fmt.Errorf("unexpected reply %q to ping", m.Op)
+	}
+	return nil
+}
+
+// dial connects to the sandbox's init; a missing or dead socket is ErrNotRunning.
+func (r *Runtime) dial(ctx context.Context, id string) (*initproc.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, initproc.Network, r.socketPath(id))
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+			return nil, ErrNotRunning
+		}
+		return nil, err
+	}
+	return initproc.NewConn(c.(*net.UnixConn)), nil
+}
+
+// Stop stops the sandbox: SIGTERM to every process, SIGKILL to what is left after grace, then
+// the container, its cgroup, its overlay mount and its socket are removed. Stopping a sandbox
+// that is not running, or was started by an earlier daemon process, works the same.
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	unlock := r.lock(id)
+	defer unlock()
+	if err := r.teardown(ctx, id, grace); err != nil {
+		return fmt.Errorf("runtime: stop %s: %w", id, err)
+	}
+	return nil
+}
+
+// teardown removes everything of sandbox id that exists; it is idempotent.
+func (r *Runtime) teardown(ctx context.Context, id string, grace time.Duration) error {
+	var errs []error
+	rootfs := ""
+	if b, err := os.ReadFile(r.rootfsRecord(id)); err == nil {
+		rootfs = string(b)
+	}
+	c, err := libcontainer.Load(r.cfg.StateDir, id)
+	switch {
+	case err == nil:
+		if rootfs == "" {
+			rootfs = c.Config().Rootfs
+		}
+		if err := stopContainer(ctx, c, grace); err != nil {
+			errs = append(errs, err)
+		} else if err := c.Destroy(); err != nil {
+			errs = append(errs, err)
+		}
+	case errors.Is(err, libcontainer.ErrNotExist):
+		// Nothing recorded; a half-created state dir or cgroup may exist (crash inside Create).
+		if err := removeCgroup(cgroupName(r.cfg.StateDir, id)); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.RemoveAll(filepath.Join(r.cfg.StateDir, id)); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		// Unreadable state: drop it so a new Create can proceed.
+		if err := removeCgroup(cgroupName(r.cfg.StateDir, id)); err != nil {
+			errs = append(errs, err)
+		}
+		if err := os.RemoveAll(filepath.Join(r.cfg.StateDir, id)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if rootfs != "" {
+		if err := unmountAll(rootfs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		for _, p := range []string{r.socketPath(id), r.rootfsRecord(id)} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stopContainer ends every process of c, politely first.
+func stopContainer(ctx context.Context, c *libcontainer.Container, grace time.Duration) error {
+	st, err := c.Status()
+	if err != nil {
+		return err
+	}
+	if st == libcontainer.Paused {
+		_ = c.Resume()
+	}
+	initPid := 0
+	if s, err := c.State(); err == nil {
+		initPid = s.InitProcessPid
+	}
+	if st != libcontainer.Stopped && grace > 0 {
+		// The init ignores SIGTERM so the others get their grace; it goes with the SIGKILL.
+		signalAll(c, unix.SIGTERM, initPid)
+		deadline := time.Now().Add(grace)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			pids, err := c.Processes()
+			if err != nil || len(pids) == 0 || (len(pids) == 1 && pids[0] == initPid) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if st != libcontainer.Stopped {
+		// SIGKILL to the init of a PID namespace kills everything in it.
+		if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+			return fmt.Errorf("kill init: %w", err)
+		}
+	}
+	// Wait until the kernel has taken every process down, or the cgroup cannot be removed.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := c.Status()
+		pids, _ := c.Processes()
+		if st == libcontainer.Stopped && len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes still running after SIGKILL: %v", pids)
+		}
+		signalAll(c, unix.SIGKILL, 0) // processes that escaped the namespace kill, if any
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// signalAll sends sig to every process in c's cgroup except skip.
+func signalAll(c *libcontainer.Container, sig unix.Signal, skip int) {
+	pids, _ := c.Processes()
+	for _, pid := range pids {
+		if pid != skip {
+			_ = unix.Kill(pid, sig)
+		}
+	}
+}
+
+// removeCgroup removes a sandbox's cgroup that no container state refers to any more.
+func removeCgroup(name string) error {
+	m, err := manager.New(&cgroups.Cgroup{Path: name, Resources: &cgroups.Resources{}})
+	if err != nil {
+		return err
+	}
+	if !m.Exists() {
+		return nil
+	}
+	for range 100 {
+		pids, _ := m.GetAllPids()
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return m.Destroy()
+}
+
+// Running reports whether the sandbox exists and its init answers.
+func (r *Runtime) Running(id string) bool {
+	if validID(id) != nil {
+		return false
+	}
+	c, err := libcontainer.Load(r.cfg.StateDir, id)
+	if err != nil {
+		return false
+	}
+	if st, err := c.Status(); err != nil || st != libcontainer.Running {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return r.ping(ctx, id) == nil
+}
+
+// List returns the ids of every sandbox libcontainer has state for, running or not, so a
+// restarted daemon can reconcile them with its store.
+func (r *Runtime) List() ([]string, error) {
+	entries, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && validID(e.Name()) == nil && fileExists(filepath.Join(r.cfg.StateDir, e.Name(), "state.json")) {
+			ids = append(ids, e.Name())
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// enterLeafCgroup moves this process into a "sandboxd" child of its cgroup on cgroup v2, where
+// a cgroup with processes cannot delegate controllers to children: libcontainer then puts each
+// sandbox's relative cgroup next to that leaf, under the daemon's own cgroup. Best effort: if
+// it fails, sandboxes land beside the daemon's cgroup instead (libcontainer's default).
+func enterLeafCgroup() {
+	if !cgroups.IsCgroup2UnifiedMode() {
+		return
+	}
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	own := ""
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if p, ok := strings.CutPrefix(s.Text(), "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" || own == "/" || filepath.Base(own) == "sandboxd" {
+		return
+	}
+	leaf := filepath.Join("/sys/fs/cgroup", own, "sandboxd")
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0)
+}
