@@ -1,0 +1,69 @@
+# hiloop's front door: `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+PREFIX ?= /usr/local
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/hiloop/hiloop/internal/cli.Version=$(VERSION) -X github.com/hiloop/hiloop/internal/daemon.Version=$(VERSION)
+# sandboxd needs cgo (libcontainer's nsenter) and libseccomp for the seccomp filter.
+DAEMON_TAGS := seccomp
+# Debian packages the daemon and the tests need.
+DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux iproute2 curl procps
+# Where the tests keep the built test image and debootstrap's downloads between runs.
+TEST_CACHE ?= /var/cache/hiloop-test
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build bin/hiloop, bin/sandboxd and bin/hiloop-init
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hiloop ./cmd/hiloop
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/hiloop-init ./cmd/hiloop-init
+	CGO_ENABLED=1 $(GO) build -tags '$(DAEMON_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
+
+.PHONY: deps
+deps: ## install the Debian packages the daemon and the tests need (as root)
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+.PHONY: install
+install: build ## install the binaries into $(PREFIX)/bin
+	install -m 0755 $(BIN)/hiloop $(BIN)/sandboxd $(BIN)/hiloop-init $(PREFIX)/bin/
+
+.PHONY: quickstart
+quickstart: deps install ## set up hiloop: start sandboxd, build the base image, create a first sandbox
+	@if ! $(PREFIX)/bin/hiloop version >/dev/null 2>&1; then \
+		echo "starting sandboxd (log: /var/log/sandboxd.log)"; \
+		nohup $(PREFIX)/bin/sandboxd >>/var/log/sandboxd.log 2>&1 & \
+		for i in $$(seq 100); do $(PREFIX)/bin/hiloop version >/dev/null 2>&1 && break; sleep 0.1; done; \
+	fi
+	$(PREFIX)/bin/hiloop version
+	$(PREFIX)/bin/hiloop image build base
+	@$(PREFIX)/bin/hiloop sandbox get hello >/dev/null 2>&1 || $(PREFIX)/bin/hiloop sandbox create hello
+	$(PREFIX)/bin/hiloop sandbox exec hello -- sh -c 'echo "hello from $$(hostname), $$(id -un) in $$(pwd)"; uname -sr'
+
+.PHONY: image
+image: ## build the base image through a running sandboxd
+	$(BIN)/hiloop image build base
+
+.PHONY: lint
+lint: ## go vet and gofmt
+	$(GO) vet -tags '$(DAEMON_TAGS)' ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
+
+.PHONY: test
+test: deps lint ## install what the tests need, then run every test (end-to-end ones need root)
+	HILOOP_DEBOOTSTRAP_CACHE=$(TEST_CACHE)/debootstrap HILOOP_TEST_IMAGES=$(TEST_CACHE)/images \
+		$(GO) test -tags '$(DAEMON_TAGS)' -race -count=1 -timeout 20m ./...
+
+.PHONY: bench
+bench: build ## measure create→exec and exec latency against the references (docs/performance.md)
+	bash bench/exec.sh
+
+.PHONY: clean
+clean: ## remove built binaries
+	rm -rf $(BIN)

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Measures, side by side in one run:
+#   - `hiloop sandbox create` → first `exec true` (target: under 100 ms)
+#   - `hiloop sandbox exec x -- true` against `nsenter -t PID -a true` (the floor) and OpenSSH's
+#     `ssh localhost true` (target: under half of OpenSSH's)
+# and writes the table into docs/performance.md. Run as root after `make build`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RUNS=${RUNS:-30}
+IMAGES_DIR=${IMAGES_DIR:-/var/cache/hiloop-test/images}
+IMAGE=${IMAGE:-minimal}
+
+need=()
+command -v hyperfine >/dev/null || need+=(hyperfine)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null || need+=(openssh-client)
+if [ ${#need[@]} -gt 0 ]; then
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+work=$(mktemp -d /tmp/hlbench.XXXX)
+export HILOOP_HOST=unix://$work/s.sock
+hiloop=$ROOT/bin/hiloop
+cleanup() {
+	set +e
+	for n in $($hiloop sandbox list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do $hiloop sandbox delete "$n" >/dev/null; done
+	[ -n "${daemon_pid:-}" ] && kill "$daemon_pid" && wait "$daemon_pid"
+	[ -n "${sshd_pid:-}" ] && kill "$sshd_pid"
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
+	--init-path "$ROOT/bin/hiloop-init" --log-level warn 2>"$work/sandboxd.log" &
+daemon_pid=$!
+for _ in $(seq 100); do $hiloop version >/dev/null 2>&1 && break; sleep 0.05; done
+$hiloop image build "$IMAGE" >/dev/null 2>&1
+
+# A private sshd on loopback with a throwaway key: the reference.
+mkdir -p "$work/ssh"
+ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/host" && ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/user"
+cp "$work/ssh/user.pub" "$work/ssh/authorized_keys"
+mkdir -p /run/sshd
+/usr/sbin/sshd -D -p 2222 -h "$work/ssh/host" -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password \
+	-o AuthorizedKeysFile="$work/ssh/authorized_keys" -o StrictModes=no -o UsePAM=no -o PidFile=none &
+sshd_pid=$!
+sleep 0.3
+ssh_cmd="ssh -p 2222 -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes root@127.0.0.1 true"
+
+$hiloop sandbox create bench --image "$IMAGE" >/dev/null
+pid=$(pgrep -f '^/.hiloop/init' | head -1)
+
+# create → first exec: a fresh sandbox each run, deleted outside the timing.
+hyperfine -N --runs "$RUNS" --warmup 2 --export-json "$work/create.json" \
+	--prepare "bash -c '$hiloop sandbox delete cx >/dev/null 2>&1 || true'" \
+	--cleanup "bash -c '$hiloop sandbox delete cx >/dev/null 2>&1 || true'" \
+	-n "hiloop sandbox create → exec true" "bash -c '$hiloop sandbox create cx --image $IMAGE >/dev/null && $hiloop sandbox exec cx -- true'" >/dev/null
+hyperfine -N --runs "$RUNS" --warmup 3 --export-json "$work/exec.json" \
+	-n "hiloop sandbox exec x -- true" "$hiloop sandbox exec bench -- true" \
+	-n "nsenter -t PID -a true (floor)" "nsenter -t $pid -a true" \
+	-n "ssh localhost true (OpenSSH)" "$ssh_cmd" >/dev/null
+
+table=$(python3 - "$work/create.json" "$work/exec.json" <<'PY'
+import json, sys
+rows = []
+for path in sys.argv[1:]:
+    for r in json.load(open(path))["results"]:
+        ms = sorted(t * 1000 for t in r["times"])
+        p = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]
+        rows.append((r["command"], r["mean"] * 1000, p(0.5), p(0.95)))
+print("| command | mean ms | median ms | p95 ms |")
+print("|---|---:|---:|---:|")
+for name, mean, med, p95 in rows:
+    print(f"| {name} | {mean:.1f} | {med:.1f} | {p95:.1f} |")
+PY
+)
+echo "$table"
+
+doc=docs/performance.md
+start='<!-- bench/exec.sh:start -->'
+end='<!-- bench/exec.sh:end -->'
+block="$start
+Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), image \`$IMAGE\`, $RUNS runs each:
+
+$table
+$end"
+python3 - "$doc" "$start" "$end" "$block" <<'PY'
+import sys
+path, start, end, block = sys.argv[1:]
+text = open(path).read()
+a, b = text.index(start), text.index(end) + len(end)
+open(path, "w").write(text[:a] + block + text[b:])
+PY
+echo "wrote $doc"

@@ -1,0 +1,58 @@
+// Package cli is the hiloop command tree. Each command parses flags into an options struct and
+// does its work in a plain function; streams and the API client come from the Factory. Errors
+// become exit codes in exactly one place, Main.
+package cli
+
+import (
+	"io"
+	"os"
+	"sync"
+
+	"golang.org/x/term"
+
+	"github.com/hiloop/hiloop/pkg/client"
+)
+
+// IOStreams are a command's standard streams.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// IsTerminal reports whether f is an *os.File attached to a terminal.
+func IsTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
+}
+
+// Factory gives commands their streams and a lazily built API client.
+type Factory struct {
+	IO IOStreams
+	// Host and Token pick the daemon; flags and HILOOP_HOST/HILOOP_TOKEN fill them.
+	Host  string
+	Token string
+
+	once   sync.Once
+	client *client.Client
+	err    error
+}
+
+// Client returns the API client for the chosen daemon.
+func (f *Factory) Client() (*client.Client, error) {
+	f.once.Do(func() { f.client, f.err = client.New(f.Host, f.Token) })
+	return f.client, f.err
+}
+
+// NewFactory returns a Factory on the process's streams and environment.
+func NewFactory() *Factory {
+	host := os.Getenv("HILOOP_HOST")
+	if host == "" {
+		host = client.DefaultHost
+	}
+	return &Factory{
+		IO:    IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr},
+		Host:  host,
+		Token: os.Getenv("HILOOP_TOKEN"),
+	}
+}

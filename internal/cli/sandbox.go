@@ -1,0 +1,245 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
+)
+
+func newCmdSandbox(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "sandbox <verb>",
+		Aliases: []string{"sandboxes", "sb"},
+		Short:   "Create, run commands in, stop and delete sandboxes",
+	}
+	cmd.AddCommand(
+		newCmdSandboxCreate(f, nil),
+		newCmdSandboxGet(f),
+		newCmdSandboxList(f),
+		newCmdSandboxLifecycle(f, "start", "Start a stopped sandbox (a fresh root filesystem, the same /workspace)",
+			func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
+				return c.StartSandbox(ctx, name)
+			}),
+		newCmdSandboxLifecycle(f, "stop", "Stop a sandbox: every process ends; a durable /workspace stays",
+			func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
+				return c.StopSandbox(ctx, name)
+			}),
+		newCmdSandboxDelete(f),
+		newCmdSandboxExec(f, nil),
+	)
+	return cmd
+}
+
+// CreateOptions are the flags of `hiloop sandbox create`.
+type CreateOptions struct {
+	Post   api.SandboxesPost
+	Output string
+}
+
+func newCmdSandboxCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
+	opts := &CreateOptions{}
+	var storageClass string
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a sandbox and start it",
+		Long: `Create a sandbox and start it.
+
+NAME is 1-63 characters of a-z, 0-9 and '-', starting with a letter; it is also the hostname.
+A durable /workspace survives stop and start; an ephemeral one is dropped at every stop.
+Everything outside /workspace comes back from the image on every start.`,
+		Example: "  hiloop sandbox create web --cpus 4 --memory-mb 8192 --workspace-gib 50",
+		Args:    exactArgs(1, "one sandbox NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Post.Name = args[0]
+			opts.Post.StorageClass = api.StorageClass(storageClass)
+			if err := checkOutput(opts.Output); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return createRun(cmd.Context(), f, opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&storageClass, "storage-class", "durable", "lifetime of /workspace: durable or ephemeral")
+	fl.IntVar(&opts.Post.WorkspaceGiB, "workspace-gib", 0, fmt.Sprintf("workspace capacity in GiB, %d-%d (default %d)", api.MinWorkspaceGiB, api.MaxWorkspaceGiB, api.DefaultWorkspaceGiB))
+	fl.Float64Var(&opts.Post.CPUs, "cpus", api.DefaultCPUs, "CPU limit in cores")
+	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", api.DefaultMemoryMB, "memory limit in MiB")
+	fl.StringVar(&opts.Post.Image, "image", api.DefaultImage, "image to start from (`hiloop image list`)")
+	fl.BoolVar(&opts.Post.NoStart, "no-start", false, "leave the new sandbox stopped")
+	addOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+func createRun(ctx context.Context, f *Factory, opts *CreateOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	sb, err := c.CreateSandbox(ctx, opts.Post)
+	if err != nil {
+		return err
+	}
+	return printSandbox(f, opts.Output, sb)
+}
+
+func newCmdSandboxGet(f *Factory) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show one sandbox",
+		Args:  exactArgs(1, "one sandbox NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			sb, err := c.GetSandbox(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printSandbox(f, output, sb)
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func printSandbox(f *Factory, output string, sb api.Sandbox) error {
+	return printOutput(f.IO.Out, output, sb, func(t *table) {
+		t.row("name:", sb.Name)
+		t.row("state:", string(sb.State))
+		if sb.Error != "" {
+			t.row("error:", sb.Error)
+		}
+		t.row("image:", sb.Image)
+		t.row("cpus:", strconv.FormatFloat(sb.CPUs, 'g', -1, 64))
+		t.row("memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
+		t.row("workspace:", fmt.Sprintf("%s %s (%s)", formatBytes(sb.Workspace.CapacityBytes), sb.Workspace.StorageClass, growth(sb.Workspace)))
+		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
+		if sb.StartedAt != nil {
+			t.row("started:", sb.StartedAt.Local().Format(time.RFC3339))
+		}
+	})
+}
+
+func growth(w api.Workspace) string {
+	if w.Resizable {
+		return "growable"
+	}
+	return "fixed size"
+}
+
+func newCmdSandboxList(f *Factory) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List sandboxes",
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			list, err := c.ListSandboxes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printOutput(f.IO.Out, output, api.SandboxList{Sandboxes: list}, func(t *table) {
+				t.row("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
+				for _, sb := range list {
+					t.row(sb.Name, string(sb.State), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
+						fmt.Sprintf("%d MiB", sb.MemoryMB),
+						fmt.Sprintf("%s %s", formatBytes(sb.Workspace.CapacityBytes), sb.Workspace.StorageClass),
+						age(sb.CreatedAt))
+				}
+			})
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func age(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func newCmdSandboxLifecycle(f *Factory, verb, short string, call func(context.Context, *client.Client, string) (api.Sandbox, error)) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   verb + " NAME",
+		Short: short,
+		Args:  exactArgs(1, "one sandbox NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			sb, err := call(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("output") {
+				return printSandbox(f, output, sb)
+			}
+			fmt.Fprintf(f.IO.Out, "%s %s\n", sb.Name, sb.State)
+			return nil
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newCmdSandboxDelete(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete NAME",
+		Aliases: []string{"rm"},
+		Short:   "Stop a sandbox and delete it with its workspace",
+		Args:    exactArgs(1, "one sandbox NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteSandbox(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(f.IO.Out, "%s deleted\n", args[0])
+			return nil
+		},
+	}
+}
+
+func checkOutput(format string) error {
+	switch format {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return &usageError{fmt.Errorf("invalid --output %q: use table, json or yaml", format)}
+}

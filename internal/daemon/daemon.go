@@ -1,0 +1,196 @@
+// Package daemon wires sandboxd: it opens the store, builds the sandbox manager over the runtime
+// and volume driver, reconciles, and serves the HTTP API on a unix socket and optionally on TCP.
+// Routes are declared as one table in routes.go; handlers translate between pkg/api and the
+// manager and hold no state of their own.
+package daemon
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/sandbox"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/volume"
+)
+
+// Config is how an operator runs sandboxd.
+type Config struct {
+	// DataDir holds the bbolt file and everything else the daemon owns.
+	DataDir string
+	// Socket is the unix socket the API is served on (mode 0660).
+	Socket string
+	// Listen is an optional TCP address; requests there need Token as a bearer token.
+	Listen string
+	Token  string
+	// VolumeDriver is "xfs" (sparse XFS images, growable) or "dir" (plain directories, fixed).
+	VolumeDriver string
+	// ImagesDir holds built images; empty means <DataDir>/images.
+	ImagesDir string
+	// InitPath is the static hiloop-init binary every sandbox runs as PID 1.
+	InitPath string
+	// Version is the daemon's build version.
+	Version string
+	Log     *slog.Logger
+}
+
+// Daemon is a running sandboxd.
+type Daemon struct {
+	cfg       Config
+	log       *slog.Logger
+	store     *store.Store
+	volumes   volume.Driver
+	images    *images.Store
+	sandboxes *sandbox.Manager
+}
+
+// New opens the data dir and reconciles the store with what runs on the host.
+func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if cfg.ImagesDir == "" {
+		cfg.ImagesDir = filepath.Join(cfg.DataDir, "images")
+	}
+	for _, dir := range []string{cfg.ImagesDir, filepath.Join(cfg.DataDir, "sandboxes"), filepath.Join(cfg.DataDir, "run")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(cfg.InitPath); err != nil {
+		return nil, fmt.Errorf("sandbox init binary: %w (build it with `make build` or pass --init-path)", err)
+	}
+	st, err := store.Open(filepath.Join(cfg.DataDir, "sandboxd.db"))
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Log, store: st, images: &images.Store{Dir: cfg.ImagesDir}}
+	if err := d.open(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Daemon) open(ctx context.Context) error {
+	var err error
+	volDir := filepath.Join(d.cfg.DataDir, "volumes")
+	switch d.cfg.VolumeDriver {
+	case "xfs", "":
+		d.volumes, err = volume.NewXFS(volDir)
+	case "dir":
+		d.volumes, err = volume.NewDir(volDir)
+	default:
+		return fmt.Errorf("unknown volume driver %q: use xfs or dir", d.cfg.VolumeDriver)
+	}
+	if err != nil {
+		return err
+	}
+	rt, err := runtime.New(runtime.Config{
+		StateDir: filepath.Join(d.cfg.DataDir, "runtime"),
+		RunDir:   filepath.Join(d.cfg.DataDir, "run"),
+		InitPath: d.cfg.InitPath,
+	})
+	if err != nil {
+		return err
+	}
+	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
+	return d.sandboxes.Reconcile(ctx)
+}
+
+// Close releases the store. Sandboxes keep running; the next daemon picks them up.
+func (d *Daemon) Close() error {
+	// With no workspace mounted the volume driver can let go of its own mount point too.
+	if c, ok := d.volumes.(interface{ Close() error }); ok {
+		if err := c.Close(); err != nil && !errors.Is(err, volume.ErrBusy) {
+			d.log.Warn("release volume mounts", "err", err)
+		}
+	}
+	return d.store.Close()
+}
+
+func (d *Daemon) capabilities() []string {
+	caps := []string{"exec", "image_build"}
+	if d.volumes.Resizable() {
+		caps = append(caps, "workspace_size")
+	}
+	return caps
+}
+
+// Serve serves the API until ctx is cancelled, then drains in-flight requests.
+func (d *Daemon) Serve(ctx context.Context) error {
+	handler := withVersion(d.cfg.Version, newMux(d.routes(), newIdempotency(d.store, d.log), d.log))
+
+	unixLn, err := listenUnix(d.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{{Handler: handler}}
+	listeners := []net.Listener{unixLn}
+	if d.cfg.Listen != "" {
+		if d.cfg.Token == "" {
+			unixLn.Close()
+			return errors.New("--listen needs a token: set --token-file or SANDBOXD_TOKEN")
+		}
+		tcpLn, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			unixLn.Close()
+			return err
+		}
+		servers = append(servers, &http.Server{Handler: bearerAuth(d.cfg.Token, handler, d.log)})
+		listeners = append(listeners, tcpLn)
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		srv.ReadHeaderTimeout = 10 * time.Second
+		srv.ErrorLog = slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)
+		d.log.Info("serving API", "addr", listeners[i].Addr().String())
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		d.log.Error("serve", "err", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(shutdownCtx)
+	}
+	os.Remove(d.cfg.Socket)
+	return nil
+}
+
+// listenUnix listens on path (mode 0660), replacing a stale socket but never a live one.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another sandboxd is serving %s", path)
+	}
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+func constantTimeEqual(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}

@@ -1,0 +1,156 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// handlerFunc is a route handler; a returned error is written in one place, by writeError.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// route is one row of the API table.
+type route struct {
+	method  string
+	pattern string
+	handle  handlerFunc
+	// idempotent routes honour the Idempotency-Key header.
+	idempotent bool
+}
+
+// newMux registers routes, answering unknown paths and methods with JSON errors.
+func newMux(routes []route, idem *idempotency, log *slog.Logger) http.Handler {
+	byPattern := map[string]map[string]route{}
+	var order []string
+	for _, rt := range routes {
+		if byPattern[rt.pattern] == nil {
+			byPattern[rt.pattern] = map[string]route{}
+			order = append(order, rt.pattern)
+		}
+		byPattern[rt.pattern][rt.method] = rt
+	}
+	mux := http.NewServeMux()
+	for _, pattern := range order {
+		methods := byPattern[pattern]
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			rt, ok := methods[r.Method]
+			if !ok {
+				writeError(w, log, api.Errorf(api.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+				return
+			}
+			h := rt.handle
+			if rt.idempotent {
+				h = idem.wrap(h)
+			}
+			if err := h(w, r); err != nil {
+				writeError(w, log, err)
+			}
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, log, api.Errorf(api.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeError writes err as the API's error envelope; errors that are not *api.Error are internal.
+func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) {
+		log.Error("internal error", "err", err)
+		apiErr = api.Errorf(api.CodeInternal, "internal error: %v", err)
+	}
+	_ = writeJSON(w, apiErr.Code.HTTPStatus(), api.ErrorBody{Error: apiErr})
+}
+
+// decodeBody reads a JSON body into v: at most api.MaxBodyBytes, no unknown fields, one value.
+// An empty body leaves v as it is.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return api.Errorf(api.CodeBodyTooLarge, "request body is larger than %d bytes", api.MaxBodyBytes)
+		}
+		return api.Errorf(api.CodeBadRequest, "read request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	return decodeJSON(body, v)
+}
+
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var syntax *json.SyntaxError
+		var typeErr *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syntax):
+			return api.Errorf(api.CodeBadRequest, "request body is not valid JSON: %v", err)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return api.Errorf(api.CodeBadRequest, "request body is not valid JSON: it ends too early")
+		case errors.As(err, &typeErr):
+			return api.Errorf(api.CodeBadRequest, "field %q must be a %s, not a JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return api.Errorf(api.CodeBadRequest, "request body has an %s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return api.Errorf(api.CodeBadRequest, "request body: %v", err)
+	}
+	if dec.More() {
+		return api.Errorf(api.CodeBadRequest, "request body holds more than one JSON value")
+	}
+	return nil
+}
+
+// bearerAuth requires "Authorization: Bearer <token>" on every request.
+func bearerAuth(token string, next http.Handler, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !constantTimeEqual(got, token) {
+			writeError(w, log, api.Errorf(api.CodeUnauthorized, "missing or wrong bearer token: set HILOOP_TOKEN"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withVersion stamps the daemon's version on every response.
+func withVersion(version string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.VersionHeader, version)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func pathName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if err := api.ValidateName("sandbox", name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", v, err))
+	}
+	return string(b)
+}

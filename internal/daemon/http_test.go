@@ -1,0 +1,144 @@
+package daemon
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+type echoBody struct {
+	Name string `json:"name"`
+}
+
+func testServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	calls := &atomic.Int32{}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	routes := []route{
+		{method: "POST", pattern: "/v1/things", idempotent: true, handle: func(w http.ResponseWriter, r *http.Request) error {
+			var b echoBody
+			if err := decodeBody(w, r, &b); err != nil {
+				return err
+			}
+			n := calls.Add(1)
+			if b.Name == "taken" {
+				return api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", b.Name)
+			}
+			return writeJSON(w, http.StatusCreated, map[string]any{"name": b.Name, "call": n})
+		}},
+	}
+	srv := httptest.NewServer(withVersion("test", newMux(routes, newIdempotency(st, log), log)))
+	t.Cleanup(srv.Close)
+	return srv, calls
+}
+
+func post(t *testing.T, url, key, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set(api.IdempotencyKeyHeader, key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get(api.VersionHeader) != "test" {
+		t.Errorf("missing version header")
+	}
+	return resp.StatusCode, string(b)
+}
+
+func errorCode(t *testing.T, body string) api.ErrorCode {
+	t.Helper()
+	var e api.ErrorBody
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == nil {
+		t.Fatalf("not an error body: %s", body)
+	}
+	return e.Error.Code
+}
+
+func TestIdempotencyKeyReplaysFirstAnswer(t *testing.T) {
+	srv, calls := testServer(t)
+	st1, b1 := post(t, srv.URL+"/v1/things", "k", `{"name":"a"}`)
+	st2, b2 := post(t, srv.URL+"/v1/things", "k", `{"name":"a"}`)
+	if st1 != 201 || st2 != 201 || b1 != b2 || calls.Load() != 1 {
+		t.Fatalf("repeat: %d %q / %d %q, calls %d", st1, b1, st2, b2, calls.Load())
+	}
+	st3, b3 := post(t, srv.URL+"/v1/things", "k", `{"name":"b"}`)
+	if st3 != 409 || errorCode(t, b3) != api.CodeIdempotencyKeyReused || calls.Load() != 1 {
+		t.Fatalf("reuse: %d %s", st3, b3)
+	}
+	// Errors are answers too: the repeat gets the same error without running again.
+	st4, b4 := post(t, srv.URL+"/v1/things", "k2", `{"name":"taken"}`)
+	st5, b5 := post(t, srv.URL+"/v1/things", "k2", `{"name":"taken"}`)
+	if st4 != 409 || b4 != b5 || st5 != 409 || calls.Load() != 2 {
+		t.Fatalf("error replay: %d %s / %d %s calls %d", st4, b4, st5, b5, calls.Load())
+	}
+	// Without a key every call runs.
+	post(t, srv.URL+"/v1/things", "", `{"name":"a"}`)
+	post(t, srv.URL+"/v1/things", "", `{"name":"a"}`)
+	if calls.Load() != 4 {
+		t.Fatalf("calls without key: %d", calls.Load())
+	}
+}
+
+func TestBadBodies(t *testing.T) {
+	srv, _ := testServer(t)
+	for _, tc := range []struct {
+		body   string
+		status int
+		code   api.ErrorCode
+		msg    string
+	}{
+		{`{"name":"a","extra":1}`, 400, api.CodeBadRequest, `unknown field \"extra\"`},
+		{`{"name":`, 400, api.CodeBadRequest, "not valid JSON"},
+		{`{"name":5}`, 400, api.CodeBadRequest, `field \"name\" must be a string`},
+		{`{"name":"a"}{"name":"b"}`, 400, api.CodeBadRequest, "more than one JSON value"},
+		{`{"name":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`, 413, api.CodeBodyTooLarge, "larger than"},
+	} {
+		for _, key := range []string{"", "key-" + tc.msg[:3]} {
+			status, body := post(t, srv.URL+"/v1/things", key, tc.body)
+			if status != tc.status || errorCode(t, body) != tc.code || !strings.Contains(body, tc.msg) {
+				t.Errorf("body %.40q key %q: %d %s", tc.body, key, status, body)
+			}
+		}
+	}
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	srv, _ := testServer(t)
+	resp, err := http.Get(srv.URL + "/v1/things")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 405 || errorCode(t, string(b)) != api.CodeMethodNotAllowed {
+		t.Errorf("GET: %d %s", resp.StatusCode, b)
+	}
+	resp, err = http.Get(srv.URL + "/v1/nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || errorCode(t, string(b)) != api.CodeNotFound {
+		t.Errorf("unknown: %d %s", resp.StatusCode, b)
+	}
+}

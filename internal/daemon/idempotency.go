@@ -1,0 +1,125 @@
+package daemon
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// maxKeyLen bounds an Idempotency-Key.
+const maxKeyLen = 255
+
+// idempotency replays the stored answer to a repeated mutating request. Receipts live in the
+// store, so a repeat after a daemon restart gets the same answer.
+type idempotency struct {
+	store *store.Store
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	busy map[string]*sync.Mutex // one request per key at a time
+}
+
+func newIdempotency(st *store.Store, log *slog.Logger) *idempotency {
+	return &idempotency{store: st, log: log, busy: map[string]*sync.Mutex{}}
+}
+
+func (i *idempotency) keyLock(key string) func() {
+	i.mu.Lock()
+	l, ok := i.busy[key]
+	if !ok {
+		l = &sync.Mutex{}
+		i.busy[key] = l
+	}
+	i.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func (i *idempotency) wrap(next handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		key := r.Header.Get(api.IdempotencyKeyHeader)
+		if key == "" {
+			return next(w, r)
+		}
+		if len(key) > maxKeyLen {
+			return api.Errorf(api.CodeInvalidArgument, "Idempotency-Key is longer than %d characters", maxKeyLen)
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+		if err != nil {
+			return api.Errorf(api.CodeBodyTooLarge, "request body is larger than %d bytes", api.MaxBodyBytes)
+		}
+		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\n" + string(body)))
+		fingerprint := hex.EncodeToString(sum[:])
+
+		defer i.keyLock(key)()
+		rec, err := i.store.GetReceipt(key)
+		switch {
+		case err == nil && rec.Fingerprint != fingerprint:
+			return api.Errorf(api.CodeIdempotencyKeyReused, "Idempotency-Key %q was already used with a different request", key)
+		case err == nil:
+			if rec.ContentType != "" {
+				w.Header().Set("Content-Type", rec.ContentType)
+			}
+			w.WriteHeader(rec.Status)
+			_, _ = w.Write(rec.Body)
+			return nil
+		case !errors.Is(err, store.ErrNotFound):
+			return err
+		}
+
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rw := &recorder{header: http.Header{}, status: http.StatusOK}
+		if err := next(rw, r); err != nil {
+			writeError(rw, i.log, err)
+		}
+		// The receipt is durable before the client sees the answer. Server faults are not
+		// answers: a retry with the same key should try again.
+		if rw.status < 500 {
+			err := i.store.PutReceipt(key, store.Receipt{
+				Fingerprint: fingerprint,
+				Status:      rw.status,
+				ContentType: rw.header.Get("Content-Type"),
+				Body:        rw.body.Bytes(),
+				CreatedAt:   time.Now().UTC(),
+			})
+			if err != nil {
+				i.log.Error("store idempotency receipt", "key", key, "err", err)
+			}
+		}
+		for k, v := range rw.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rw.status)
+		_, _ = w.Write(rw.body.Bytes())
+		return nil
+	}
+}
+
+// recorder captures a handler's response so it can be stored as a receipt.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	wrote  bool
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.body.Write(b)
+}
+func (r *recorder) WriteHeader(status int) {
+	if !r.wrote {
+		r.status = status
+		r.wrote = true
+	}
+}

@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hiloop/hiloop/internal/runtime"
+)
+
+// Version is set at build time with -ldflags "-X github.com/hiloop/hiloop/internal/daemon.Version=...".
+var Version = "dev"
+
+// Defaults an operator can override with flags.
+const (
+	DefaultDataDir = "/var/lib/sandboxd"
+	DefaultSocket  = "/run/sandboxd/sandboxd.sock"
+)
+
+// Main runs sandboxd and returns its exit code. It is also the sandbox's container init when
+// re-executed by the runtime.
+func Main() int {
+	runtime.MaybeInit()
+	cfg := Config{Version: Version}
+	var tokenFile, logLevel string
+	cmd := &cobra.Command{
+		Use:           "sandboxd",
+		Short:         "Run the hiloop sandbox daemon",
+		Long:          "sandboxd runs isolated Linux sandboxes on this host and serves the hiloop API on a unix socket.",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("invalid --log-level %q: use debug, info, warn or error", logLevel)
+			}
+			cfg.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			token, err := readToken(tokenFile)
+			if err != nil {
+				return err
+			}
+			cfg.Token = token
+			if cfg.InitPath == "" {
+				cfg.InitPath, err = findInit()
+			} else {
+				cfg.InitPath, err = filepath.Abs(cfg.InitPath)
+			}
+			if err != nil {
+				return err
+			}
+			if os.Geteuid() != 0 {
+				return errors.New("sandboxd must run as root (it creates namespaces, cgroups and mounts)")
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			d, err := New(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return d.Serve(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", DefaultDataDir, "directory for the database, images, volumes and runtime state")
+	f.StringVar(&cfg.Socket, "socket", DefaultSocket, "unix socket to serve the API on")
+	f.StringVar(&cfg.Listen, "listen", "", "also serve the API on this TCP address (needs a token)")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --listen (or set SANDBOXD_TOKEN)")
+	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
+	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of built images (default <data-dir>/images)")
+	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd:", err)
+		return 1
+	}
+	return 0
+}
+
+func readToken(file string) (string, error) {
+	if file == "" {
+		return os.Getenv("SANDBOXD_TOKEN"), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// findInit looks for hiloop-init next to the running binary, then in $PATH.
+func findInit() (string, error) {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "hiloop-init")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("hiloop-init"); err == nil {
+		return filepath.Abs(p)
+	}
+	return "", errors.New("hiloop-init not found next to sandboxd or in $PATH: build it with `make build` or pass --init-path")
+}

@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// routes is the whole API, one row per endpoint.
+func (d *Daemon) routes() []route {
+	return []route{
+		{method: "GET", pattern: "/v1/version", handle: d.getVersion},
+		{method: "GET", pattern: "/v1/sandboxes", handle: d.listSandboxes},
+		{method: "POST", pattern: "/v1/sandboxes", handle: d.createSandbox, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}", handle: d.getSandbox},
+		{method: "DELETE", pattern: "/v1/sandboxes/{name}", handle: d.deleteSandbox, idempotent: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/start", handle: d.startSandbox, idempotent: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/stop", handle: d.stopSandbox, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/exec", handle: d.execSandbox},
+		{method: "GET", pattern: "/v1/images", handle: d.listImages},
+		{method: "POST", pattern: "/v1/images/{name}/build", handle: d.buildImage},
+	}
+}
+
+func (d *Daemon) getVersion(w http.ResponseWriter, r *http.Request) error {
+	return writeJSON(w, http.StatusOK, api.VersionInfo{
+		Version:      d.cfg.Version,
+		API:          api.Version,
+		VolumeDriver: d.volumes.Name(),
+		Capabilities: d.capabilities(),
+	})
+}
+
+func (d *Daemon) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	list, err := d.sandboxes.List(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: list})
+}
+
+func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var p api.SandboxesPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	if err := p.Normalize(); err != nil {
+		return err
+	}
+	sb, err := d.sandboxes.Create(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, sb)
+}
+
+func (d *Daemon) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	sb, err := d.sandboxes.Get(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (d *Daemon) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	if err := d.sandboxes.Delete(r.Context(), name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (d *Daemon) startSandbox(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	sb, err := d.sandboxes.Start(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (d *Daemon) stopSandbox(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	sb, err := d.sandboxes.Stop(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (d *Daemon) listImages(w http.ResponseWriter, r *http.Request) error {
+	built, err := d.images.List()
+	if err != nil {
+		return err
+	}
+	out := api.ImageList{Images: []api.Image{}, Definitions: images.Names()}
+	for _, img := range built {
+		out.Images = append(out.Images, imageView(img))
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func imageView(img images.Image) api.Image {
+	return api.Image{Name: img.Name, Digest: img.Digest, SizeBytes: img.SizeBytes, BuiltAt: img.Built}
+}
+
+// buildImage streams the build's progress as newline-delimited ImageBuildEvent values.
+func (d *Daemon) buildImage(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	if err := api.ValidateName("image", name); err != nil {
+		return err
+	}
+	var p api.ImageBuildPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	known := false
+	for _, n := range images.Names() {
+		known = known || n == name
+	}
+	if !known {
+		return api.Errorf(api.CodeImageNotFound, "no image definition named %q: `hiloop image list` shows the definitions", name)
+	}
+
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	ev := &eventWriter{w: w}
+	ev.send(api.ImageBuildEvent{Progress: "building image " + name})
+
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			ev.send(api.ImageBuildEvent{Progress: sc.Text()})
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	// The build outlives a client that hangs up: another client may be waiting for the image.
+	img, err := d.images.BuildWith(context.WithoutCancel(r.Context()), name, pw, images.BuildOptions{Force: p.Force})
+	pw.Close()
+	<-done
+	if err != nil {
+		var apiErr *api.Error
+		if !errors.As(err, &apiErr) {
+			d.log.Error("image build", "image", name, "err", err)
+			apiErr = api.Errorf(api.CodeInternal, "build image %q: %v", name, err)
+		}
+		ev.send(api.ImageBuildEvent{Error: apiErr})
+		return nil
+	}
+	view := imageView(img)
+	ev.send(api.ImageBuildEvent{Image: &view})
+	return nil
+}
+
+// eventWriter writes one JSON line per event and flushes it.
+type eventWriter struct {
+	mu sync.Mutex
+	w  http.ResponseWriter
+}
+
+func (e *eventWriter) send(v api.ImageBuildEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, _ = io.WriteString(e.w, mustJSON(v)+"\n")
+	if f, ok := e.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}

@@ -1,0 +1,386 @@
+// Package e2e runs the end-to-end scripts in testdata/script against the real hiloop and
+// sandboxd, running real sandboxes. They need root; under CI=true a missing prerequisite fails.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/cli"
+	"github.com/hiloop/hiloop/internal/daemon"
+	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
+)
+
+// testImage is the image every script's sandboxes start from.
+const testImage = "minimal"
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"hiloop":   func() { os.Exit(cli.Main()) },
+		"sandboxd": func() { os.Exit(daemon.Main()) },
+	})
+}
+
+// requireRoot skips when not root, except under CI=true where it fails.
+func requireRoot(t *testing.T) {
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("end-to-end tests need root and CI runs as root")
+	}
+	t.Skip("end-to-end tests need root")
+}
+
+var (
+	prepOnce  sync.Once
+	initPath  string
+	imagesDir string
+	prepErr   error
+)
+
+// prepare builds hiloop-init and the test image once (the image is cached across runs).
+func prepare(t *testing.T) {
+	prepOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hiloop-e2e-bin")
+		if err != nil {
+			prepErr = err
+			return
+		}
+		initPath = filepath.Join(dir, "hiloop-init")
+		cmd := exec.Command("go", "build", "-o", initPath, "github.com/hiloop/hiloop/cmd/hiloop-init")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			prepErr = fmt.Errorf("build hiloop-init: %v\n%s", err, out)
+			return
+		}
+		imagesDir = os.Getenv("HILOOP_TEST_IMAGES")
+		if imagesDir == "" {
+			imagesDir = "/var/cache/hiloop-test/images"
+		}
+		store := &images.Store{Dir: imagesDir}
+		start := time.Now()
+		if _, err := store.Build(context.Background(), testImage, &testLogWriter{t: t}); err != nil {
+			prepErr = fmt.Errorf("build test image %q: %v", testImage, err)
+			return
+		}
+		t.Logf("test image ready in %s", time.Since(start).Round(time.Millisecond))
+	})
+	if prepErr != nil {
+		t.Fatal(prepErr)
+	}
+}
+
+type testLogWriter struct{ t *testing.T }
+
+func (w *testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestScripts(t *testing.T) {
+	requireRoot(t)
+	prepare(t)
+	testscript.Run(t, testscript.Params{
+		Dir:                 filepath.Join("..", "..", "testdata", "script"),
+		RequireExplicitExec: true,
+		Setup:               setupScript,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"daemon":    cmdDaemon,
+			"leakcheck": cmdLeakcheck,
+			"waitfor":   cmdWaitfor,
+			"exits":     cmdExits,
+		},
+	})
+}
+
+// scriptDaemon is the sandboxd one script runs.
+type scriptDaemon struct {
+	cmd     *exec.Cmd
+	dataDir string
+	socket  string
+	logPath string
+	args    []string
+}
+
+const daemonKey = "daemon"
+
+func setupScript(env *testscript.Env) error {
+	// Unix socket paths are short: keep the daemon's files under a short directory.
+	dir, err := os.MkdirTemp("/tmp", "hl")
+	if err != nil {
+		return err
+	}
+	d := &scriptDaemon{
+		dataDir: filepath.Join(dir, "d"),
+		socket:  filepath.Join(dir, "s.sock"),
+		logPath: filepath.Join(env.WorkDir, "sandboxd.log"),
+	}
+	env.Values[daemonKey] = d
+	env.Setenv("HILOOP_HOST", "unix://"+d.socket)
+	env.Setenv("DATADIR", d.dataDir)
+	env.Setenv("SOCKET", d.socket)
+	env.Setenv("IMAGE", testImage)
+	env.Setenv("INIT_PATH", initPath)
+	env.Setenv("IMAGES_DIR", imagesDir)
+	env.Defer(func() {
+		// Leave nothing behind: delete every sandbox through the real daemon, then stop it.
+		if d.cmd == nil {
+			d.start(env.Getenv("PATH"), nil)
+		}
+		if c, err := client.New("unix://"+d.socket, ""); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			if list, err := c.ListSandboxes(ctx); err == nil {
+				for _, sb := range list {
+					if err := c.DeleteSandbox(ctx, sb.Name); err != nil {
+						env.T().Log("cleanup: delete", sb.Name, ":", err)
+					}
+				}
+			}
+			cancel()
+		}
+		d.stop(syscall.SIGTERM)
+		if leaks := findLeaks(d.dataDir); len(leaks) > 0 {
+			env.T().Fatal("left behind after the script:\n" + strings.Join(leaks, "\n"))
+		}
+		os.RemoveAll(dir)
+	})
+	return nil
+}
+
+func (d *scriptDaemon) start(path string, extra []string) error {
+	args := append([]string{
+		"--data-dir", d.dataDir, "--socket", d.socket, "--init-path", initPath, "--images-dir", imagesDir,
+	}, extra...)
+	d.args = extra
+	log, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	bin, err := lookPath("sandboxd", path)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "PATH="+path)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	d.cmd = cmd
+	c, err := client.New("unix://"+d.socket, "")
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Version(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if cmd.ProcessState != nil || time.Now().After(deadline) {
+			return fmt.Errorf("sandboxd did not come up: %v (log: %s)", err, d.logPath)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (d *scriptDaemon) stop(sig syscall.Signal) {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(sig)
+	_ = d.cmd.Wait()
+	d.cmd = nil
+}
+
+func lookPath(name, path string) (string, error) {
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not in PATH", name)
+}
+
+// cmdDaemon: daemon start [sandboxd flags...] | stop | kill | restart [flags...] | log
+func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 0 {
+		ts.Fatalf("usage: daemon start|stop|kill|restart|log")
+	}
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	switch args[0] {
+	case "start":
+		if d.cmd != nil {
+			ts.Fatalf("daemon already running")
+		}
+		err := d.start(ts.Getenv("PATH"), args[1:])
+		if neg {
+			if err == nil {
+				ts.Fatalf("daemon started unexpectedly")
+			}
+			return
+		}
+		ts.Check(err)
+	case "stop":
+		d.stop(syscall.SIGTERM)
+	case "kill":
+		d.stop(syscall.SIGKILL)
+	case "restart":
+		extra := d.args
+		if len(args) > 1 {
+			extra = args[1:]
+		}
+		d.stop(syscall.SIGTERM)
+		ts.Check(d.start(ts.Getenv("PATH"), extra))
+	case "log":
+		b, _ := os.ReadFile(d.logPath)
+		ts.Logf("%s", b)
+	default:
+		ts.Fatalf("unknown daemon verb %q", args[0])
+	}
+}
+
+// cmdWaitfor: waitfor SECONDS CMD ARGS... runs hiloop CMD until it succeeds.
+func cmdWaitfor(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: waitfor SECONDS hiloop-args...")
+	}
+	secs, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	bin, err := lookPath("hiloop", ts.Getenv("PATH"))
+	ts.Check(err)
+	for {
+		cmd := exec.Command(bin, args[1:]...)
+		cmd.Env = scriptEnv(ts)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != neg {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitfor %v: still failing after %ds: %v\n%s", args[1:], secs, err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cmdExits: exits CODE CMD ARGS... runs CMD and fails unless it exits with CODE; its output
+// is the script's stdout and stderr for the next checks.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits CODE CMD ARGS...")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	bin, err := lookPath(args[1], ts.Getenv("PATH"))
+	ts.Check(err)
+	cmd := exec.Command(bin, args[2:]...)
+	cmd.Dir = ts.Getenv("WORK")
+	cmd.Env = scriptEnv(ts)
+	cmd.Stdout, cmd.Stderr = ts.Stdout(), ts.Stderr()
+	err = cmd.Run()
+	got := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		got = ee.ExitCode()
+	} else {
+		ts.Check(err)
+	}
+	if got != want {
+		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
+	}
+}
+
+// scriptEnv is the environment a script's exec would get.
+func scriptEnv(ts *testscript.TestScript) []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "HILOOP_HOST", "HILOOP_TOKEN"} {
+		if v := ts.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// cmdLeakcheck fails if the script's daemon left a mount, loop device or container behind for
+// a sandbox that is not running (it asks the daemon which ones run, if it is up).
+func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	var running []string
+	if d.cmd != nil {
+		c, err := client.New("unix://"+d.socket, "")
+		ts.Check(err)
+		list, err := c.ListSandboxes(context.Background())
+		ts.Check(err)
+		for _, sb := range list {
+			if sb.State == api.StateRunning {
+				running = append(running, sb.ID)
+			}
+		}
+	}
+	// A running daemon keeps its volume driver's shared mount point.
+	running = append(running, filepath.Join(d.dataDir, "volumes", "mnt")+"\n")
+	var leaks []string
+	for _, l := range findLeaks(d.dataDir) {
+		if !slices.ContainsFunc(running, func(id string) bool { return strings.Contains(l+"\n", id) }) {
+			leaks = append(leaks, l)
+		}
+	}
+	if len(leaks) > 0 && !neg {
+		ts.Fatalf("leaks:\n%s", strings.Join(leaks, "\n"))
+	}
+	if len(leaks) == 0 && neg {
+		ts.Fatalf("expected leaks, found none")
+	}
+}
+
+// findLeaks lists mounts under dataDir, loop devices backed by files under it, and cgroups
+// named after its sandboxes.
+func findLeaks(dataDir string) []string {
+	var leaks []string
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) > 4 && strings.HasPrefix(fields[4], dataDir+"/") {
+				leaks = append(leaks, "mount "+fields[4])
+			}
+		}
+		f.Close()
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		data, err := os.ReadFile(b)
+		if err == nil && strings.HasPrefix(strings.TrimSpace(string(data)), dataDir+"/") {
+			leaks = append(leaks, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(b)))+" → "+strings.TrimSpace(string(data)))
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(dataDir, "runtime")); err == nil {
+		for _, e := range entries {
+			leaks = append(leaks, "container state "+e.Name())
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		leaks = append(leaks, "read runtime state: "+err.Error())
+	}
+	return leaks
+}

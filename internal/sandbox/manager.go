@@ -1,0 +1,416 @@
+// Package sandbox is the sandbox manager: the state machine and the single writer of sandbox
+// state. It drives the runtime and the volume driver and records every transition in the store,
+// so that after a crash Reconcile can finish or undo whatever was in flight.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/volume"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// AgentUID and AgentGID own /workspace; they are the image's `agent` user.
+const (
+	AgentUID = 1000
+	AgentGID = 1000
+)
+
+const gib = 1 << 30
+
+// Runtime is what the manager needs of internal/runtime (an interface so tests can count calls).
+type Runtime interface {
+	Start(ctx context.Context, s runtime.Spec) error
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	Running(id string) bool
+	List() ([]string, error)
+	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.Process, error)
+}
+
+// Images resolves an image name to its built root filesystem.
+type Images interface {
+	Get(name string) (images.Image, error)
+}
+
+// Manager owns every sandbox's lifecycle.
+type Manager struct {
+	store    *store.Store
+	runtime  Runtime
+	volumes  volume.Driver
+	images   Images
+	layerDir string // <data>/sandboxes: one directory per sandbox id for the runtime's layers
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
+}
+
+// NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
+func NewManager(st *store.Store, rt Runtime, vol volume.Driver, img Images, layerDir string, log *slog.Logger) *Manager {
+	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, locks: map[string]*sync.Mutex{}}
+}
+
+// lock serializes transitions of one sandbox; the returned func unlocks.
+func (m *Manager) lock(name string) func() {
+	m.mu.Lock()
+	l, ok := m.locks[name]
+	if !ok {
+		l = &sync.Mutex{}
+		m.locks[name] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Create makes a sandbox and, unless p.NoStart, starts it. A failed create leaves nothing behind.
+func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx) // a client that goes away must not leave a half-made sandbox
+	if _, err := m.image(p.Image); err != nil {
+		return api.Sandbox{}, err
+	}
+	defer m.lock(p.Name)()
+	rec := store.Sandbox{
+		ID:           newID(),
+		Name:         p.Name,
+		Image:        p.Image,
+		StorageClass: string(p.StorageClass),
+		WorkspaceGiB: p.WorkspaceGiB,
+		CPUs:         p.CPUs,
+		MemoryMB:     p.MemoryMB,
+		State:        string(api.StateCreating),
+		CreatedAt:    time.Now().UTC(),
+	}
+	if err := m.store.CreateSandbox(rec); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return api.Sandbox{}, api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", p.Name)
+		}
+		return api.Sandbox{}, err
+	}
+	if err := m.create(ctx, &rec, !p.NoStart); err != nil {
+		m.undoCreate(ctx, rec)
+		return api.Sandbox{}, err
+	}
+	return m.view(ctx, rec), nil
+}
+
+func (m *Manager) create(ctx context.Context, rec *store.Sandbox, start bool) error {
+	if rec.StorageClass == string(api.StorageDurable) {
+		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
+			return volumeError(err, rec.WorkspaceGiB)
+		}
+	} else if rec.WorkspaceGiB != 0 && !m.volumes.Resizable() {
+		return volumeError(volume.ErrUnsupported, rec.WorkspaceGiB)
+	}
+	if err := m.setState(rec, api.StateStopped, ""); err != nil {
+		return err
+	}
+	if start {
+		return m.start(ctx, rec)
+	}
+	return nil
+}
+
+// undoCreate removes everything a failed create made.
+func (m *Manager) undoCreate(ctx context.Context, rec store.Sandbox) {
+	if err := m.teardown(ctx, rec); err != nil {
+		m.log.Error("undo create", "sandbox", rec.Name, "err", err)
+		return
+	}
+	if err := m.store.DeleteSandbox(rec.Name); err != nil {
+		m.log.Error("undo create", "sandbox", rec.Name, "err", err)
+	}
+}
+
+// teardown stops the container and deletes the volume and layers of rec; it is idempotent.
+func (m *Manager) teardown(ctx context.Context, rec store.Sandbox) error {
+	if err := m.runtime.Stop(ctx, rec.ID, runtime.DefaultStopGrace); err != nil {
+		return fmt.Errorf("stop container: %w", err)
+	}
+	if err := m.volumes.Delete(ctx, rec.ID); err != nil {
+		return fmt.Errorf("delete workspace: %w", err)
+	}
+	if err := os.RemoveAll(filepath.Join(m.layerDir, rec.ID)); err != nil {
+		return fmt.Errorf("remove layers: %w", err)
+	}
+	return nil
+}
+
+// Get returns the sandbox named name.
+func (m *Manager) Get(ctx context.Context, name string) (api.Sandbox, error) {
+	rec, err := m.record(name)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.view(ctx, rec), nil
+}
+
+// List returns every sandbox, sorted by name.
+func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
+	recs, err := m.store.ListSandboxes()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Sandbox, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, m.view(ctx, rec))
+	}
+	return out, nil
+}
+
+// Start starts a stopped or failed sandbox; starting a running one succeeds and changes nothing.
+func (m *Manager) Start(ctx context.Context, name string) (api.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	defer m.lock(name)()
+	rec, err := m.record(name)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	switch api.SandboxState(rec.State) {
+	case api.StateRunning:
+		if m.runtime.Running(rec.ID) {
+			return m.view(ctx, rec), nil
+		}
+		// The init died under us: clean up and start afresh.
+		if err := m.stop(ctx, &rec); err != nil {
+			return api.Sandbox{}, err
+		}
+	case api.StateStopped, api.StateFailed:
+	default:
+		return api.Sandbox{}, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", name, rec.State)
+	}
+	if err := m.start(ctx, &rec); err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.view(ctx, rec), nil
+}
+
+func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
+	img, err := m.image(rec.Image)
+	if err != nil {
+		return err
+	}
+	if err := m.setState(rec, api.StateStarting, ""); err != nil {
+		return err
+	}
+	err = m.startContainer(ctx, rec, img)
+	if err != nil {
+		m.log.Error("start", "sandbox", rec.Name, "err", err)
+		if cerr := m.stopContainer(ctx, rec); cerr != nil {
+			m.log.Error("clean up failed start", "sandbox", rec.Name, "err", cerr)
+		}
+		_ = m.setState(rec, api.StateFailed, err.Error())
+		var apiErr *api.Error
+		if errors.As(err, &apiErr) {
+			return apiErr
+		}
+		return fmt.Errorf("start sandbox %q: %w", rec.Name, err)
+	}
+	now := time.Now().UTC()
+	rec.StartedAt = &now
+	return m.setState(rec, api.StateRunning, "")
+}
+
+func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img images.Image) error {
+	if rec.StorageClass == string(api.StorageEphemeral) {
+		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
+			return volumeError(err, rec.WorkspaceGiB)
+		}
+	}
+	ws, err := m.volumes.Mount(ctx, rec.ID)
+	if err != nil {
+		return fmt.Errorf("mount workspace: %w", err)
+	}
+	return m.runtime.Start(ctx, runtime.Spec{
+		ID:           rec.ID,
+		Hostname:     rec.Name,
+		ImageDir:     img.Path,
+		LayerDir:     filepath.Join(m.layerDir, rec.ID),
+		WorkspaceDir: ws,
+		CPUs:         rec.CPUs,
+		MemoryMB:     rec.MemoryMB,
+	})
+}
+
+// Stop stops a sandbox; stopping a stopped one succeeds and changes nothing.
+func (m *Manager) Stop(ctx context.Context, name string) (api.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	defer m.lock(name)()
+	rec, err := m.record(name)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	switch api.SandboxState(rec.State) {
+	case api.StateStopped:
+		return m.view(ctx, rec), nil
+	case api.StateRunning, api.StateFailed, api.StateStarting, api.StateStopping:
+	default:
+		return api.Sandbox{}, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", name, rec.State)
+	}
+	if err := m.stop(ctx, &rec); err != nil {
+		return api.Sandbox{}, err
+	}
+	return m.view(ctx, rec), nil
+}
+
+func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
+	if err := m.setState(rec, api.StateStopping, ""); err != nil {
+		return err
+	}
+	if err := m.stopContainer(ctx, rec); err != nil {
+		_ = m.setState(rec, api.StateFailed, err.Error())
+		return fmt.Errorf("stop sandbox %q: %w", rec.Name, err)
+	}
+	rec.StartedAt = nil
+	return m.setState(rec, api.StateStopped, "")
+}
+
+// stopContainer stops the container and releases the workspace (dropping an ephemeral one).
+func (m *Manager) stopContainer(ctx context.Context, rec *store.Sandbox) error {
+	if err := m.runtime.Stop(ctx, rec.ID, runtime.DefaultStopGrace); err != nil {
+		return err
+	}
+	if rec.StorageClass == string(api.StorageEphemeral) {
+		return m.volumes.Delete(ctx, rec.ID)
+	}
+	return m.volumes.Unmount(ctx, rec.ID)
+}
+
+// Delete stops a sandbox and removes it with its workspace.
+func (m *Manager) Delete(ctx context.Context, name string) error {
+	ctx = context.WithoutCancel(ctx)
+	defer m.lock(name)()
+	rec, err := m.record(name)
+	if err != nil {
+		return err
+	}
+	return m.delete(ctx, &rec)
+}
+
+func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
+	if err := m.setState(rec, api.StateDeleting, ""); err != nil {
+		return err
+	}
+	if err := m.teardown(ctx, *rec); err != nil {
+		_ = m.setState(rec, api.StateFailed, err.Error())
+		return fmt.Errorf("delete sandbox %q: %w", rec.Name, err)
+	}
+	return m.store.DeleteSandbox(rec.Name)
+}
+
+// Exec starts a process in a running sandbox.
+func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) (runtime.Process, error) {
+	rec, err := m.record(name)
+	if err != nil {
+		return nil, err
+	}
+	if api.SandboxState(rec.State) != api.StateRunning {
+		return nil, notRunning(rec)
+	}
+	p, err := m.runtime.Exec(ctx, rec.ID, spec)
+	if errors.Is(err, runtime.ErrNotRunning) {
+		return nil, notRunning(rec)
+	}
+	return p, err
+}
+
+func notRunning(rec store.Sandbox) error {
+	state := rec.State
+	if state == string(api.StateRunning) {
+		state = "not answering"
+	}
+	return api.Errorf(api.CodeSandboxNotRunning, "sandbox %q is %s: start it with `hiloop sandbox start %s`", rec.Name, state, rec.Name)
+}
+
+func (m *Manager) record(name string) (store.Sandbox, error) {
+	rec, err := m.store.GetSandbox(name)
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
+	}
+	return rec, err
+}
+
+func (m *Manager) image(name string) (images.Image, error) {
+	img, err := m.images.Get(name)
+	if err != nil {
+		if errors.Is(err, images.ErrNotBuilt) {
+			return img, api.Errorf(api.CodeImageNotFound, "image %q is not built: run `hiloop image build %s`", name, name)
+		}
+		if errors.Is(err, images.ErrUnknown) {
+			return img, api.Errorf(api.CodeImageNotFound, "image %q not found: `hiloop image list` shows the images", name)
+		}
+		return img, err
+	}
+	return img, nil
+}
+
+func (m *Manager) setState(rec *store.Sandbox, state api.SandboxState, msg string) error {
+	rec.State = string(state)
+	rec.Error = msg
+	_, err := m.store.UpdateSandbox(rec.Name, func(s *store.Sandbox) error {
+		*s = *rec
+		return nil
+	})
+	return err
+}
+
+// view turns a record into its API form, with the workspace's live capacity.
+func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
+	size := rec.WorkspaceGiB
+	if size == 0 {
+		size = api.DefaultWorkspaceGiB
+	}
+	ws := api.Workspace{
+		StorageClass:  api.StorageClass(rec.StorageClass),
+		Driver:        m.volumes.Name(),
+		CapacityBytes: int64(size) * gib,
+		Resizable:     m.volumes.Resizable(),
+	}
+	if info, err := m.volumes.Info(ctx, rec.ID); err == nil {
+		ws.CapacityBytes = info.CapacityBytes
+		ws.Resizable = info.Resizable
+	}
+	return api.Sandbox{
+		SandboxPut: api.SandboxPut{CPUs: rec.CPUs, MemoryMB: rec.MemoryMB},
+		Name:       rec.Name,
+		ID:         rec.ID,
+		Image:      rec.Image,
+		State:      api.SandboxState(rec.State),
+		Workspace:  ws,
+		Error:      rec.Error,
+		CreatedAt:  rec.CreatedAt,
+		StartedAt:  rec.StartedAt,
+	}
+}
+
+func volumeError(err error, sizeGiB int) error {
+	switch {
+	case errors.Is(err, volume.ErrUnsupported):
+		return api.Errorf(api.CodeUnsupported, "this deployment's workspace volumes have a fixed size: omit --workspace-gib (asked for %d GiB)", sizeGiB)
+	case errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "No space left on device"):
+		return api.Errorf(api.CodeInsufficientStorage, "no room on the host for the workspace: %v", err)
+	}
+	return fmt.Errorf("create workspace: %w", err)
+}
+
+func newID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,94 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// Reconcile makes the store and the host agree after a daemon start: transitions cut short by a
+// crash are finished or undone, sandboxes that were running run again, and containers, volumes
+// and layer directories that belong to no record are removed.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	recs, err := m.store.ListSandboxes()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, rec := range recs {
+		known[rec.ID] = true
+		unlock := m.lock(rec.Name)
+		m.reconcileOne(ctx, rec)
+		unlock()
+	}
+	ids, err := m.runtime.List()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if !known[id] {
+			m.log.Warn("removing container with no sandbox", "id", id)
+			if err := m.runtime.Stop(ctx, id, runtime.DefaultStopGrace); err != nil {
+				m.log.Error("remove stray container", "id", id, "err", err)
+			}
+		}
+	}
+	vols, err := m.volumes.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range vols {
+		if !known[id] {
+			m.log.Warn("removing workspace with no sandbox", "id", id)
+			if err := m.volumes.Delete(ctx, id); err != nil {
+				m.log.Error("remove stray workspace", "id", id, "err", err)
+			}
+		}
+	}
+	entries, _ := os.ReadDir(m.layerDir)
+	for _, e := range entries {
+		if !known[e.Name()] && !slices.Contains(ids, e.Name()) {
+			_ = os.RemoveAll(filepath.Join(m.layerDir, e.Name()))
+		}
+	}
+	return nil
+}
+
+func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
+	log := m.log.With("sandbox", rec.Name, "state", rec.State)
+	var err error
+	switch api.SandboxState(rec.State) {
+	case api.StateCreating:
+		log.Info("undoing interrupted create")
+		m.undoCreate(ctx, rec)
+		return
+	case api.StateDeleting:
+		log.Info("finishing interrupted delete")
+		err = m.delete(ctx, &rec)
+	case api.StateRunning, api.StateStarting:
+		if m.runtime.Running(rec.ID) && rec.State == string(api.StateRunning) {
+			// Still running from before the restart: the workspace stays mounted with it.
+			log.Info("sandbox still running")
+			return
+		}
+		log.Info("restarting sandbox that was running")
+		if err = m.stopContainer(ctx, &rec); err == nil {
+			err = m.start(ctx, &rec)
+		}
+	case api.StateStopping:
+		log.Info("finishing interrupted stop")
+		err = m.stop(ctx, &rec)
+	case api.StateStopped, api.StateFailed:
+		// Nothing of a stopped sandbox runs or stays mounted.
+		err = m.stopContainer(ctx, &rec)
+	}
+	if err != nil {
+		log.Error("reconcile", "err", err)
+		_ = m.setState(&rec, api.StateFailed, err.Error())
+	}
+}
