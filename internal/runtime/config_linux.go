@@ -75,10 +75,14 @@ const (
 // cgroupName is the sandbox's cgroup, relative so it nests under the daemon's own cgroup. A
 // hash of the state dir keeps two runtimes on one host (a daemon and a test) apart where their
 // cgroups share a parent.
-func cgroupName(stateDir, id string) string {
+func cgroupName(stateDir, id string) string { return cgroupPrefix(stateDir) + id }
+
+// cgroupPrefix starts the name of every sandbox cgroup of the runtime keeping its state in
+// stateDir; the rest of the name is the sandbox id.
+func cgroupPrefix(stateDir string) string {
 	h := fnv.New32a()
 	h.Write([]byte(stateDir))
-	return fmt.Sprintf("hiloop-%08x-%s", h.Sum32(), id)
+	return fmt.Sprintf("hiloop-%08x-", h.Sum32())
 }
 
 // ociSpec describes the sandbox as an OCI runtime spec; rootfs is the mounted overlay.

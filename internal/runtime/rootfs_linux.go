@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +115,90 @@ func unmountAll(dir string) error {
 		}
 	}
 	return fmt.Errorf("unmount %s: still mounted", dir)
+}
+
+// RemoveLayer removes a layer directory (a Spec.LayerDir) that no sandbox uses any more, such as
+// one whose sandbox's state was lost with the overlay still mounted: everything mounted at or
+// under it is unmounted first (detached lazily if busy), so nothing is deleted through a mount.
+// A missing directory is not an error. Stop the sandbox first: its rootfs goes from under it.
+func (r *Runtime) RemoveLayer(layerDir string) error {
+	if !filepath.IsAbs(layerDir) || filepath.Clean(layerDir) == "/" {
+		return fmt.Errorf("runtime: layer dir must be an absolute path below /, got %q", layerDir)
+	}
+	// mountinfo has symlink-free paths; the layer dir itself is never a link the runtime made.
+	layerDir = filepath.Clean(layerDir)
+	parent, err := filepath.EvalSymlinks(filepath.Dir(layerDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: remove layer: %w", err)
+	}
+	dir := filepath.Join(parent, filepath.Base(layerDir))
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for range 4 {
+		targets, err := mountpointsUnder(dir)
+		if err != nil {
+			return fmt.Errorf("runtime: remove layer: %w", err)
+		}
+		if len(targets) == 0 {
+			if err := os.RemoveAll(dir); err != nil {
+				return fmt.Errorf("runtime: remove layer: %w", err)
+			}
+			return nil
+		}
+		// Deepest first: a mount with another inside it is busy.
+		slices.SortStableFunc(targets, func(a, b string) int { return len(b) - len(a) })
+		for _, t := range targets {
+			if err := unmountAll(t); err != nil {
+				return fmt.Errorf("runtime: remove layer: %w", err)
+			}
+		}
+	}
+	return fmt.Errorf("runtime: remove layer: %s stays mounted", dir)
+}
+
+// mountpointsUnder lists the mount points at or below dir in this mount namespace.
+func mountpointsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		// "36 35 98:0 /root /mnt/target rw,noatime shared:1 - ext3 /dev/root rw"
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		t := unescapeMountinfo(f[4])
+		if t == dir || strings.HasPrefix(t, dir+"/") {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil // stacked mounts show once; unmountAll peels them all
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes in mountinfo paths (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var out strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				out.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		out.WriteByte(s[i])
+	}
+	return out.String()
 }
 
 // writeEtc writes /etc/hostname and /etc/hosts into the rootfs without following symlinks,

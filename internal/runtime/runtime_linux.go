@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
-	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/seccomp"
 	"golang.org/x/sys/unix"
@@ -386,28 +385,6 @@ func signalAll(c *libcontainer.Container, sig unix.Signal, skip int) {
 	}
 }
 
-// removeCgroup removes a sandbox's cgroup that no container state refers to any more.
-func removeCgroup(name string) error {
-	m, err := manager.New(&cgroups.Cgroup{Path: name, Resources: &cgroups.Resources{}})
-	if err != nil {
-		return err
-	}
-	if !m.Exists() {
-		return nil
-	}
-	for range 100 {
-		pids, _ := m.GetAllPids()
-		if len(pids) == 0 {
-			break
-		}
-		for _, pid := range pids {
-			_ = unix.Kill(pid, unix.SIGKILL)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return m.Destroy()
-}
-
 // Running reports whether the sandbox exists and its init answers.
 func (r *Runtime) Running(id string) bool {
 	if validID(id) != nil {
@@ -425,24 +402,25 @@ func (r *Runtime) Running(id string) bool {
 	return r.ping(ctx, id) == nil
 }
 
-// List returns the ids of every sandbox libcontainer has state for, running or not, so a
-// restarted daemon can reconcile them with its store.
+// List returns the ids of every sandbox libcontainer has state for, running or not, and of
+// every sandbox that only a cgroup of this runtime's is left of (its state was deleted while
+// it ran), so a restarted daemon can reconcile them with its store and Stop the strays.
 func (r *Runtime) List() ([]string, error) {
-	entries, err := os.ReadDir(r.cfg.StateDir)
+	ids, err := cgroupIDs(r.cfg.StateDir)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
-	var ids []string
+	entries, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
 	for _, e := range entries {
 		if e.IsDir() && validID(e.Name()) == nil && fileExists(filepath.Join(r.cfg.StateDir, e.Name(), "state.json")) {
 			ids = append(ids, e.Name())
 		}
 	}
 	slices.Sort(ids)
-	return ids, nil
+	return slices.Compact(ids), nil
 }
 
 // enterLeafCgroup moves this process into a "sandboxd" child of its cgroup on cgroup v2, where

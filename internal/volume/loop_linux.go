@@ -109,24 +109,52 @@ func ensureLoopNode(dev string, n int) error {
 	return nil
 }
 
-// loopDevicesFor lists the loop devices whose backing file is image.
-func loopDevicesFor(image string) ([]string, error) {
-	paths, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+// loopDevicesFor lists the loop devices bound to image, including those bound to an earlier
+// image of that path which was deleted since; with live set, only those reading image as it is.
+func loopDevicesFor(image string, live bool) ([]string, error) {
+	loops, err := loopBackingFiles()
 	if err != nil {
 		return nil, err
 	}
 	var devs []string
+	for _, l := range loops {
+		if l.file == image && !(live && l.deleted) {
+			devs = append(devs, l.dev)
+		}
+	}
+	return devs, nil
+}
+
+// loopDevice is a bound loop device and the path of its backing file.
+type loopDevice struct {
+	dev  string // e.g. /dev/loop3
+	file string
+	// deleted is set when the backing file was unlinked while bound: file names a new image,
+	// if any, not the one the device reads.
+	deleted bool
+}
+
+// loopBackingFiles lists every bound loop device. The kernel shows a backing file deleted while
+// bound as "<path> (deleted)"; file is the path without that mark.
+func loopBackingFiles() ([]loopDevice, error) {
+	paths, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return nil, err
+	}
+	var loops []loopDevice
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue // unbound between the glob and the read
 		}
-		backing := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
-		if backing == image {
-			devs = append(devs, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(p))))
-		}
+		file, deleted := strings.CutSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
+		loops = append(loops, loopDevice{
+			dev:     "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(p))),
+			file:    file,
+			deleted: deleted,
+		})
 	}
-	return devs, nil
+	return loops, nil
 }
 
 // loopDetach unbinds dev. A device still in use (mounted elsewhere) is only marked for

@@ -251,9 +251,10 @@ func (x *XFS) mount(id string) (string, error) {
 	}
 	// A loop device still bound to the image (its filesystem still mounted in a namespace that
 	// did not see the unmount) is mounted again rather than doubled: the kernel then shares one
-	// superblock, where two devices would be two filesystems writing the same image.
+	// superblock, where two devices would be two filesystems writing the same image. One bound
+	// to a deleted image of the same name holds another filesystem and is left alone.
 	var dev string
-	if devs, err := loopDevicesFor(img); err != nil {
+	if devs, err := loopDevicesFor(img, true); err != nil {
 		return "", err
 	} else if len(devs) > 0 {
 		dev = devs[0]
@@ -321,7 +322,7 @@ func (x *XFS) releaseLoops(ctx context.Context, id, img string) error {
 	deadline := time.Now().Add(2 * time.Second)
 	detached := false
 	for {
-		devs, err := loopDevicesFor(img)
+		devs, err := loopDevicesFor(img, false)
 		if err != nil {
 			return err
 		}
@@ -389,7 +390,9 @@ func (x *XFS) info(id string) (Info, error) {
 	return Info{ID: id, CapacityBytes: st.Size(), Resizable: true}, nil
 }
 
-// List returns the ids of every volume image, including half-created ones (for Delete).
+// List returns the ids of every volume image, including half-created ones, and of every volume
+// still mounted or bound to a loop device whose image is gone (deleted while mounted), so
+// Delete can release them.
 func (x *XFS) List(ctx context.Context) ([]string, error) {
 	entries, err := os.ReadDir(x.dir)
 	if err != nil {
@@ -397,17 +400,44 @@ func (x *XFS) List(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		name := e.Name()
-		id, ok := strings.CutSuffix(name, ".img")
-		if !ok {
-			id, ok = strings.CutSuffix(name, ".img.creating")
+		if id, ok := x.imageID(filepath.Join(x.dir, e.Name())); ok && !e.IsDir() {
+			ids = append(ids, id)
 		}
-		if ok && validID(id) == nil && !e.IsDir() {
+	}
+	ms, err := mounts()
+	if err != nil {
+		return nil, err
+	}
+	mnt := filepath.Join(x.dir, "mnt")
+	for _, m := range ms {
+		if id := filepath.Base(m.Target); filepath.Dir(m.Target) == mnt && validID(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	loops, err := loopBackingFiles()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range loops {
+		if id, ok := x.imageID(l.file); ok && strings.HasSuffix(l.file, ".img") {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids), nil
+}
+
+// imageID returns the id of the volume whose image, or image being created, is at path.
+func (x *XFS) imageID(path string) (string, bool) {
+	if filepath.Dir(path) != x.dir {
+		return "", false
+	}
+	name := filepath.Base(path)
+	id, ok := strings.CutSuffix(name, ".img")
+	if !ok {
+		id, ok = strings.CutSuffix(name, ".img.creating")
+	}
+	return id, ok && validID(id) == nil
 }
 
 // Grow enlarges the volume's image to sizeGiB and grows its filesystem online: truncate,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,7 +60,7 @@ func assertReleased(t *testing.T, x *XFS, id string) {
 	if _, mounted, err := mountAt(x.mountpoint(id)); err != nil || mounted {
 		t.Errorf("volume %s still mounted (err %v)", id, err)
 	}
-	devs, err := loopDevicesFor(x.image(id))
+	devs, err := loopDevicesFor(x.image(id), false)
 	if err != nil || len(devs) > 0 {
 		t.Errorf("volume %s still has loop devices %v (err %v)", id, devs, err)
 	}
@@ -152,7 +153,7 @@ func TestXFSLifecycle(t *testing.T) {
 	if n := countMounts(t, mnt); n != 1 {
 		t.Errorf("%d mounts at %s after two Mounts, want 1", n, mnt)
 	}
-	if devs, _ := loopDevicesFor(x.image(id)); len(devs) != 1 {
+	if devs, _ := loopDevicesFor(x.image(id), false); len(devs) != 1 {
 		t.Errorf("loop devices for the image: %v, want one", devs)
 	}
 
@@ -364,7 +365,7 @@ func TestXFSLeftoverLoopDeviceIsDetached(t *testing.T) {
 		t.Fatal(err)
 	}
 	unix.Close(fd)
-	if devs, _ := loopDevicesFor(x.image(id)); len(devs) != 1 || devs[0] != dev {
+	if devs, _ := loopDevicesFor(x.image(id), false); len(devs) != 1 || devs[0] != dev {
 		t.Fatalf("loop devices %v, want [%s]", devs, dev)
 	}
 	if err := x.Unmount(ctx, id); err != nil {
@@ -551,4 +552,112 @@ func statfsBytes(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return int64(sfs.Blocks) * int64(sfs.Bsize)
+}
+
+// An image deleted while its volume is mounted (an operator's rm in the data dir) leaves a mount
+// and a loop device reading the unlinked file; List must still report the volume and Delete or
+// Unmount must release both.
+func TestXFSImageDeletedWhileMounted(t *testing.T) {
+	for _, release := range []string{"Delete", "Unmount"} {
+		t.Run(release, func(t *testing.T) {
+			ctx := context.Background()
+			x := newTestXFS(t)
+			const id = "sb-gone"
+			if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+			mnt, err := x.Mount(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("data"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(x.image(id)); err != nil {
+				t.Fatal(err)
+			}
+			if !hasDeletedLoop(t, x.image(id)) {
+				t.Fatal("no loop device shows its image as deleted")
+			}
+			if ids, err := x.List(ctx); err != nil || !slices.Equal(ids, []string{id}) {
+				t.Errorf("List = %v, %v; want [%s]", ids, err, id)
+			}
+			if release == "Delete" {
+				err = x.Delete(ctx, id)
+			} else {
+				err = x.Unmount(ctx, id)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", release, err)
+			}
+			assertReleased(t, x, id)
+			if _, err := os.Stat(mnt); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("mount point left: %v", err)
+			}
+			if ids, err := x.List(ctx); err != nil || len(ids) != 0 {
+				t.Errorf("List after %s = %v, %v", release, ids, err)
+			}
+		})
+	}
+}
+
+// A loop device bound without autoclear to an image deleted since (no mount left) is found by
+// List, not reused by a Mount of a new volume of that id, and detached by Delete.
+func TestXFSStaleLoopOfDeletedImage(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-stale"
+	if _, err := x.Create(ctx, id, 1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	stale, fd, err := loopAttach(x.image(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.Flags &^= unix.LO_FLAGS_AUTOCLEAR
+	if err := unix.IoctlLoopSetStatus64(fd, info); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	t.Cleanup(func() { _ = loopDetach(stale) })
+	if err := os.Remove(x.image(id)); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := x.List(ctx); err != nil || !slices.Equal(ids, []string{id}) {
+		t.Errorf("List = %v, %v; want [%s] found by its loop device", ids, err, id)
+	}
+
+	if _, err := x.Create(ctx, id, 1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := x.Mount(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _ := mountAt(mnt); m.Source == stale {
+		t.Errorf("Mount reused %s, bound to the deleted image", stale)
+	}
+	if err := x.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	assertReleased(t, x, id)
+}
+
+// hasDeletedLoop reports whether a loop device is bound to image and shows it as deleted.
+func hasDeletedLoop(t *testing.T, image string) bool {
+	t.Helper()
+	loops, err := loopBackingFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range loops {
+		if l.file == image && l.deleted {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,114 @@
+//go:build linux
+
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"golang.org/x/sys/unix"
+)
+
+// cgroupManager returns the manager of the cgroup with the relative name, laid out as
+// libcontainer lays out a container's: on v1 under the daemon's own cgroup of each controller,
+// on v2 next to the daemon's leaf cgroup.
+func cgroupManager(name string) (cgroups.Manager, error) {
+	return manager.New(&cgroups.Cgroup{Path: name, Resources: &cgroups.Resources{}})
+}
+
+// cgroupIDs returns the ids of the sandboxes that have a cgroup of the runtime keeping its state
+// in stateDir, in any controller, whether or not any state refers to them.
+func cgroupIDs(stateDir string) ([]string, error) {
+	prefix := cgroupPrefix(stateDir)
+	// Any id will do: only the parent directories of its paths are read.
+	m, err := cgroupManager(prefix + "probe")
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: %w", err)
+	}
+	parents := map[string]bool{}
+	for _, p := range m.GetPaths() {
+		if p != "" {
+			parents[filepath.Dir(p)] = true
+		}
+	}
+	var ids []string
+	for parent := range parents {
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("cgroups: %w", err)
+		}
+		for _, e := range entries {
+			if id, ok := strings.CutPrefix(e.Name(), prefix); ok && e.IsDir() && validID(id) == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// removeCgroup removes a sandbox's cgroup that no container state refers to any more: every
+// process left in it, in any controller, is killed and waited for, then the cgroup goes.
+func removeCgroup(name string) error {
+	m, err := cgroupManager(name)
+	if err != nil {
+		return err
+	}
+	paths := m.GetPaths()
+	// A process frozen by the v1 freezer (a paused sandbox) only dies of SIGKILL once thawed.
+	_ = m.Freeze(cgroups.Thawed)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids, err := cgroupPids(paths)
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: processes still running after SIGKILL: %v", name, pids)
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := m.Destroy(); err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", name, err)
+	}
+	return nil
+}
+
+// cgroupPids lists the processes in the cgroups at paths and below; paths that do not exist
+// hold none.
+func cgroupPids(paths map[string]string) ([]int, error) {
+	var pids []int
+	seen := map[string]bool{}
+	for _, p := range paths {
+		if p == "" || seen[p] {
+			continue
+		}
+		seen[p] = true
+		got, err := cgroups.GetAllPids(p)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENODEV) {
+				continue // never created in this controller, or removed under us
+			}
+			return nil, fmt.Errorf("cgroup %s: %w", p, err)
+		}
+		pids = append(pids, got...)
+	}
+	slices.Sort(pids)
+	return slices.Compact(pids), nil
+}
