@@ -85,12 +85,14 @@ func exitCode(err error) int {
 		return ExitUnreachable
 	case errors.As(err, &apiErr):
 		switch apiErr.Code {
-		case api.CodeBadRequest, api.CodeInvalidArgument, api.CodeInvalidName, api.CodeBodyTooLarge:
+		case api.CodeBadRequest, api.CodeInvalidArgument, api.CodeInvalidName, api.CodeBodyTooLarge,
+			api.CodeGrowNotLarger:
 			return ExitUsage
-		case api.CodeSandboxNotFound, api.CodeImageNotFound, api.CodeNotFound:
+		case api.CodeSandboxNotFound, api.CodeImageNotFound, api.CodeSnapshotNotFound, api.CodeNotFound:
 			return ExitNotFound
 		case api.CodeSandboxExists, api.CodeSandboxNotRunning, api.CodeInvalidState,
-			api.CodeIdempotencyKeyReused, api.CodeBuildInProgress:
+			api.CodeIdempotencyKeyReused, api.CodeBuildInProgress, api.CodeSnapshotExists,
+			api.CodeSnapshotInProgress:
 			return ExitConflict
 		case api.CodeUnsupported:
 			return ExitUnsupported

@@ -32,6 +32,9 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 			}),
 		newCmdSandboxDelete(f),
 		newCmdSandboxExec(f, nil),
+		newCmdSandboxGrow(f),
+		newCmdSandboxRestore(f),
+		newCmdSnapshot(f),
 	)
 	return cmd
 }
@@ -74,6 +77,7 @@ Everything outside /workspace comes back from the image on every start.`,
 	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", api.DefaultMemoryMB, "memory limit in MiB")
 	fl.StringVar(&opts.Post.Image, "image", api.DefaultImage, "image to start from (`hiloop image list`)")
 	fl.BoolVar(&opts.Post.NoStart, "no-start", false, "leave the new sandbox stopped")
+	fl.StringVar(&opts.Post.FromSnapshot, "from-snapshot", "", "start /workspace as a copy of this snapshot")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -125,12 +129,20 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 		t.row("image:", sb.Image)
 		t.row("cpus:", strconv.FormatFloat(sb.CPUs, 'g', -1, 64))
 		t.row("memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
-		t.row("workspace:", fmt.Sprintf("%s %s (%s)", formatBytes(sb.Workspace.CapacityBytes), sb.Workspace.StorageClass, growth(sb.Workspace)))
+		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
 		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
 		if sb.StartedAt != nil {
 			t.row("started:", sb.StartedAt.Local().Format(time.RFC3339))
 		}
 	})
+}
+
+// capacity prints a growable workspace in the whole GiB it was sized and grown in.
+func capacity(w api.Workspace) string {
+	if w.Resizable && w.CapacityBytes%(1<<30) == 0 {
+		return fmt.Sprintf("%d GiB", w.CapacityBytes>>30)
+	}
+	return formatBytes(w.CapacityBytes)
 }
 
 func growth(w api.Workspace) string {
@@ -164,7 +176,7 @@ func newCmdSandboxList(f *Factory) *cobra.Command {
 				for _, sb := range list {
 					t.row(sb.Name, string(sb.State), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
 						fmt.Sprintf("%d MiB", sb.MemoryMB),
-						fmt.Sprintf("%s %s", formatBytes(sb.Workspace.CapacityBytes), sb.Workspace.StorageClass),
+						fmt.Sprintf("%s %s", capacity(sb.Workspace), sb.Workspace.StorageClass),
 						age(sb.CreatedAt))
 				}
 			})
@@ -217,23 +229,26 @@ func newCmdSandboxLifecycle(f *Factory, verb, short string, call func(context.Co
 }
 
 func newCmdSandboxDelete(f *Factory) *cobra.Command {
-	return &cobra.Command{
+	var withSnapshots bool
+	cmd := &cobra.Command{
 		Use:     "delete NAME",
 		Aliases: []string{"rm"},
-		Short:   "Stop a sandbox and delete it with its workspace",
+		Short:   "Stop a sandbox and delete it with its workspace (its snapshots stay)",
 		Args:    exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.Client()
 			if err != nil {
 				return err
 			}
-			if err := c.DeleteSandbox(cmd.Context(), args[0]); err != nil {
+			if err := c.DeleteSandbox(cmd.Context(), args[0], withSnapshots); err != nil {
 				return err
 			}
 			fmt.Fprintf(f.IO.Out, "%s deleted\n", args[0])
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&withSnapshots, "with-snapshots", false, "also delete the snapshots taken of the sandbox")
+	return cmd
 }
 
 func checkOutput(format string) error {

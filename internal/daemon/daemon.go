@@ -121,7 +121,10 @@ func (d *Daemon) Close() error {
 func (d *Daemon) capabilities() []string {
 	caps := []string{"exec", "image_build"}
 	if d.volumes.Resizable() {
-		caps = append(caps, "workspace_size")
+		caps = append(caps, "workspace_size", "workspace_grow")
+	}
+	if _, ok := d.volumes.(volume.Snapshotter); ok {
+		caps = append(caps, "snapshots")
 	}
 	return caps
 }

@@ -154,3 +154,15 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
+
+// boolQuery reads an optional true/false query parameter.
+func boolQuery(r *http.Request, key string) (bool, error) {
+	v := r.URL.Query().Get(key)
+	switch v {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, api.Errorf(api.CodeInvalidArgument, "invalid %s %q: use true or false", key, v)
+}

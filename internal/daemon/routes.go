@@ -23,6 +23,13 @@ func (d *Daemon) routes() []route {
 		{method: "POST", pattern: "/v1/sandboxes/{name}/start", handle: d.startSandbox, idempotent: true},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/stop", handle: d.stopSandbox, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/exec", handle: d.execSandbox},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/grow", handle: d.growSandbox, idempotent: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", handle: d.restoreSandbox, idempotent: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.createSnapshot, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.listSnapshots},
+		{method: "GET", pattern: "/v1/snapshots", handle: d.listSnapshots},
+		{method: "GET", pattern: "/v1/snapshots/{snapshot}", handle: d.getSnapshot},
+		{method: "DELETE", pattern: "/v1/snapshots/{snapshot}", handle: d.deleteSnapshot, idempotent: true},
 		{method: "GET", pattern: "/v1/images", handle: d.listImages},
 		{method: "POST", pattern: "/v1/images/{name}/build", handle: d.buildImage},
 	}
@@ -77,7 +84,11 @@ func (d *Daemon) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := d.sandboxes.Delete(r.Context(), name); err != nil {
+	withSnapshots, err := boolQuery(r, "with_snapshots")
+	if err != nil {
+		return err
+	}
+	if err := d.sandboxes.Delete(r.Context(), name, withSnapshots); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -106,6 +117,90 @@ func (d *Daemon) stopSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (d *Daemon) growSandbox(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	var p api.GrowPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	sb, err := d.sandboxes.Grow(r.Context(), name, p.WorkspaceGiB)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (d *Daemon) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	var p api.RestorePost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	sb, err := d.sandboxes.Restore(r.Context(), name, p.Snapshot)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+func (d *Daemon) createSnapshot(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	var p api.SnapshotsPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	sn, err := d.sandboxes.Snapshot(r.Context(), name, p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, sn)
+}
+
+// listSnapshots lists every snapshot, or a sandbox's when the path names one.
+func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
+	sandbox := ""
+	if r.PathValue("name") != "" {
+		name, err := pathName(r)
+		if err != nil {
+			return err
+		}
+		if _, err := d.sandboxes.Get(r.Context(), name); err != nil {
+			return err
+		}
+		sandbox = name
+	}
+	list, err := d.sandboxes.ListSnapshots(sandbox)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: list})
+}
+
+func (d *Daemon) getSnapshot(w http.ResponseWriter, r *http.Request) error {
+	sn, err := d.sandboxes.GetSnapshot(r.PathValue("snapshot"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sn)
+}
+
+func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
+	if err := d.sandboxes.DeleteSnapshot(r.Context(), r.PathValue("snapshot")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func (d *Daemon) listImages(w http.ResponseWriter, r *http.Request) error {

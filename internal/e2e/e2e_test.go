@@ -148,8 +148,15 @@ func setupScript(env *testscript.Env) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			if list, err := c.ListSandboxes(ctx); err == nil {
 				for _, sb := range list {
-					if err := c.DeleteSandbox(ctx, sb.Name); err != nil {
+					if err := c.DeleteSandbox(ctx, sb.Name, true); err != nil {
 						env.T().Log("cleanup: delete", sb.Name, ":", err)
+					}
+				}
+			}
+			if list, err := c.ListSnapshots(ctx, ""); err == nil {
+				for _, sn := range list {
+					if err := c.DeleteSnapshot(ctx, sn.Name); err != nil {
+						env.T().Log("cleanup: delete snapshot", sn.Name, ":", err)
 					}
 				}
 			}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,6 +37,7 @@ type Runtime interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	Running(id string) bool
 	List() ([]string, error)
+	RemoveLayer(layerDir string) error
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.Process, error)
 }
 
@@ -57,11 +57,12 @@ type Manager struct {
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
+	seals map[string]*sealing    // per sandbox id: the snapshot being sealed
 }
 
 // NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
 func NewManager(st *store.Store, rt Runtime, vol volume.Driver, img Images, layerDir string, log *slog.Logger) *Manager {
-	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, locks: map[string]*sync.Mutex{}}
+	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
 }
 
 // lock serializes transitions of one sandbox; the returned func unlocks.
@@ -101,26 +102,58 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		}
 		return api.Sandbox{}, err
 	}
-	if err := m.create(ctx, &rec, !p.NoStart); err != nil {
+	if err := m.create(ctx, &rec, p); err != nil {
 		m.undoCreate(ctx, rec)
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil
 }
 
-func (m *Manager) create(ctx context.Context, rec *store.Sandbox, start bool) error {
-	if rec.StorageClass == string(api.StorageDurable) {
+func (m *Manager) create(ctx context.Context, rec *store.Sandbox, p api.SandboxesPost) error {
+	switch {
+	case p.FromSnapshot != "":
+		if err := m.fork(ctx, rec, p.FromSnapshot); err != nil {
+			return err
+		}
+	case rec.StorageClass == string(api.StorageDurable):
 		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
 			return volumeError(err, rec.WorkspaceGiB)
 		}
-	} else if rec.WorkspaceGiB != 0 && !m.volumes.Resizable() {
+	case rec.WorkspaceGiB != 0 && !m.volumes.Resizable():
 		return volumeError(volume.ErrUnsupported, rec.WorkspaceGiB)
 	}
 	if err := m.setState(rec, api.StateStopped, ""); err != nil {
 		return err
 	}
-	if start {
+	if !p.NoStart {
 		return m.start(ctx, rec)
+	}
+	return nil
+}
+
+// fork makes rec's workspace a copy of a snapshot, grown to rec.WorkspaceGiB if that is larger.
+func (m *Manager) fork(ctx context.Context, rec *store.Sandbox, snapName string) error {
+	snapper, err := m.snapshotter()
+	if err != nil {
+		return err
+	}
+	sn, err := m.readySnapshot(snapName)
+	if err != nil {
+		return err
+	}
+	if want := int64(rec.WorkspaceGiB) * gib; want != 0 && want < sn.CapacityBytes {
+		return api.Errorf(api.CodeGrowNotLarger, "snapshot %q holds a %d GiB workspace: a sandbox made from it needs at least that (omit --workspace-gib)", snapName, sn.CapacityBytes/gib)
+	}
+	info, err := snapper.CreateFromSnapshot(ctx, rec.ID, sn.ID, nil)
+	if err != nil {
+		return storageError("copy the snapshot", err)
+	}
+	if int64(rec.WorkspaceGiB)*gib > info.CapacityBytes {
+		if _, err := m.volumes.(volume.Grower).Grow(ctx, rec.ID, rec.WorkspaceGiB); err != nil {
+			return storageError("grow the workspace", err)
+		}
+	} else {
+		rec.WorkspaceGiB = int(info.CapacityBytes / gib)
 	}
 	return nil
 }
@@ -144,7 +177,7 @@ func (m *Manager) teardown(ctx context.Context, rec store.Sandbox) error {
 	if err := m.volumes.Delete(ctx, rec.ID); err != nil {
 		return fmt.Errorf("delete workspace: %w", err)
 	}
-	if err := os.RemoveAll(filepath.Join(m.layerDir, rec.ID)); err != nil {
+	if err := m.runtime.RemoveLayer(filepath.Join(m.layerDir, rec.ID)); err != nil {
 		return fmt.Errorf("remove layers: %w", err)
 	}
 	return nil
@@ -290,15 +323,22 @@ func (m *Manager) stopContainer(ctx context.Context, rec *store.Sandbox) error {
 	return m.volumes.Unmount(ctx, rec.ID)
 }
 
-// Delete stops a sandbox and removes it with its workspace.
-func (m *Manager) Delete(ctx context.Context, name string) error {
+// Delete stops a sandbox and removes it with its workspace; its snapshots stay unless
+// withSnapshots.
+func (m *Manager) Delete(ctx context.Context, name string, withSnapshots bool) error {
 	ctx = context.WithoutCancel(ctx)
 	defer m.lock(name)()
 	rec, err := m.record(name)
 	if err != nil {
 		return err
 	}
-	return m.delete(ctx, &rec)
+	if err := m.delete(ctx, &rec); err != nil {
+		return err
+	}
+	if withSnapshots {
+		return m.deleteSnapshotsOf(ctx, rec.ID)
+	}
+	return nil
 }
 
 func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
@@ -398,13 +438,14 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 }
 
 func volumeError(err error, sizeGiB int) error {
-	switch {
-	case errors.Is(err, volume.ErrUnsupported):
+	if errors.Is(err, volume.ErrUnsupported) {
 		return api.Errorf(api.CodeUnsupported, "this deployment's workspace volumes have a fixed size: omit --workspace-gib (asked for %d GiB)", sizeGiB)
-	case errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "No space left on device"):
-		return api.Errorf(api.CodeInsufficientStorage, "no room on the host for the workspace: %v", err)
 	}
-	return fmt.Errorf("create workspace: %w", err)
+	return storageError("create the workspace", err)
+}
+
+func isENOSPC(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "No space left on device")
 }
 
 func newID() string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
@@ -50,10 +49,15 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	if err := m.reconcileSnapshots(ctx); err != nil {
+		return err
+	}
 	entries, _ := os.ReadDir(m.layerDir)
 	for _, e := range entries {
-		if !known[e.Name()] && !slices.Contains(ids, e.Name()) {
-			_ = os.RemoveAll(filepath.Join(m.layerDir, e.Name()))
+		if !known[e.Name()] {
+			if err := m.runtime.RemoveLayer(filepath.Join(m.layerDir, e.Name())); err != nil {
+				m.log.Error("remove stray layers", "id", e.Name(), "err", err)
+			}
 		}
 	}
 	return nil
@@ -91,4 +95,39 @@ func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 		log.Error("reconcile", "err", err)
 		_ = m.setState(&rec, api.StateFailed, err.Error())
 	}
+}
+
+// reconcileSnapshots removes seals a crash cut short (their client never got an answer) and
+// snapshot copies that belong to no record.
+func (m *Manager) reconcileSnapshots(ctx context.Context) error {
+	snapper, err := m.snapshotter()
+	if err != nil {
+		return nil
+	}
+	recs, err := m.store.ListSnapshots()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sn := range recs {
+		if sn.State != string(api.SnapshotReady) {
+			m.log.Info("removing snapshot whose seal was interrupted", "snapshot", sn.Name)
+			m.removeSnapshot(ctx, snapper, sn)
+			continue
+		}
+		known[sn.ID] = true
+	}
+	ids, err := snapper.ListSnapshots(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if !known[id] {
+			m.log.Warn("removing snapshot copy with no record", "id", id)
+			if err := snapper.DeleteSnapshot(ctx, id); err != nil {
+				m.log.Error("remove stray snapshot", "id", id, "err", err)
+			}
+		}
+	}
+	return nil
 }

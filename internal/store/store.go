@@ -16,6 +16,7 @@ import (
 var (
 	bucketSandboxes   = []byte("sandboxes")   // name → Sandbox JSON
 	bucketIdempotency = []byte("idempotency") // key → Receipt JSON
+	bucketSnapshots   = []byte("snapshots")   // name → Snapshot JSON
 )
 
 // ErrNotFound is returned for a record that does not exist.
@@ -43,7 +44,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency} {
+		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency, bucketSnapshots} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -137,6 +138,69 @@ func (s *Store) UpdateSandbox(name string, fn func(*Sandbox) error) (Sandbox, er
 func (s *Store) DeleteSandbox(name string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Delete([]byte(name))
+	})
+}
+
+// Snapshot is the stored record of one snapshot.
+type Snapshot struct {
+	ID             string    `json:"id"`
+	Name           string    `json:"name"`
+	Sandbox        string    `json:"sandbox"`
+	SandboxID      string    `json:"sandbox_id"`
+	State          string    `json:"state"`
+	CapacityBytes  int64     `json:"capacity_bytes"`
+	AllocatedBytes int64     `json:"allocated_bytes"`
+	Reflinked      bool      `json:"reflinked"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// CreateSnapshot stores a new snapshot record; ErrExists if the name is taken.
+func (s *Store) CreateSnapshot(sn Snapshot) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSnapshots)
+		if b.Get([]byte(sn.Name)) != nil {
+			return ErrExists
+		}
+		return putJSON(b, sn.Name, sn)
+	})
+}
+
+// PutSnapshot stores a snapshot record, replacing any of the same name.
+func (s *Store) PutSnapshot(sn Snapshot) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return putJSON(tx.Bucket(bucketSnapshots), sn.Name, sn)
+	})
+}
+
+// GetSnapshot returns the snapshot named name; ErrNotFound if there is none.
+func (s *Store) GetSnapshot(name string) (Snapshot, error) {
+	var sn Snapshot
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketSnapshots), name, &sn)
+	})
+	return sn, err
+}
+
+// ListSnapshots returns every snapshot record, sorted by name.
+func (s *Store) ListSnapshots() ([]Snapshot, error) {
+	var out []Snapshot
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).ForEach(func(_, v []byte) error {
+			var sn Snapshot
+			if err := json.Unmarshal(v, &sn); err != nil {
+				return err
+			}
+			out = append(out, sn)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteSnapshot removes the snapshot record named name; deleting a missing one succeeds.
+func (s *Store) DeleteSnapshot(name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).Delete([]byte(name))
 	})
 }
 

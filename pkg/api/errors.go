@@ -17,6 +17,10 @@ const (
 	CodeNotFound             ErrorCode = "not_found"              // 404: no such route
 	CodeSandboxNotFound      ErrorCode = "sandbox_not_found"      // 404
 	CodeImageNotFound        ErrorCode = "image_not_found"        // 404: unknown or not yet built image
+	CodeSnapshotNotFound     ErrorCode = "snapshot_not_found"     // 404
+	CodeSnapshotExists       ErrorCode = "snapshot_exists"        // 409: snapshot name already taken
+	CodeSnapshotInProgress   ErrorCode = "snapshot_in_progress"   // 409: a seal has not reached a durable outcome
+	CodeGrowNotLarger        ErrorCode = "grow_not_larger"        // 400: growth is one-way
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // 405
 	CodeSandboxExists        ErrorCode = "sandbox_exists"         // 409: name already taken
 	CodeSandboxNotRunning    ErrorCode = "sandbox_not_running"    // 409: the call needs a running sandbox
@@ -39,6 +43,10 @@ var statusOf = map[ErrorCode]int{
 	CodeNotFound:             http.StatusNotFound,
 	CodeSandboxNotFound:      http.StatusNotFound,
 	CodeImageNotFound:        http.StatusNotFound,
+	CodeSnapshotNotFound:     http.StatusNotFound,
+	CodeSnapshotExists:       http.StatusConflict,
+	CodeSnapshotInProgress:   http.StatusConflict,
+	CodeGrowNotLarger:        http.StatusBadRequest,
 	CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
 	CodeSandboxExists:        http.StatusConflict,
 	CodeSandboxNotRunning:    http.StatusConflict,

@@ -85,6 +85,8 @@ type SandboxesPost struct {
 	MemoryMB int `json:"memory_mb,omitempty"`
 	// NoStart leaves the new sandbox stopped instead of starting it.
 	NoStart bool `json:"no_start,omitempty"`
+	// FromSnapshot starts the new sandbox's /workspace as a copy of this snapshot (durable only).
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 // Workspace describes a sandbox's /workspace volume.
@@ -157,6 +159,14 @@ func (p *SandboxesPost) Normalize() error {
 	}
 	if p.WorkspaceGiB != 0 && (p.WorkspaceGiB < MinWorkspaceGiB || p.WorkspaceGiB > MaxWorkspaceGiB) {
 		return Errorf(CodeInvalidArgument, "invalid workspace_gib %d: use %d to %d", p.WorkspaceGiB, MinWorkspaceGiB, MaxWorkspaceGiB)
+	}
+	if p.FromSnapshot != "" {
+		if err := ValidateName("snapshot", p.FromSnapshot); err != nil {
+			return err
+		}
+		if p.StorageClass != StorageDurable {
+			return Errorf(CodeInvalidArgument, "from_snapshot needs storage_class durable: an ephemeral workspace starts empty at every start")
+		}
 	}
 	if p.CPUs == 0 {
 		p.CPUs = DefaultCPUs

@@ -53,9 +53,58 @@ func (c *Client) StopSandbox(ctx context.Context, name string, opts ...CallOptio
 	return sb, err
 }
 
-// DeleteSandbox stops and deletes a sandbox with its workspace.
-func (c *Client) DeleteSandbox(ctx context.Context, name string, opts ...CallOption) error {
-	return c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(name), nil, nil, opts...)
+// DeleteSandbox stops and deletes a sandbox with its workspace; its snapshots stay unless
+// withSnapshots.
+func (c *Client) DeleteSandbox(ctx context.Context, name string, withSnapshots bool, opts ...CallOption) error {
+	path := "/v1/sandboxes/" + url.PathEscape(name)
+	if withSnapshots {
+		path += "?with_snapshots=true"
+	}
+	return c.do(ctx, http.MethodDelete, path, nil, nil, opts...)
+}
+
+// GrowSandbox grows a sandbox's workspace to sizeGiB, online if it runs.
+func (c *Client) GrowSandbox(ctx context.Context, name string, sizeGiB int, opts ...CallOption) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(name)+"/grow", api.GrowPost{WorkspaceGiB: sizeGiB}, &sb, opts...)
+	return sb, err
+}
+
+// RestoreSandbox rolls a stopped sandbox's workspace back to a snapshot.
+func (c *Client) RestoreSandbox(ctx context.Context, name, snapshot string, opts ...CallOption) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(name)+"/restore", api.RestorePost{Snapshot: snapshot}, &sb, opts...)
+	return sb, err
+}
+
+// CreateSnapshot seals a snapshot of a sandbox's workspace; it returns once it is durable.
+func (c *Client) CreateSnapshot(ctx context.Context, sandbox string, p api.SnapshotsPost, opts ...CallOption) (api.Snapshot, error) {
+	var sn api.Snapshot
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(sandbox)+"/snapshots", p, &sn, opts...)
+	return sn, err
+}
+
+// ListSnapshots returns every snapshot, or the ones of sandbox if it is not empty.
+func (c *Client) ListSnapshots(ctx context.Context, sandbox string) ([]api.Snapshot, error) {
+	path := "/v1/snapshots"
+	if sandbox != "" {
+		path = "/v1/sandboxes/" + url.PathEscape(sandbox) + "/snapshots"
+	}
+	var l api.SnapshotList
+	err := c.do(ctx, http.MethodGet, path, nil, &l)
+	return l.Snapshots, err
+}
+
+// GetSnapshot returns one snapshot.
+func (c *Client) GetSnapshot(ctx context.Context, name string) (api.Snapshot, error) {
+	var sn api.Snapshot
+	err := c.do(ctx, http.MethodGet, "/v1/snapshots/"+url.PathEscape(name), nil, &sn)
+	return sn, err
+}
+
+// DeleteSnapshot deletes a snapshot.
+func (c *Client) DeleteSnapshot(ctx context.Context, name string, opts ...CallOption) error {
+	return c.do(ctx, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(name), nil, nil, opts...)
 }
 
 // ListImages returns the built images and the definitions the daemon can build.
