@@ -26,7 +26,7 @@ func cgroupManager(name string) (cgroups.Manager, error) {
 // cgroupIDs returns the ids of the sandboxes that have a cgroup of the runtime keeping its state
 // in stateDir, in any controller, whether or not any state refers to them.
 func cgroupIDs(stateDir string) ([]string, error) {
-	prefix := cgroupPrefix(stateDir)
+	prefix := CgroupPrefix(stateDir)
 	// Any id will do: only the parent directories of its paths are read.
 	m, err := cgroupManager(prefix + "probe")
 	if err != nil {

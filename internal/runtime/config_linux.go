@@ -75,11 +75,11 @@ const (
 // cgroupName is the sandbox's cgroup, relative so it nests under the daemon's own cgroup. A
 // hash of the state dir keeps two runtimes on one host (a daemon and a test) apart where their
 // cgroups share a parent.
-func cgroupName(stateDir, id string) string { return cgroupPrefix(stateDir) + id }
+func cgroupName(stateDir, id string) string { return CgroupPrefix(stateDir) + id }
 
-// cgroupPrefix starts the name of every sandbox cgroup of the runtime keeping its state in
+// CgroupPrefix starts the name of every sandbox cgroup of the runtime keeping its state in
 // stateDir; the rest of the name is the sandbox id.
-func cgroupPrefix(stateDir string) string {
+func CgroupPrefix(stateDir string) string {
 	h := fnv.New32a()
 	h.Write([]byte(stateDir))
 	return fmt.Sprintf("hiloop-%08x-", h.Sum32())

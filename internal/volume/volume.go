@@ -73,3 +73,10 @@ func validID(id string) error {
 	}
 	return nil
 }
+
+func validSnapshotID(id string) error {
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("invalid snapshot id %q: use 1-128 characters of A-Z, a-z, 0-9, '_' and '-'", id)
+	}
+	return nil
+}

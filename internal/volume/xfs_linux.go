@@ -19,31 +19,44 @@ import (
 )
 
 // XFS is the resizable volume driver: every volume is an XFS filesystem (reflink on) in a sparse
-// image file, mounted through a loop device. The layout under its directory:
+// image file, mounted through a loop device. The images live on a filesystem that clones files
+// (FICLONE), so a snapshot is a reflink copy; where the host filesystem cannot (ext4), NewXFS
+// makes that filesystem: an XFS pool in a sparse image next to the directory, mounted on it.
+// The layout:
 //
-//	<dir>/<id>.img           the volume's image file
-//	<dir>/<id>.img.creating  an image being formatted; a leftover from a crash is removed by Delete
-//	<dir>/mnt/<id>           the mount point while mounted
+//	<dir>.pool.img                   the pool image, when the host filesystem lacks reflink
+//	<dir>/<id>.img                   the volume's image file
+//	<dir>/<id>.img.creating          an image being formatted, copied or restored; a leftover
+//	                                 from a crash is removed by Delete
+//	<dir>/mnt/<id>                   the mount point while mounted
+//	<dir>/snapshots/<snap>.img       a sealed snapshot: a copy of a frozen volume image
+//	<dir>/snapshots/<snap>.img.sealing  a snapshot being copied
 //
-// Snapshots (a later change) belong in <dir>/snapshots/ as reflink copies (FICLONE) of a frozen
-// image, falling back to a sparse copy where the host filesystem lacks reflink. A copy keeps its
-// source's XFS UUID; give it a fresh one (xfs_admin -U generate) before mounting it beside the
-// source, since XFS refuses to mount two filesystems with the same UUID.
+// Copies keep their source's XFS UUID, so every volume is mounted with nouuid: XFS otherwise
+// refuses to mount a fork beside the volume it came from.
 type XFS struct {
 	dir       string // absolute, symlinks resolved: mount points are compared with mountinfo
+	pool      string // the pool image mounted on dir, or "" when dir's own filesystem is used
 	mkfs      string
 	xfsGrowfs string // empty when xfsprogs lacks it; Grow then fails
-	locks     idLocks
+	// clone makes dst share src's blocks (FICLONE); nil where the filesystem cannot, and then
+	// copies are sparse copies. Tests replace it to exercise the fallback.
+	clone     func(dst, src *os.File) error
+	locks     idLocks // by volume id
+	snapLocks idLocks // by snapshot id; taken after a volume's lock, never before
 }
 
 var (
-	_ Driver = (*XFS)(nil)
-	_ Grower = (*XFS)(nil)
+	_ Driver      = (*XFS)(nil)
+	_ Grower      = (*XFS)(nil)
+	_ Snapshotter = (*XFS)(nil)
 )
 
-// NewXFS returns the XFS driver keeping its volumes under dir, creating dir if needed. It fails
-// with an error wrapping ErrUnsupported when the host has no loop devices or no mkfs.xfs, so the
-// caller can fall back to the dir driver.
+// NewXFS returns the XFS driver keeping its volumes under dir, creating dir if needed. Where
+// dir's filesystem cannot clone files it sets up the reflink pool <dir>.pool.img (sized to the
+// host filesystem, sparse) and mounts it on dir, or mounts the pool an earlier run made; a pool
+// already mounted there is used as it is. It fails with an error wrapping ErrUnsupported when
+// the host has no loop devices or no mkfs.xfs, so the caller can fall back to the dir driver.
 func NewXFS(dir string) (*XFS, error) {
 	if dir == "" {
 		return nil, errors.New("xfs volume driver: empty directory")
@@ -61,17 +74,40 @@ func NewXFS(dir string) (*XFS, error) {
 		return nil, err
 	}
 	// 0711: a user-namespaced container init must be able to traverse to its workspace.
-	if err := os.MkdirAll(filepath.Join(abs, "mnt"), 0o711); err != nil {
+	if err := os.MkdirAll(abs, 0o711); err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
 	resolved, err := filepath.EvalSymlinks(abs)
 	if err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
-	if err := makeShared(filepath.Join(resolved, "mnt")); err != nil {
+	x := &XFS{dir: resolved, mkfs: mkfs, xfsGrowfs: growfs, clone: fileClone}
+	if err := x.openPool(); err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
-	return &XFS{dir: resolved, mkfs: mkfs, xfsGrowfs: growfs}, nil
+	mnt := filepath.Join(resolved, "mnt")
+	if err := os.MkdirAll(mnt, 0o711); err != nil {
+		return nil, fmt.Errorf("xfs volume driver: %w", err)
+	}
+	if err := os.MkdirAll(x.snapshotsDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("xfs volume driver: %w", err)
+	}
+	// The pool is a shared mount of its own, so mnt needs no bind to be one.
+	if x.pool == "" {
+		if err := makeShared(mnt); err != nil {
+			return nil, fmt.Errorf("xfs volume driver: %w", err)
+		}
+	}
+	reflink, err := reflinkSupported(resolved)
+	if err != nil {
+		return nil, fmt.Errorf("xfs volume driver: %w", err)
+	}
+	if !reflink {
+		x.clone = nil
+	}
+	thawAll(mnt)
+	cleanSealMounts(mnt)
+	return x, nil
 }
 
 // makeShared makes dir a mount point of its own in a shared peer group (as Docker does for its
@@ -87,6 +123,11 @@ func makeShared(dir string) error {
 		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s onto itself: %w", dir, err)
 		}
+		// A bind of a shared mount joins its peer group; every workspace mounted under it would
+		// then be mounted a second time, hidden, on the parent. A group of its own avoids that.
+		if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("make %s private: %w", dir, err)
+		}
 	} else if strings.Contains(m.Optional, "shared:") {
 		return nil
 	}
@@ -96,21 +137,26 @@ func makeShared(dir string) error {
 	return nil
 }
 
-// Close releases the driver's shared mount point once no volume is mounted under it. A daemon
-// that leaves sandboxes running keeps it; Close is for tearing a data dir down.
+// Close releases the driver's mounts once no volume is mounted: the shared mount point, then
+// the pool and its loop device (the pool image stays; it is never deleted here). A daemon that
+// leaves sandboxes running keeps them (an error wrapping ErrBusy); Close is for tearing a data
+// dir down. The driver is not to be used after it.
 func (x *XFS) Close() error {
 	mnt := filepath.Join(x.dir, "mnt")
 	under, err := mountsUnder(mnt)
 	if err != nil {
 		return err
 	}
-	if len(under) > 1 {
-		return fmt.Errorf("xfs volume driver: %d volumes still mounted under %s: %w", len(under)-1, mnt, ErrBusy)
+	if vols := slices.DeleteFunc(slices.Clone(under), func(t string) bool { return t == mnt }); len(vols) > 0 {
+		return fmt.Errorf("xfs volume driver: %d volumes still mounted under %s: %w", len(vols), mnt, ErrBusy)
 	}
-	if len(under) == 1 {
+	if len(under) > 0 {
 		if err := unix.Unmount(mnt, 0); err != nil {
 			return fmt.Errorf("xfs volume driver: unmount %s: %w", mnt, err)
 		}
+	}
+	if x.pool != "" {
+		return x.closePool()
 	}
 	return nil
 }
@@ -129,7 +175,8 @@ func (x *XFS) mountpoint(id string) string { return filepath.Join(x.dir, "mnt", 
 
 // Create makes a sparse image of sizeGiB (DefaultSizeGiB when 0) holding an empty XFS whose root
 // is owned by uid:gid with mode 0755. It does not mount it. An existing volume of the same size is
-// left as it is; one of another size is an error wrapping ErrExists.
+// left as it is; one of another size is an error wrapping ErrExists. A size larger than the free
+// space (FreeBytes) is refused with a *NoSpaceError.
 func (x *XFS) Create(ctx context.Context, id string, sizeGiB int, uid, gid int) (Info, error) {
 	if err := validID(id); err != nil {
 		return Info{}, err
@@ -156,6 +203,10 @@ func (x *XFS) Create(ctx context.Context, id string, sizeGiB int, uid, gid int) 
 	}
 	if err := ctx.Err(); err != nil {
 		return Info{}, err
+	}
+	// The image is sparse, but a capacity the pool cannot hold is not promised.
+	if err := x.checkFree(size); err != nil {
+		return Info{}, fmt.Errorf("volume %s: %w", id, err)
 	}
 
 	// Format under a temporary name and rename: a crash leaves either nothing or a .creating file
@@ -234,7 +285,11 @@ func (x *XFS) Mount(ctx context.Context, id string) (string, error) {
 }
 
 func (x *XFS) mount(id string) (string, error) {
-	img, mnt := x.image(id), x.mountpoint(id)
+	return x.mountImage(id, x.image(id), x.mountpoint(id))
+}
+
+// mountImage mounts img, volume id's image or a copy being made of one, at mnt.
+func (x *XFS) mountImage(id, img, mnt string) (string, error) {
 	if _, err := os.Stat(img); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("volume %s: %w", id, ErrNotFound)
@@ -267,7 +322,8 @@ func (x *XFS) mount(id string) (string, error) {
 		// Once mounted the mount holds the device; if the mount fails this close frees it.
 		defer unix.Close(fd)
 	}
-	if err := unix.Mount(dev, mnt, "xfs", unix.MS_NODEV, ""); err != nil {
+	// nouuid: a fork or a restored copy has the UUID of the volume it came from.
+	if err := unix.Mount(dev, mnt, "xfs", unix.MS_NODEV, "nouuid"); err != nil {
 		return "", fmt.Errorf("volume %s: mount %s at %s: %w", id, dev, mnt, err)
 	}
 	return mnt, nil
@@ -285,7 +341,11 @@ func (x *XFS) Unmount(ctx context.Context, id string) error {
 }
 
 func (x *XFS) unmount(ctx context.Context, id string) error {
-	img, mnt := x.image(id), x.mountpoint(id)
+	return x.unmountImage(ctx, id, x.image(id), x.mountpoint(id))
+}
+
+// unmountImage unmounts mnt and makes sure no loop device holds img (see mountImage).
+func (x *XFS) unmountImage(ctx context.Context, id, img, mnt string) error {
 	for tries := 0; ; tries++ {
 		_, mounted, err := mountAt(mnt)
 		if err != nil {
@@ -306,7 +366,7 @@ func (x *XFS) unmount(ctx context.Context, id string) error {
 			}
 		}
 	}
-	if err := x.releaseLoops(ctx, id, img); err != nil {
+	if err := releaseLoops(ctx, "volume "+id, img); err != nil {
 		return err
 	}
 	if err := os.Remove(mnt); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -315,10 +375,11 @@ func (x *XFS) unmount(ctx context.Context, id string) error {
 	return nil
 }
 
-// releaseLoops makes sure no loop device still holds img: autoclear normally frees it within the
-// umount call, but a device bound by hand or by a crashed daemon without autoclear is detached
-// here, and one kept alive by a mount in another namespace is reported as busy.
-func (x *XFS) releaseLoops(ctx context.Context, id, img string) error {
+// releaseLoops makes sure no loop device still holds img, the image of what (e.g. "volume x"):
+// autoclear normally frees it within the umount call, but a device bound by hand or by a crashed
+// daemon without autoclear is detached here, and one kept alive by a mount in another namespace
+// is reported as busy.
+func releaseLoops(ctx context.Context, what, img string) error {
 	deadline := time.Now().Add(2 * time.Second)
 	detached := false
 	for {
@@ -332,15 +393,15 @@ func (x *XFS) releaseLoops(ctx context.Context, id, img string) error {
 		if !detached {
 			for _, dev := range devs {
 				if err := loopDetach(dev); err != nil {
-					return fmt.Errorf("volume %s: %w", id, err)
+					return fmt.Errorf("%s: %w", what, err)
 				}
 			}
 			detached = true
 			continue
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("volume %s: loop device %s still in use%s: %w",
-				id, strings.Join(devs, ", "), holders(devs), ErrBusy)
+			return fmt.Errorf("%s: loop device %s still in use%s: %w",
+				what, strings.Join(devs, ", "), holders(devs), ErrBusy)
 		}
 		select {
 		case <-ctx.Done():
@@ -361,7 +422,7 @@ func (x *XFS) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	for _, p := range []string{x.image(id), x.image(id) + ".creating"} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeImage(p); err != nil {
 			return fmt.Errorf("volume %s: %w", id, err)
 		}
 	}
@@ -443,7 +504,8 @@ func (x *XFS) imageID(path string) (string, bool) {
 // Grow enlarges the volume's image to sizeGiB and grows its filesystem online: truncate,
 // LOOP_SET_CAPACITY, xfs_growfs. An unmounted volume is mounted for the duration. Shrinking fails
 // with an error wrapping ErrUnsupported; the same size only makes sure the filesystem fills the
-// image (so a Grow interrupted after the truncate can be retried).
+// image (so a Grow interrupted after the truncate can be retried). A growth larger than the free
+// space (FreeBytes) is refused with a *NoSpaceError.
 func (x *XFS) Grow(ctx context.Context, id string, sizeGiB int) (Info, error) {
 	if err := validID(id); err != nil {
 		return Info{}, err
@@ -470,6 +532,9 @@ func (x *XFS) Grow(ctx context.Context, id string, sizeGiB int) (Info, error) {
 		return Info{}, fmt.Errorf("volume %s has %d GiB and cannot shrink to %d GiB: %w", id, st.Size()>>30, sizeGiB, ErrUnsupported)
 	}
 	if size > st.Size() {
+		if err := x.checkFree(size - st.Size()); err != nil {
+			return Info{}, fmt.Errorf("volume %s: grow to %d GiB: %w", id, sizeGiB, err)
+		}
 		if err := os.Truncate(img, size); err != nil {
 			return Info{}, fmt.Errorf("volume %s: %w", id, err)
 		}

@@ -50,8 +50,23 @@ func newTestXFS(t testing.TB) *XFS {
 		if err := x.Close(); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
+		assertPoolReleased(t, x)
 	})
 	return x
+}
+
+// assertPoolReleased checks that a closed driver left nothing of its pool in the kernel.
+func assertPoolReleased(t testing.TB, x *XFS) {
+	t.Helper()
+	if under, err := mountsUnder(x.Dir()); err != nil || len(under) > 0 {
+		t.Errorf("mounts left at or under %s: %v (err %v)", x.Dir(), under, err)
+	}
+	if x.Pool() == "" {
+		return
+	}
+	if devs, err := loopDevicesFor(x.Pool(), false); err != nil || len(devs) > 0 {
+		t.Errorf("pool %s still has loop devices %v (err %v)", x.Pool(), devs, err)
+	}
 }
 
 // assertReleased checks that nothing of volume id is left in the kernel: no mount, no loop device.
