@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/cli"
 	"github.com/hiloop/hiloop/internal/daemon"
+	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -163,7 +165,10 @@ func setupScript(env *testscript.Env) error {
 			cancel()
 		}
 		d.stop(syscall.SIGTERM)
-		if leaks := findLeaks(d.dataDir); len(leaks) > 0 {
+		leaks := findLeaks(d.dataDir)
+		// A script may mount a small filesystem on the data dir; a failed one leaves it.
+		_ = syscall.Unmount(d.dataDir, 0)
+		if len(leaks) > 0 {
 			env.T().Fatal("left behind after the script:\n" + strings.Join(leaks, "\n"))
 		}
 		os.RemoveAll(dir)
@@ -345,8 +350,11 @@ func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 	}
-	// A running daemon keeps its volume driver's shared mount point.
-	running = append(running, filepath.Join(d.dataDir, "volumes", "mnt")+"\n")
+	// A running daemon keeps its volume pool and the pool's shared mount point.
+	if d.cmd != nil {
+		vols := filepath.Join(d.dataDir, "volumes")
+		running = append(running, vols+"\n", vols+".pool.img\n", filepath.Join(vols, "mnt")+"\n")
+	}
 	var leaks []string
 	for _, l := range findLeaks(d.dataDir) {
 		if !slices.ContainsFunc(running, func(id string) bool { return strings.Contains(l+"\n", id) }) {
@@ -382,6 +390,14 @@ func findLeaks(dataDir string) []string {
 			leaks = append(leaks, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(b)))+" → "+strings.TrimSpace(string(data)))
 		}
 	}
+	prefix := runtime.CgroupPrefix(filepath.Join(dataDir, "runtime"))
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), prefix) {
+			leaks = append(leaks, "cgroup "+p)
+			return fs.SkipDir
+		}
+		return nil
+	})
 	if entries, err := os.ReadDir(filepath.Join(dataDir, "runtime")); err == nil {
 		for _, e := range entries {
 			leaks = append(leaks, "container state "+e.Name())
