@@ -3,7 +3,7 @@
 #   - hiloop sandbox snapshot create (target: under 250 ms)
 #   - hiloop sandbox create --from-snapshot, a fork that starts (target: under 300 ms)
 #   - hiloop sandbox grow by 1 GiB while the sandbox runs (target: under 50 ms)
-#   - cp --sparse=always of the same workspace image: the naive baseline
+#   - cp --sparse=always --reflink=never of the same workspace image: the naive baseline
 # and writes the table into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +47,7 @@ ms() {
 snapshot() { $hiloop sandbox snapshot create bench --name "s$1"; }
 fork() { $hiloop sandbox create "f$1" --image "$IMAGE" --from-snapshot s1; }
 grow() { $hiloop sandbox grow bench --workspace-gib $((10 + $1)); }
-naive() { cp --sparse=always "$img" "$work/d/volumes/copy$1.raw" && sync "$work/d/volumes/copy$1.raw"; }
+naive() { cp --sparse=always --reflink=never "$img" "$work/d/volumes/copy$1.raw" && sync "$work/d/volumes/copy$1.raw"; }
 
 ms snapshot >"$work/snapshot.txt"
 ms fork >"$work/fork.txt"
@@ -63,7 +63,7 @@ rows = [
     ("hiloop sandbox snapshot create (1 GiB written)", "snapshot"),
     ("hiloop sandbox create --from-snapshot (fork, started)", "fork"),
     ("hiloop sandbox grow +1 GiB (running)", "grow"),
-    ("cp --sparse=always of the workspace image (baseline)", "naive"),
+    ("cp --sparse=always --reflink=never of the workspace image (baseline)", "naive"),
 ]
 print("| operation | mean ms | median ms | max ms |")
 print("|---|---:|---:|---:|")
