@@ -75,6 +75,9 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
 	defer func() {
+		if err := unmountUnder(build); err != nil {
+			fmt.Fprintf(progress, "W: %v\n", err)
+		}
 		if err := removeTree(build); err != nil {
 			fmt.Fprintf(progress, "W: %v\n", err)
 		}
@@ -205,6 +208,10 @@ func (s *Store) lock(ctx context.Context, name string, progress io.Writer) (*os.
 func (s *Store) removeBuildDirs(name string, progress io.Writer) {
 	stale, _ := filepath.Glob(filepath.Join(s.imageDir(name), ".build-*"))
 	for _, p := range stale {
+		// A build cut short by a crash may have left debootstrap's /proc and /sys mounted.
+		if err := unmountUnder(p); err != nil {
+			fmt.Fprintf(progress, "W: %v\n", err)
+		}
 		if err := removeTree(p); err != nil {
 			fmt.Fprintf(progress, "W: %v\n", err)
 		}
@@ -247,14 +254,11 @@ func writeDefinition(defs fs.FS, name, dir string) error {
 // it ends and the next build cannot remove the directory it is writing to.
 func runScript(ctx context.Context, script, rootfs, mirror string, lock *os.File, progress io.Writer) error {
 	lw := &lineWriter{w: progress}
+	// In the daemon's own mount namespace: a namespace of its own would hold copies of every
+	// workspace and volume pool mounted when it was made, keeping them busy for the minutes a
+	// build takes. The mounts debootstrap makes inside the rootfs are removed after the script
+	// instead, however it ended (see unmountUnder).
 	argv := []string{"/bin/sh", script, rootfs, mirror}
-	if os.Geteuid() == 0 {
-		// As root, its own mount namespace, so the mounts debootstrap makes in the rootfs die
-		// with it and never show up on the host, whatever happens to the build. A slave, not a
-		// private one: the host's unmounts (a sandbox's workspace at its stop) must reach the
-		// copies this namespace took of them, or they would hold those volumes busy.
-		argv = append([]string{"unshare", "--mount", "--propagation", "slave", "--"}, argv...)
-	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Env = buildEnv()
@@ -367,6 +371,39 @@ func diskUsage(root string) (int64, error) {
 
 // removeTree removes dir, refusing if anything is mounted inside it: RemoveAll would reach
 // into the mount (a bind-mounted /dev in a crashed chroot build, say).
+// unmountUnder detaches every mount at or below dir in the daemon's mount namespace, deepest
+// first: what a build script (debootstrap's /proc, /sys, /dev/pts) left behind.
+func unmountUnder(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var targets []string
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		t := unescapeOctal(fields[4])
+		if t == dir || strings.HasPrefix(t, dir+"/") {
+			targets = append(targets, t)
+		}
+	}
+	slices.SortFunc(targets, func(a, b string) int { return len(b) - len(a) })
+	var errs []error
+	for _, t := range targets {
+		if err := unix.Unmount(t, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", t, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeOctal undoes mountinfo's escapes (\040 for a space).
+func unescapeOctal(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
 func removeTree(dir string) error {
 	if mountedPathsSelf()(dir) {
 		return fmt.Errorf("not removing %s: something is mounted inside it", dir)
