@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/hiloop/hiloop/internal/cli.Version=$(VERSION) -X github
 # sandboxd needs cgo (libcontainer's nsenter) and libseccomp for the seccomp filter.
 DAEMON_TAGS := seccomp
 # Debian packages the daemon and the tests need.
-DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps
+DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git
 # Where the tests keep the built test image and debootstrap's downloads between runs.
 TEST_CACHE ?= /var/cache/hiloop-test
 
@@ -17,8 +17,9 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/hiloop, bin/sandboxd and bin/hiloop-init
+build: ## build bin/hiloop, bin/hiloop-ssh, bin/sandboxd and bin/hiloop-init
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hiloop ./cmd/hiloop
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hiloop-ssh ./cmd/hiloop-ssh
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/hiloop-init ./cmd/hiloop-init
 	CGO_ENABLED=1 $(GO) build -tags '$(DAEMON_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
 
@@ -32,7 +33,7 @@ deps: ## install the Debian packages the daemon and the tests need (as root)
 
 .PHONY: install
 install: build ## install the binaries into $(PREFIX)/bin
-	install -m 0755 $(BIN)/hiloop $(BIN)/sandboxd $(BIN)/hiloop-init $(PREFIX)/bin/
+	install -m 0755 $(BIN)/hiloop $(BIN)/hiloop-ssh $(BIN)/sandboxd $(BIN)/hiloop-init $(PREFIX)/bin/
 
 .PHONY: quickstart
 quickstart: deps install ## set up hiloop: start sandboxd, build the base image, create a first sandbox
@@ -64,6 +65,7 @@ test: deps lint ## install what the tests need, then run every test (end-to-end 
 bench: build ## measure exec, create, snapshot, fork and grow against their references (docs/performance.md)
 	bash bench/exec.sh
 	bash bench/storage.sh
+	bash bench/ssh.sh
 
 .PHONY: clean
 clean: ## remove built binaries

@@ -57,7 +57,12 @@ func Run(f *Factory, args []string) int {
 	}
 	code := exitCode(err)
 	var ee *exitError
-	if !errors.As(err, &ee) {
+	var plain *plainUsageError
+	switch {
+	case errors.As(err, &ee):
+	case errors.As(err, &plain):
+		fmt.Fprintln(f.IO.ErrOut, plain.msg)
+	default:
 		fmt.Fprintf(f.IO.ErrOut, "hiloop: %s\n", err)
 		var ue *usageError
 		if errors.As(err, &ue) {
@@ -79,7 +84,7 @@ func exitCode(err error) int {
 		return ee.code
 	case errors.As(err, &em):
 		return em.code
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, new(*plainUsageError)):
 		return ExitUsage
 	case errors.As(err, &unreachable):
 		return ExitUnreachable
@@ -88,11 +93,12 @@ func exitCode(err error) int {
 		case api.CodeBadRequest, api.CodeInvalidArgument, api.CodeInvalidName, api.CodeBodyTooLarge,
 			api.CodeGrowNotLarger:
 			return ExitUsage
-		case api.CodeSandboxNotFound, api.CodeImageNotFound, api.CodeSnapshotNotFound, api.CodeNotFound:
+		case api.CodeSandboxNotFound, api.CodeImageNotFound, api.CodeSnapshotNotFound, api.CodeSSHKeyNotFound,
+			api.CodeNotFound:
 			return ExitNotFound
 		case api.CodeSandboxExists, api.CodeSandboxNotRunning, api.CodeInvalidState,
 			api.CodeIdempotencyKeyReused, api.CodeBuildInProgress, api.CodeSnapshotExists,
-			api.CodeSnapshotInProgress:
+			api.CodeSnapshotInProgress, api.CodeSSHKeyExists:
 			return ExitConflict
 		case api.CodeUnsupported:
 			return ExitUnsupported
@@ -120,7 +126,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&f.Host, "host", f.Host, "daemon address: unix:///path or http://host:port (env HILOOP_HOST)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newCmdSandbox(f), newCmdImage(f), newCmdVersion(f))
+	root.AddCommand(newCmdSandbox(f), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f), newCmdVersion(f))
 	return root
 }
 

@@ -32,6 +32,7 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 			}),
 		newCmdSandboxDelete(f),
 		newCmdSandboxExec(f, nil),
+		newCmdSandboxSSH(f),
 		newCmdSandboxGrow(f),
 		newCmdSandboxRestore(f),
 		newCmdSnapshot(f),

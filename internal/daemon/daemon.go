@@ -19,6 +19,7 @@ import (
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
+	"github.com/hiloop/hiloop/internal/sshd"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/volume"
 )
@@ -38,6 +39,8 @@ type Config struct {
 	ImagesDir string
 	// InitPath is the static hiloop-init binary every sandbox runs as PID 1.
 	InitPath string
+	// SSHListen turns the managed SSH endpoint on at this TCP address; empty leaves it off.
+	SSHListen string
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -51,6 +54,8 @@ type Daemon struct {
 	volumes   volume.Driver
 	images    *images.Store
 	sandboxes *sandbox.Manager
+	sshKeys   *sshKeys
+	ssh       *sshd.Server // nil while the endpoint is off
 }
 
 // New opens the data dir and reconciles the store with what runs on the host.
@@ -104,7 +109,26 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
-	return d.sandboxes.Reconcile(ctx)
+	if err := d.sandboxes.Reconcile(ctx); err != nil {
+		return err
+	}
+	if d.sshKeys, err = newSSHKeys(d.store); err != nil {
+		return err
+	}
+	if d.cfg.SSHListen != "" {
+		d.ssh, err = sshd.New(sshd.Config{
+			Listen:      d.cfg.SSHListen,
+			HostKeyPath: filepath.Join(d.cfg.DataDir, "ssh_host_ed25519_key"),
+			Sandboxes:   d.sandboxes,
+			Keys:        d.sshKeys,
+			Log:         d.log.With("component", "sshd"),
+		})
+		if err != nil {
+			return fmt.Errorf("ssh endpoint: %w", err)
+		}
+		d.sandboxes.OnStop(d.ssh.CloseSandbox)
+	}
+	return nil
 }
 
 // Close releases the store. Sandboxes keep running; the next daemon picks them up.
@@ -120,6 +144,9 @@ func (d *Daemon) Close() error {
 
 func (d *Daemon) capabilities() []string {
 	caps := []string{"exec", "image_build"}
+	if d.ssh != nil {
+		caps = append(caps, "ssh")
+	}
 	if d.volumes.Resizable() {
 		caps = append(caps, "workspace_size", "workspace_grow")
 	}
@@ -152,7 +179,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		servers = append(servers, &http.Server{Handler: bearerAuth(d.cfg.Token, handler, d.log)})
 		listeners = append(listeners, tcpLn)
 	}
-	errc := make(chan error, len(servers))
+	errc := make(chan error, len(servers)+1)
+	if d.ssh != nil {
+		d.log.Info("serving SSH", "addr", d.ssh.Addr().String())
+		go func() { errc <- d.ssh.Serve(ctx) }()
+	}
 	for i, srv := range servers {
 		srv.ReadHeaderTimeout = 10 * time.Second
 		srv.ErrorLog = slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)

@@ -80,6 +80,7 @@ func Main() int {
 	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of built images (default <data-dir>/images)")
 	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
+	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxd:", err)

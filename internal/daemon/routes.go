@@ -30,6 +30,10 @@ func (d *Daemon) routes() []route {
 		{method: "GET", pattern: "/v1/snapshots", handle: d.listSnapshots},
 		{method: "GET", pattern: "/v1/snapshots/{snapshot}", handle: d.getSnapshot},
 		{method: "DELETE", pattern: "/v1/snapshots/{snapshot}", handle: d.deleteSnapshot, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/ssh", handle: d.sshInfo},
+		{method: "GET", pattern: "/v1/ssh-keys", handle: d.listSSHKeys},
+		{method: "POST", pattern: "/v1/ssh-keys", handle: d.addSSHKey, idempotent: true},
+		{method: "DELETE", pattern: "/v1/ssh-keys/{key}", handle: d.removeSSHKey, idempotent: true},
 		{method: "GET", pattern: "/v1/images", handle: d.listImages},
 		{method: "POST", pattern: "/v1/images/{name}/build", handle: d.buildImage},
 	}

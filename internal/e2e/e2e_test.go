@@ -34,8 +34,9 @@ const testImage = "minimal"
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"hiloop":   func() { os.Exit(cli.Main()) },
-		"sandboxd": func() { os.Exit(daemon.Main()) },
+		"hiloop":     func() { os.Exit(cli.Main()) },
+		"hiloop-ssh": func() { os.Exit(cli.SSHShimMain()) },
+		"sandboxd":   func() { os.Exit(daemon.Main()) },
 	})
 }
 
@@ -140,6 +141,9 @@ func setupScript(env *testscript.Env) error {
 	env.Setenv("SOCKET", d.socket)
 	env.Setenv("IMAGE", testImage)
 	env.Setenv("INIT_PATH", initPath)
+	// The CLI keeps its SSH key and known_hosts per script; ssh wants a home.
+	env.Setenv("HOME", env.WorkDir)
+	env.Setenv("HILOOP_CONFIG_DIR", filepath.Join(env.WorkDir, ".hiloop"))
 	env.Setenv("IMAGES_DIR", imagesDir)
 	env.Defer(func() {
 		// Leave nothing behind: delete every sandbox through the real daemon, then stop it.
@@ -326,7 +330,7 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 // scriptEnv is the environment a script's exec would get.
 func scriptEnv(ts *testscript.TestScript) []string {
 	var env []string
-	for _, k := range []string{"PATH", "HOME", "TMPDIR", "HILOOP_HOST", "HILOOP_TOKEN"} {
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "HILOOP_HOST", "HILOOP_TOKEN", "HILOOP_CONFIG_DIR", "GIT_SSH_COMMAND"} {
 		if v := ts.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}

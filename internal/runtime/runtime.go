@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// ErrNotRunning is returned by Exec when the sandbox has no live init.
+// ErrNotRunning is returned by Exec and DialLoopback when the sandbox does not run.
 var ErrNotRunning = errors.New("sandbox is not running")
 
 // ErrSandboxDied is returned by Process.Wait when the sandbox's init went away mid-exec.

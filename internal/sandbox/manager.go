@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,6 +39,7 @@ type Runtime interface {
 	Running(id string) bool
 	List() ([]string, error)
 	RemoveLayer(layerDir string) error
+	DialLoopback(ctx context.Context, id, addr string) (net.Conn, error)
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.Process, error)
 }
 
@@ -58,6 +60,8 @@ type Manager struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
 	seals map[string]*sealing    // per sandbox id: the snapshot being sealed
+
+	onStop []func(name string)
 }
 
 // NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
@@ -309,6 +313,7 @@ func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
 		return fmt.Errorf("stop sandbox %q: %w", rec.Name, err)
 	}
 	rec.StartedAt = nil
+	m.stopped(rec.Name)
 	return m.setState(rec, api.StateStopped, "")
 }
 
@@ -349,6 +354,7 @@ func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
 		_ = m.setState(rec, api.StateFailed, err.Error())
 		return fmt.Errorf("delete sandbox %q: %w", rec.Name, err)
 	}
+	m.stopped(rec.Name)
 	return m.store.DeleteSandbox(rec.Name)
 }
 
@@ -454,4 +460,44 @@ func newID() string {
 		panic(err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// Exists reports whether a sandbox named name exists, in any state.
+func (m *Manager) Exists(name string) bool {
+	_, err := m.store.GetSandbox(name)
+	return err == nil
+}
+
+// DialLoopback dials addr (127.0.0.1:PORT, [::1]:PORT or localhost:PORT) on the loopback of a
+// running sandbox, from inside its network namespace.
+func (m *Manager) DialLoopback(ctx context.Context, name, addr string) (net.Conn, error) {
+	rec, err := m.record(name)
+	if err != nil {
+		return nil, err
+	}
+	if api.SandboxState(rec.State) != api.StateRunning {
+		return nil, notRunning(rec)
+	}
+	conn, err := m.runtime.DialLoopback(ctx, rec.ID, addr)
+	if errors.Is(err, runtime.ErrNotRunning) {
+		return nil, notRunning(rec)
+	}
+	return conn, err
+}
+
+// OnStop registers fn to be called with a sandbox's name after it stops or is deleted (the SSH
+// endpoint ends that sandbox's sessions then).
+func (m *Manager) OnStop(fn func(name string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onStop = append(m.onStop, fn)
+}
+
+func (m *Manager) stopped(name string) {
+	m.mu.Lock()
+	fns := m.onStop
+	m.mu.Unlock()
+	for _, fn := range fns {
+		fn(name)
+	}
 }

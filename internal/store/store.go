@@ -17,6 +17,7 @@ var (
 	bucketSandboxes   = []byte("sandboxes")   // name → Sandbox JSON
 	bucketIdempotency = []byte("idempotency") // key → Receipt JSON
 	bucketSnapshots   = []byte("snapshots")   // name → Snapshot JSON
+	bucketSSHKeys     = []byte("ssh_keys")    // name → SSHKey JSON
 )
 
 // ErrNotFound is returned for a record that does not exist.
@@ -44,7 +45,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency, bucketSnapshots} {
+		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency, bucketSnapshots, bucketSSHKeys} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -201,6 +202,63 @@ func (s *Store) ListSnapshots() ([]Snapshot, error) {
 func (s *Store) DeleteSnapshot(name string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSnapshots).Delete([]byte(name))
+	})
+}
+
+// SSHKey is a stored public key allowed to log in over SSH.
+type SSHKey struct {
+	Name        string    `json:"name"`
+	Type        string    `json:"type"`
+	Fingerprint string    `json:"fingerprint"`
+	PublicKey   string    `json:"public_key"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// CreateSSHKey stores a key; ErrExists if its name or its fingerprint is taken.
+func (s *Store) CreateSSHKey(k SSHKey) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSSHKeys)
+		if b.Get([]byte(k.Name)) != nil {
+			return ErrExists
+		}
+		dup := b.ForEach(func(_, v []byte) error {
+			var other SSHKey
+			if json.Unmarshal(v, &other) == nil && other.Fingerprint == k.Fingerprint {
+				return ErrExists
+			}
+			return nil
+		})
+		if dup != nil {
+			return dup
+		}
+		return putJSON(b, k.Name, k)
+	})
+}
+
+// ListSSHKeys returns every key, sorted by name.
+func (s *Store) ListSSHKeys() ([]SSHKey, error) {
+	var out []SSHKey
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSSHKeys).ForEach(func(_, v []byte) error {
+			var k SSHKey
+			if err := json.Unmarshal(v, &k); err != nil {
+				return err
+			}
+			out = append(out, k)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteSSHKey removes the key named name; ErrNotFound if there is none.
+func (s *Store) DeleteSSHKey(name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSSHKeys)
+		if b.Get([]byte(name)) == nil {
+			return ErrNotFound
+		}
+		return b.Delete([]byte(name))
 	})
 }
 

@@ -21,6 +21,8 @@ const (
 	CodeSnapshotExists       ErrorCode = "snapshot_exists"        // 409: snapshot name already taken
 	CodeSnapshotInProgress   ErrorCode = "snapshot_in_progress"   // 409: a seal has not reached a durable outcome
 	CodeGrowNotLarger        ErrorCode = "grow_not_larger"        // 400: growth is one-way
+	CodeSSHKeyNotFound       ErrorCode = "ssh_key_not_found"      // 404
+	CodeSSHKeyExists         ErrorCode = "ssh_key_exists"         // 409: the name or the key is registered already
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // 405
 	CodeSandboxExists        ErrorCode = "sandbox_exists"         // 409: name already taken
 	CodeSandboxNotRunning    ErrorCode = "sandbox_not_running"    // 409: the call needs a running sandbox
@@ -47,6 +49,8 @@ var statusOf = map[ErrorCode]int{
 	CodeSnapshotExists:       http.StatusConflict,
 	CodeSnapshotInProgress:   http.StatusConflict,
 	CodeGrowNotLarger:        http.StatusBadRequest,
+	CodeSSHKeyNotFound:       http.StatusNotFound,
+	CodeSSHKeyExists:         http.StatusConflict,
 	CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
 	CodeSandboxExists:        http.StatusConflict,
 	CodeSandboxNotRunning:    http.StatusConflict,

@@ -142,3 +142,30 @@ func (c *Client) BuildImage(ctx context.Context, name string, p api.ImageBuildPo
 	}
 	return api.Image{}, fmt.Errorf("image build of %q ended without a result: see the sandboxd log", name)
 }
+
+// SSHInfo returns how to reach a sandbox over the SSH endpoint (unsupported_capability while
+// the endpoint is off).
+func (c *Client) SSHInfo(ctx context.Context, name string) (api.SSHInfo, error) {
+	var info api.SSHInfo
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(name)+"/ssh", nil, &info)
+	return info, err
+}
+
+// ListSSHKeys returns the public keys allowed to log in over SSH.
+func (c *Client) ListSSHKeys(ctx context.Context) ([]api.SSHKey, error) {
+	var l api.SSHKeyList
+	err := c.do(ctx, http.MethodGet, "/v1/ssh-keys", nil, &l)
+	return l.Keys, err
+}
+
+// AddSSHKey registers a public key for SSH logins.
+func (c *Client) AddSSHKey(ctx context.Context, p api.SSHKeysPost, opts ...CallOption) (api.SSHKey, error) {
+	var k api.SSHKey
+	err := c.do(ctx, http.MethodPost, "/v1/ssh-keys", p, &k, opts...)
+	return k, err
+}
+
+// RemoveSSHKey removes a registered public key.
+func (c *Client) RemoveSSHKey(ctx context.Context, name string, opts ...CallOption) error {
+	return c.do(ctx, http.MethodDelete, "/v1/ssh-keys/"+url.PathEscape(name), nil, nil, opts...)
+}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Measures, side by side in one run, with the same OpenSSH client and cipher:
+#   - throughput of 1 GiB through `ssh -L` into a sandbox (hiloop's endpoint) against the same
+#     transfer through OpenSSH's own sshd `-L` on this machine (target: at least OpenSSH's)
+#   - `ssh NAME true` latency against OpenSSH's `ssh localhost true`
+# and writes the table into docs/performance.md. Run as root after `make build`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RUNS=${RUNS:-5}
+CIPHER=${CIPHER:-aes128-gcm@openssh.com}
+IMAGES_DIR=${IMAGES_DIR:-/var/cache/hiloop-test/images}
+IMAGE=${IMAGE:-minimal}
+SIZE=$((1 << 30))
+
+work=$(mktemp -d /tmp/hlbench.XXXX)
+export HILOOP_HOST=unix://$work/s.sock HILOOP_CONFIG_DIR=$work/cfg
+hiloop=$ROOT/bin/hiloop
+cleanup() {
+	set +e
+	$hiloop sandbox delete bench >/dev/null 2>&1
+	for p in ${pids:-}; do kill "$p" 2>/dev/null; done
+	[ -n "${daemon_pid:-}" ] && kill "$daemon_pid" && wait "$daemon_pid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
+	--init-path "$ROOT/bin/hiloop-init" --ssh-listen 127.0.0.1:0 --log-level warn 2>"$work/sandboxd.log" &
+daemon_pid=$!
+for _ in $(seq 100); do $hiloop version >/dev/null 2>&1 && break; sleep 0.05; done
+$hiloop image build "$IMAGE" >/dev/null 2>&1
+$hiloop sandbox create bench --image "$IMAGE" >/dev/null
+$hiloop ssh-config bench >"$work/ssh_config"
+
+# The source: a server that sends SIZE bytes to every connection, inside the sandbox and on the host.
+source_py='import socket,sys
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+buf=bytes(1<<20)
+while True:
+    c,_=s.accept()
+    for _ in range(int(sys.argv[2])>>20): c.sendall(buf)
+    c.close()'
+$hiloop sandbox exec bench -- sh -c "nohup python3 -c '$source_py' 9000 $SIZE >/dev/null 2>&1 &"
+python3 -c "$source_py" 9001 $SIZE &
+pids="$!"
+
+# OpenSSH's sshd on loopback with a throwaway key: the reference.
+mkdir -p "$work/ssh" /run/sshd
+ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/host" && ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/user"
+cp "$work/ssh/user.pub" "$work/ssh/authorized_keys"
+/usr/sbin/sshd -D -p 2222 -h "$work/ssh/host" -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password \
+	-o AuthorizedKeysFile="$work/ssh/authorized_keys" -o StrictModes=no -o UsePAM=no -o PidFile=none &
+pids="$pids $!"
+openssh="ssh -p 2222 -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes"
+hiloopssh="ssh -F $work/ssh_config -o BatchMode=yes"
+sleep 0.3
+
+# throughput NAME SSH... : MB/s of SIZE bytes through a -L forward, one line per run.
+throughput() {
+	local port=$1 target=$2
+	shift 2
+	"$@" -c "$CIPHER" -N -o ExitOnForwardFailure=yes -L "$port:$target" &
+	local fwd=$!
+	for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
+	sleep 0.2
+	for _ in $(seq "$RUNS"); do
+		local t0 t1 got
+		t0=$(date +%s%N)
+		got=$(cat </dev/tcp/127.0.0.1/"$port" | wc -c)
+		t1=$(date +%s%N)
+		[ "$got" = "$SIZE" ] || { echo "short transfer: $got bytes" >&2; kill $fwd; return 1; }
+		python3 -c "print(f'{$SIZE / (($t1 - $t0) / 1e9) / 1e6:.0f}')"
+	done
+	kill $fwd
+	wait $fwd 2>/dev/null || true
+}
+throughput 19000 127.0.0.1:9000 $hiloopssh bench.hiloop >"$work/tp_hiloop.txt"
+throughput 19001 127.0.0.1:9001 $openssh root@127.0.0.1 >"$work/tp_openssh.txt"
+
+hyperfine -N --runs 20 --warmup 3 --export-json "$work/lat.json" \
+	-n "ssh NAME.hiloop true (hiloop endpoint)" "$hiloopssh -c $CIPHER bench.hiloop true" \
+	-n "ssh localhost true (OpenSSH sshd)" "$openssh -c $CIPHER root@127.0.0.1 true" >/dev/null
+
+table=$(python3 - "$work" "$CIPHER" <<'PY'
+import json, sys
+work, cipher = sys.argv[1], sys.argv[2]
+print("| measure | hiloop endpoint | OpenSSH sshd |")
+print("|---|---:|---:|")
+tp = lambda f: sorted(int(x) for x in open(f"{work}/{f}"))
+h, o = tp("tp_hiloop.txt"), tp("tp_openssh.txt")
+print(f"| 1 GiB through `ssh -L`, median MB/s ({cipher}) | {h[len(h)//2]} | {o[len(o)//2]} |")
+r = {x["command"]: x for x in json.load(open(f"{work}/lat.json"))["results"]}
+lat = [r[k] for k in r]
+print(f"| `ssh ... true`, mean ms | {lat[0]['mean']*1000:.0f} | {lat[1]['mean']*1000:.0f} |")
+PY
+)
+echo "$table"
+
+doc=docs/performance.md
+start='<!-- bench/ssh.sh:start -->'
+end='<!-- bench/ssh.sh:end -->'
+block="$start
+Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), $RUNS transfers each, same client and cipher:
+
+$table
+$end"
+python3 - "$doc" "$start" "$end" "$block" <<'PY'
+import sys
+path, start, end, block = sys.argv[1:]
+text = open(path).read()
+a, b = text.index(start), text.index(end) + len(end)
+open(path, "w").write(text[:a] + block + text[b:])
+PY
+echo "wrote $doc"

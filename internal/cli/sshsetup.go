@@ -1,0 +1,189 @@
+package cli
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
+)
+
+// sshDir is where the CLI keeps its SSH key, known_hosts and generated configs:
+// $HILOOP_CONFIG_DIR/ssh, else <user config dir>/hiloop/ssh.
+func sshDir() (string, error) {
+	base := os.Getenv("HILOOP_CONFIG_DIR")
+	if base == "" {
+		dir, err := os.UserConfigDir()
+		if err != nil {
+			return "", fmt.Errorf("find a config directory for the SSH key (set HILOOP_CONFIG_DIR): %w", err)
+		}
+		base = filepath.Join(dir, "hiloop")
+	}
+	dir := filepath.Join(base, "ssh")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// cliKey returns the path of the CLI's own private key, creating the key on first use.
+func cliKey(dir string) (path string, pub gossh.PublicKey, err error) {
+	path = filepath.Join(dir, "id_ed25519")
+	if data, err := os.ReadFile(path); err == nil {
+		signer, err := gossh.ParsePrivateKey(data)
+		if err != nil {
+			return "", nil, fmt.Errorf("read the CLI's SSH key %s: %w", path, err)
+		}
+		return path, signer.PublicKey(), nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", nil, err
+	}
+	pubKey, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", nil, err
+	}
+	block, err := gossh.MarshalPrivateKey(priv, "hiloop")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := writeFileAtomic(path, pem.EncodeToMemory(block), 0o600); err != nil {
+		return "", nil, err
+	}
+	sshPub, err := gossh.NewPublicKey(pubKey)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := writeFileAtomic(path+".pub", gossh.MarshalAuthorizedKey(sshPub), 0o644); err != nil {
+		return "", nil, err
+	}
+	return path, sshPub, nil
+}
+
+// cliKeyName is the name the CLI registers its key under: stable for one key.
+func cliKeyName(pub gossh.PublicKey) string {
+	sum := sha256.Sum256(pub.Marshal())
+	return "hiloop-cli-" + hex.EncodeToString(sum[:4])
+}
+
+// ensureCLIKey creates the CLI's key if needed and registers it with the daemon if it is not.
+func ensureCLIKey(ctx context.Context, c *client.Client, dir string) (string, error) {
+	path, pub, err := cliKey(dir)
+	if err != nil {
+		return "", err
+	}
+	keys, err := c.ListSSHKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	fp := gossh.FingerprintSHA256(pub)
+	for _, k := range keys {
+		if k.Fingerprint == fp {
+			return path, nil
+		}
+	}
+	_, err = c.AddSSHKey(ctx, api.SSHKeysPost{Name: cliKeyName(pub), PublicKey: string(gossh.MarshalAuthorizedKey(pub))})
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodeSSHKeyExists {
+		err = nil // registered meanwhile by another hiloop
+	}
+	return path, err
+}
+
+// hostAlias names the endpoint in known_hosts, so one pinned key serves every sandbox on it.
+func hostAlias(info api.SSHInfo) string {
+	return "hiloop-" + strings.NewReplacer(":", "-", "[", "", "]", "").Replace(info.Host) + "-" + strconv.Itoa(info.Port)
+}
+
+// sshHostBlock is the ssh_config Host block reaching one sandbox.
+func sshHostBlock(patterns string, info api.SSHInfo, keyPath, knownHosts string) string {
+	return fmt.Sprintf(`Host %s
+  HostName %s
+  Port %d
+  User %s
+  IdentityFile %s
+  IdentitiesOnly yes
+  UserKnownHostsFile %s
+  StrictHostKeyChecking yes
+  HostKeyAlias %s
+`, patterns, info.Host, info.Port, info.User, quoteConfig(keyPath), quoteConfig(knownHosts), hostAlias(info))
+}
+
+func quoteConfig(s string) string {
+	if strings.ContainsAny(s, " \t") {
+		return `"` + s + `"`
+	}
+	return s
+}
+
+// pinHostKey records the endpoint's host key (learned over the authenticated API) in the
+// CLI's known_hosts, replacing what was there for that endpoint.
+func pinHostKey(dir string, info api.SSHInfo) (string, error) {
+	path := filepath.Join(dir, "known_hosts")
+	alias := hostAlias(info)
+	var lines []string
+	if data, err := os.ReadFile(path); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			if line != "" && !strings.HasPrefix(line, alias+" ") {
+				lines = append(lines, line)
+			}
+		}
+	}
+	lines = append(lines, alias+" "+info.HostKey)
+	return path, writeFileAtomic(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+}
+
+// sshConfigFor prepares everything ssh needs to reach sandbox name and returns the path of a
+// generated ssh_config whose Host "NAME.hiloop" (and "NAME") reaches it.
+func sshConfigFor(ctx context.Context, c *client.Client, name string) (string, error) {
+	info, err := c.SSHInfo(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	dir, err := sshDir()
+	if err != nil {
+		return "", err
+	}
+	keyPath, err := ensureCLIKey(ctx, c, dir)
+	if err != nil {
+		return "", err
+	}
+	knownHosts, err := pinHostKey(dir, info)
+	if err != nil {
+		return "", err
+	}
+	cfg := filepath.Join(dir, name+".config")
+	block := sshHostBlock(name+".hiloop "+name, info, keyPath, knownHosts)
+	return cfg, writeFileAtomic(cfg, []byte(block), 0o600)
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

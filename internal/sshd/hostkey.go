@@ -1,0 +1,69 @@
+package sshd
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// loadOrCreateHostKey reads the host key at path, or generates an ed25519 key there first.
+// The key never changes once written: clients pin it.
+func loadOrCreateHostKey(path string) (gossh.Signer, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		b, err = createHostKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sshd: host key: %w", err)
+	}
+	signer, err := gossh.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("sshd: host key %s: %w", path, err)
+	}
+	return signer, nil
+}
+
+// createHostKey writes a new key to path and returns it, or returns the key another process
+// wrote there first.
+func createHostKey(path string) ([]byte, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	block, err := gossh.MarshalPrivateKey(priv, "hiloop host key")
+	if err != nil {
+		return nil, err
+	}
+	data := pem.EncodeToMemory(block)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".hostkey-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A hard link fails if the name exists: two daemons starting at once keep one key.
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return os.ReadFile(path)
+		}
+		return nil, err
+	}
+	return data, nil
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package sshd
+
+import "net"
+
+func quickAck(net.Conn) {}

@@ -1,0 +1,78 @@
+package sshd
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/hiloop/hiloop/internal/runtime"
+)
+
+type noSandboxes struct{}
+
+func (noSandboxes) Exists(string) bool { return false }
+func (noSandboxes) Exec(context.Context, string, runtime.ExecSpec) (runtime.Process, error) {
+	return nil, runtime.ErrNotRunning
+}
+func (noSandboxes) DialLoopback(context.Context, string, string) (net.Conn, error) {
+	return nil, runtime.ErrNotRunning
+}
+
+type noKeys struct{}
+
+func (noKeys) Authorized(gossh.PublicKey) bool { return false }
+
+func TestHostKeyKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys", "ssh_host_ed25519_key")
+	keyOf := func() gossh.PublicKey {
+		t.Helper()
+		s, err := New(Config{Listen: "127.0.0.1:0", HostKeyPath: path, Sandboxes: noSandboxes{}, Keys: noKeys{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := s.Serve(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return s.HostKey()
+	}
+	first := keyOf()
+	if first.Type() != gossh.KeyAlgoED25519 {
+		t.Errorf("host key type %s, want ed25519", first.Type())
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("host key file: %v, %v; want mode 0600", st.Mode(), err)
+	}
+	if second := keyOf(); !bytes.Equal(first.Marshal(), second.Marshal()) {
+		t.Error("the host key changed between two servers")
+	}
+	if err := os.WriteFile(path, []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Listen: "127.0.0.1:0", HostKeyPath: path, Sandboxes: noSandboxes{}, Keys: noKeys{}}); err == nil {
+		t.Error("New with a corrupt host key succeeded")
+	}
+}
+
+func TestSignalNames(t *testing.T) {
+	for name, n := range map[string]int{"HUP": 1, "INT": 2, "KILL": 9, "TERM": 15, "USR1": 10, "USR2": 12, "WINCH": 28} {
+		if got := signalNumber(name); got != n {
+			t.Errorf("signalNumber(%s) = %d, want %d", name, got, n)
+		}
+		if got := signalName(n); got != name {
+			t.Errorf("signalName(%d) = %s, want %s", n, got, name)
+		}
+	}
+	if signalNumber("SIGTERM") != 0 || signalNumber("") != 0 {
+		t.Error("names with SIG or empty must not map to a signal")
+	}
+	if got := signalName(40); got != "SIG40@hiloop" {
+		t.Errorf("signalName(40) = %s", got)
+	}
+}

@@ -1,0 +1,41 @@
+package api
+
+import "time"
+
+// SSHKeysPost is the body of POST /v1/ssh-keys.
+type SSHKeysPost struct {
+	// Name names the key, e.g. "laptop"; the naming rule of sandboxes applies.
+	Name string `json:"name"`
+	// PublicKey is one line in authorized_keys format, e.g. "ssh-ed25519 AAAAC3... me@laptop".
+	PublicKey string `json:"public_key"`
+}
+
+// SSHKey is a public key allowed to log in to the SSH endpoint.
+type SSHKey struct {
+	// Name names the key.
+	Name string `json:"name"`
+	// Type is the key's algorithm, e.g. "ssh-ed25519".
+	Type string `json:"type"`
+	// Fingerprint is the key's SHA256 fingerprint as ssh-keygen -l prints it.
+	Fingerprint string `json:"fingerprint"`
+	// PublicKey is the key in authorized_keys format.
+	PublicKey string `json:"public_key"`
+	// CreatedAt is when the key was added.
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SSHKeyList is the body of GET /v1/ssh-keys.
+type SSHKeyList struct {
+	Keys []SSHKey `json:"keys"`
+}
+
+// SSHInfo is how to reach a sandbox over the SSH endpoint: GET /v1/sandboxes/{name}/ssh.
+type SSHInfo struct {
+	// Host and Port are the endpoint's address, e.g. "127.0.0.1" and 2222.
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// User is the SSH user name, which selects the sandbox: its name.
+	User string `json:"user"`
+	// HostKey is the endpoint's host key in authorized_keys format, to pin in known_hosts.
+	HostKey string `json:"host_key"`
+}
