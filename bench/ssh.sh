@@ -34,16 +34,27 @@ $hiloop sandbox create bench --image "$IMAGE" >/dev/null
 $hiloop ssh-config bench >"$work/ssh_config"
 
 # The source: a server that sends SIZE bytes to every connection, inside the sandbox and on the host.
-source_py='import socket,sys
-s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
-buf=bytes(1<<20)
+cat >"$work/source.py" <<'PY'
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+buf = bytes(1 << 20)
 while True:
-    c,_=s.accept()
-    for _ in range(int(sys.argv[2])>>20): c.sendall(buf)
-    c.close()'
-$hiloop sandbox exec bench -- sh -c "nohup python3 -c '$source_py' 9000 $SIZE >/dev/null 2>&1 &"
-python3 -c "$source_py" 9001 $SIZE &
+    c, _ = s.accept()
+    try:
+        for _ in range(int(sys.argv[2]) >> 20):
+            c.sendall(buf)
+    except OSError:
+        pass
+    c.close()
+PY
+$hiloop sandbox exec -i bench -- sh -c 'cat > /tmp/source.py' <"$work/source.py"
+$hiloop sandbox exec bench -- sh -c "nohup python3 /tmp/source.py 9000 $SIZE >/dev/null 2>&1 &"
+python3 "$work/source.py" 9001 $SIZE &
 pids="$!"
+for _ in $(seq 100); do $hiloop sandbox exec bench -- sh -c 'ss -ltn | grep -q 127.0.0.1:9000' && break; sleep 0.05; done
 
 # OpenSSH's sshd on loopback with a throwaway key: the reference.
 mkdir -p "$work/ssh" /run/sshd
@@ -62,8 +73,7 @@ throughput() {
 	shift 2
 	"$@" -c "$CIPHER" -N -o ExitOnForwardFailure=yes -L "$port:$target" &
 	local fwd=$!
-	for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
-	sleep 0.2
+	for _ in $(seq 100); do ss -ltn | grep -q "127.0.0.1:$port " && break; sleep 0.05; done
 	for _ in $(seq "$RUNS"); do
 		local t0 t1 got
 		t0=$(date +%s%N)
