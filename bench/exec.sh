@@ -6,10 +6,8 @@
 # and writes the table into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+. bench/lib.sh
 RUNS=${RUNS:-30}
-IMAGES_DIR=${IMAGES_DIR:-/var/cache/hiloop-test/images}
-IMAGE=${IMAGE:-minimal}
 
 need=()
 command -v hyperfine >/dev/null || need+=(hyperfine)
@@ -20,22 +18,15 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 work=$(mktemp -d /tmp/hlbench.XXXX)
-export HILOOP_HOST=unix://$work/s.sock
-hiloop=$ROOT/bin/hiloop
 cleanup() {
 	set +e
-	for n in $($hiloop sandbox list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do $hiloop sandbox delete "$n" >/dev/null; done
-	[ -n "${daemon_pid:-}" ] && kill "$daemon_pid" && wait "$daemon_pid"
+	stop_daemon
 	[ -n "${sshd_pid:-}" ] && kill "$sshd_pid"
 	rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
-	--init-path "$ROOT/bin/hiloop-init" --log-level warn 2>"$work/sandboxd.log" &
-daemon_pid=$!
-for _ in $(seq 100); do $hiloop version >/dev/null 2>&1 && break; sleep 0.05; done
-$hiloop image build "$IMAGE" >/dev/null 2>&1
+start_daemon
 
 # A private sshd on loopback with a throwaway key: the reference.
 mkdir -p "$work/ssh"
@@ -77,19 +68,6 @@ PY
 )
 echo "$table"
 
-doc=docs/performance.md
-start='<!-- bench/exec.sh:start -->'
-end='<!-- bench/exec.sh:end -->'
-block="$start
-Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), image \`$IMAGE\`, $RUNS runs each:
+write_block bench/exec.sh "Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), image \`$IMAGE\`, $RUNS runs each:
 
-$table
-$end"
-python3 - "$doc" "$start" "$end" "$block" <<'PY'
-import sys
-path, start, end, block = sys.argv[1:]
-text = open(path).read()
-a, b = text.index(start), text.index(end) + len(end)
-open(path, "w").write(text[:a] + block + text[b:])
-PY
-echo "wrote $doc"
+$table"

@@ -6,30 +6,22 @@
 # and writes the table into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+. bench/lib.sh
 RUNS=${RUNS:-5}
 CIPHER=${CIPHER:-aes128-gcm@openssh.com}
-IMAGES_DIR=${IMAGES_DIR:-/var/cache/hiloop-test/images}
-IMAGE=${IMAGE:-minimal}
 SIZE=$((1 << 30))
 
 work=$(mktemp -d /tmp/hlbench.XXXX)
-export HILOOP_HOST=unix://$work/s.sock HILOOP_CONFIG_DIR=$work/cfg
-hiloop=$ROOT/bin/hiloop
+export HILOOP_CONFIG_DIR=$work/cfg
 cleanup() {
 	set +e
-	$hiloop sandbox delete bench >/dev/null 2>&1
 	for p in ${pids:-}; do kill "$p" 2>/dev/null; done
-	[ -n "${daemon_pid:-}" ] && kill "$daemon_pid" && wait "$daemon_pid" 2>/dev/null
+	stop_daemon
 	rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
-	--init-path "$ROOT/bin/hiloop-init" --ssh-listen 127.0.0.1:0 --log-level warn 2>"$work/sandboxd.log" &
-daemon_pid=$!
-for _ in $(seq 100); do $hiloop version >/dev/null 2>&1 && break; sleep 0.05; done
-$hiloop image build "$IMAGE" >/dev/null 2>&1
+start_daemon --ssh-listen 127.0.0.1:0
 $hiloop sandbox create bench --image "$IMAGE" >/dev/null
 $hiloop ssh-config bench >"$work/ssh_config"
 
@@ -107,19 +99,6 @@ PY
 )
 echo "$table"
 
-doc=docs/performance.md
-start='<!-- bench/ssh.sh:start -->'
-end='<!-- bench/ssh.sh:end -->'
-block="$start
-Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), $RUNS transfers each, same client and cipher:
+write_block bench/ssh.sh "Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), $RUNS transfers each, same client and cipher:
 
-$table
-$end"
-python3 - "$doc" "$start" "$end" "$block" <<'PY'
-import sys
-path, start, end, block = sys.argv[1:]
-text = open(path).read()
-a, b = text.index(start), text.index(end) + len(end)
-open(path, "w").write(text[:a] + block + text[b:])
-PY
-echo "wrote $doc"
+$table"

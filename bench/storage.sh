@@ -7,28 +7,18 @@
 # and writes the table into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+. bench/lib.sh
 RUNS=${RUNS:-10}
-IMAGES_DIR=${IMAGES_DIR:-/var/cache/hiloop-test/images}
-IMAGE=${IMAGE:-minimal}
 
 work=$(mktemp -d /tmp/hlbench.XXXX)
-export HILOOP_HOST=unix://$work/s.sock
-hiloop=$ROOT/bin/hiloop
 cleanup() {
 	set +e
-	for n in $($hiloop sandbox list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do $hiloop sandbox delete --with-snapshots "$n" >/dev/null; done
-	for s in $($hiloop sandbox snapshot list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do $hiloop sandbox snapshot delete "$s" >/dev/null; done
-	[ -n "${daemon_pid:-}" ] && kill "$daemon_pid" && wait "$daemon_pid"
+	stop_daemon
 	rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
-	--init-path "$ROOT/bin/hiloop-init" --log-level warn 2>"$work/sandboxd.log" &
-daemon_pid=$!
-for _ in $(seq 100); do $hiloop version >/dev/null 2>&1 && break; sleep 0.05; done
-$hiloop image build "$IMAGE" >/dev/null 2>&1
+start_daemon
 
 $hiloop sandbox create bench --image "$IMAGE" --workspace-gib 10 >/dev/null
 $hiloop sandbox exec bench -- sh -c 'head -c 1073741824 /dev/urandom > /workspace/data && sync'
@@ -75,19 +65,6 @@ PY
 )
 echo "$table"
 
-doc=docs/performance.md
-start='<!-- bench/storage.sh:start -->'
-end='<!-- bench/storage.sh:end -->'
-block="$start
-Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), $RUNS runs each, through the CLI:
+write_block bench/storage.sh "Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), $RUNS runs each, through the CLI:
 
-$table
-$end"
-python3 - "$doc" "$start" "$end" "$block" <<'PY'
-import sys
-path, start, end, block = sys.argv[1:]
-text = open(path).read()
-a, b = text.index(start), text.index(end) + len(end)
-open(path, "w").write(text[:a] + block + text[b:])
-PY
-echo "wrote $doc"
+$table"

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // Build builds image name unless the built image already matches its definition; see BuildWith.
@@ -384,7 +386,7 @@ func unmountUnder(dir string) error {
 		if len(fields) < 5 {
 			continue
 		}
-		t := unescapeOctal(fields[4])
+		t := mountinfo.Unescape(fields[4])
 		if t == dir || strings.HasPrefix(t, dir+"/") {
 			targets = append(targets, t)
 		}
@@ -397,11 +399,6 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unescapeOctal undoes mountinfo's escapes (\040 for a space).
-func unescapeOctal(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 func removeTree(dir string) error {

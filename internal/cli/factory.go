@@ -44,6 +44,15 @@ func (f *Factory) Client() (*client.Client, error) {
 	return f.client, f.err
 }
 
+// clientFor checks a read command's --output value before anything is asked of the daemon,
+// then returns the client.
+func (f *Factory) clientFor(output string) (*client.Client, error) {
+	if err := checkOutput(output); err != nil {
+		return nil, err
+	}
+	return f.Client()
+}
+
 // NewFactory returns a Factory on the process's streams and environment.
 func NewFactory() *Factory {
 	host := os.Getenv("HILOOP_HOST")

@@ -32,10 +32,7 @@ does nothing unless --force is given. Sandboxes pick up a rebuilt image at their
 		Example: "  hiloop image build base",
 		Args:    exactArgs(1, "one image NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}
@@ -65,10 +62,7 @@ func newCmdImageList(f *Factory) *cobra.Command {
 		Short:   "List built images and the definitions the daemon can build",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}

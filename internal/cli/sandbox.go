@@ -102,10 +102,7 @@ func newCmdSandboxGet(f *Factory) *cobra.Command {
 		Short: "Show one sandbox",
 		Args:  exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}
@@ -161,10 +158,7 @@ func newCmdSandboxList(f *Factory) *cobra.Command {
 		Short:   "List sandboxes",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}
@@ -207,10 +201,7 @@ func newCmdSandboxLifecycle(f *Factory, verb, short string, call func(context.Co
 		Short: short,
 		Args:  exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}

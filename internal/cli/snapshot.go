@@ -28,10 +28,7 @@ Growth is one-way: N must exceed the capacity shown by ` + "`hiloop sandbox get 
 			if !cmd.Flags().Changed("workspace-gib") {
 				return &usageError{fmt.Errorf("grow needs --workspace-gib N, the new capacity in GiB")}
 			}
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}
@@ -96,10 +93,7 @@ different request is refused (idempotency_key_reused).`,
 		Example: "  hiloop sandbox snapshot create web --name before-upgrade --idempotency-key upgrade-42",
 		Args:    exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}
@@ -173,10 +167,7 @@ func newCmdSnapshotList(f *Factory) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}
@@ -207,10 +198,7 @@ func newCmdSnapshotGet(f *Factory) *cobra.Command {
 		Short: "Show one snapshot",
 		Args:  exactArgs(1, "one SNAPSHOT name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}

@@ -257,10 +257,7 @@ func newCmdSSHKeyList(f *Factory) *cobra.Command {
 		Short:   "List the registered public keys",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			c, err := f.Client()
+			c, err := f.clientFor(output)
 			if err != nil {
 				return err
 			}

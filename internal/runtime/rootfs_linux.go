@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // Layout of Spec.LayerDir.
@@ -173,32 +175,13 @@ func mountpointsUnder(dir string) ([]string, error) {
 		if len(f) < 5 {
 			continue
 		}
-		t := unescapeMountinfo(f[4])
+		t := mountinfo.Unescape(f[4])
 		if t == dir || strings.HasPrefix(t, dir+"/") {
 			out = append(out, t)
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil // stacked mounts show once; unmountAll peels them all
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes in mountinfo paths (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var out strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		out.WriteByte(s[i])
-	}
-	return out.String()
 }
 
 // writeEtc writes /etc/hostname and /etc/hosts into the rootfs without following symlinks,

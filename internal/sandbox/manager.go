@@ -360,18 +360,24 @@ func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
 
 // Exec starts a process in a running sandbox.
 func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) (runtime.Process, error) {
-	rec, err := m.record(name)
+	rec, err := m.runningRecord(name)
 	if err != nil {
 		return nil, err
-	}
-	if api.SandboxState(rec.State) != api.StateRunning {
-		return nil, notRunning(rec)
 	}
 	p, err := m.runtime.Exec(ctx, rec.ID, spec)
 	if errors.Is(err, runtime.ErrNotRunning) {
 		return nil, notRunning(rec)
 	}
 	return p, err
+}
+
+// runningRecord returns the record of a sandbox that is running, else sandbox_not_running.
+func (m *Manager) runningRecord(name string) (store.Sandbox, error) {
+	rec, err := m.record(name)
+	if err == nil && api.SandboxState(rec.State) != api.StateRunning {
+		err = notRunning(rec)
+	}
+	return rec, err
 }
 
 func notRunning(rec store.Sandbox) error {
@@ -471,12 +477,9 @@ func (m *Manager) Exists(name string) bool {
 // DialLoopback dials addr (127.0.0.1:PORT, [::1]:PORT or localhost:PORT) on the loopback of a
 // running sandbox, from inside its network namespace.
 func (m *Manager) DialLoopback(ctx context.Context, name, addr string) (net.Conn, error) {
-	rec, err := m.record(name)
+	rec, err := m.runningRecord(name)
 	if err != nil {
 		return nil, err
-	}
-	if api.SandboxState(rec.State) != api.StateRunning {
-		return nil, notRunning(rec)
 	}
 	conn, err := m.runtime.DialLoopback(ctx, rec.ID, addr)
 	if errors.Is(err, runtime.ErrNotRunning) {

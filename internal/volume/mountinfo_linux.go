@@ -7,8 +7,9 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // mount is one line of /proc/self/mountinfo.
@@ -48,32 +49,13 @@ func parseMountinfo(b []byte) ([]mount, error) {
 			return nil, fmt.Errorf("mountinfo: malformed line %q", sc.Text())
 		}
 		ms = append(ms, mount{
-			Target:   unescapeMountinfo(fields[4]),
+			Target:   mountinfo.Unescape(fields[4]),
 			FSType:   fields[sep+1],
-			Source:   unescapeMountinfo(fields[sep+2]),
+			Source:   mountinfo.Unescape(fields[sep+2]),
 			Optional: strings.Join(fields[6:sep], " "),
 		})
 	}
 	return ms, sc.Err()
-}
-
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space, \011, \012, \134).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var out strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		out.WriteByte(s[i])
-	}
-	return out.String()
 }
 
 // mountAt returns the topmost mount whose mount point is target.

@@ -30,19 +30,3 @@ func TestParseMountinfo(t *testing.T) {
 		t.Error("parseMountinfo accepted a malformed line")
 	}
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	tests := map[string]string{
-		`plain`:        "plain",
-		`a\040b`:       "a b",
-		`tab\011`:      "tab\t",
-		`trailing\`:    `trailing\`,
-		`short\04`:     `short\04`,
-		`not\999octal`: `not\999octal`,
-	}
-	for in, want := range tests {
-		if got := unescapeMountinfo(in); got != want {
-			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -1,0 +1,40 @@
+# Shared by the bench scripts: source it after cd to the repo root.
+ROOT=$PWD
+IMAGES_DIR=${IMAGES_DIR:-/var/cache/hiloop-test/images}
+IMAGE=${IMAGE:-minimal}
+hiloop=$ROOT/bin/hiloop
+
+# start_daemon [sandboxd flags...] starts a private sandboxd on $work and waits for it; it
+# sets HILOOP_HOST and daemon_pid and builds (or reuses) the test image.
+start_daemon() {
+	export HILOOP_HOST=unix://$work/s.sock
+	"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
+		--init-path "$ROOT/bin/hiloop-init" --log-level warn "$@" 2>"$work/sandboxd.log" &
+	daemon_pid=$!
+	for _ in $(seq 100); do $hiloop version >/dev/null 2>&1 && break; sleep 0.05; done
+	$hiloop image build "$IMAGE" >/dev/null 2>&1
+}
+
+# stop_daemon deletes every sandbox and snapshot, then stops the daemon.
+stop_daemon() {
+	for n in $($hiloop sandbox list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do
+		$hiloop sandbox delete --with-snapshots "$n" >/dev/null
+	done
+	for s in $($hiloop sandbox snapshot list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do
+		$hiloop sandbox snapshot delete "$s" >/dev/null
+	done
+	[ -n "${daemon_pid:-}" ] && kill "$daemon_pid" && wait "$daemon_pid" 2>/dev/null
+}
+
+# write_block NAME TEXT replaces the block between <!-- NAME:start --> and <!-- NAME:end --> in
+# docs/performance.md with TEXT.
+write_block() {
+	python3 - docs/performance.md "<!-- $1:start -->" "<!-- $1:end -->" "$2" <<'PY'
+import sys
+path, start, end, text = sys.argv[1:]
+doc = open(path).read()
+a, b = doc.index(start), doc.index(end)
+open(path, "w").write(doc[:a] + start + "\n" + text + "\n" + doc[b:])
+PY
+	echo "wrote docs/performance.md"
+}
