@@ -109,6 +109,7 @@ func TestScripts(t *testing.T) {
 			"leakcheck": cmdLeakcheck,
 			"waitfor":   cmdWaitfor,
 			"exits":     cmdExits,
+			"killinit":  cmdKillInit,
 		},
 	})
 }
@@ -325,6 +326,31 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
 	}
+}
+
+// cmdKillInit: killinit NAME kills the sandbox's init (PID 1 inside) with SIGKILL from the
+// host, as an OOM kill or an operator would.
+func cmdKillInit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: killinit NAME")
+	}
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	c, err := client.New("unix://"+d.socket, "")
+	ts.Check(err)
+	sb, err := c.GetSandbox(context.Background(), args[0])
+	ts.Check(err)
+	cgroup := runtime.CgroupPrefix(filepath.Join(d.dataDir, "runtime")) + sb.ID
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		cg, _ := os.ReadFile(filepath.Join(p, "cgroup"))
+		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		if strings.Contains(string(cg), "/"+cgroup+"\n") && strings.HasPrefix(string(cmdline), "/.hiloop/init") {
+			pid, _ := strconv.Atoi(filepath.Base(p))
+			ts.Check(syscall.Kill(pid, syscall.SIGKILL))
+			return
+		}
+	}
+	ts.Fatalf("no init found for sandbox %s (cgroup %s)", args[0], cgroup)
 }
 
 // scriptEnv is the environment a script's exec would get.

@@ -193,7 +193,18 @@ func (m *Manager) Get(ctx context.Context, name string) (api.Sandbox, error) {
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return m.view(ctx, rec), nil
+	return m.liveView(ctx, rec), nil
+}
+
+// liveView is view with the truth about a sandbox recorded as running whose init is gone
+// (killed from the host, say): it is reported failed until a start brings it back.
+func (m *Manager) liveView(ctx context.Context, rec store.Sandbox) api.Sandbox {
+	sb := m.view(ctx, rec)
+	if sb.State == api.StateRunning && !m.runtime.Running(rec.ID) {
+		sb.State = api.StateFailed
+		sb.Error = fmt.Sprintf("the sandbox's init is gone: `hiloop sandbox start %s` starts it again", rec.Name)
+	}
+	return sb
 }
 
 // List returns every sandbox, sorted by name.
@@ -204,7 +215,7 @@ func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	}
 	out := make([]api.Sandbox, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, m.view(ctx, rec))
+		out = append(out, m.liveView(ctx, rec))
 	}
 	return out, nil
 }
