@@ -26,7 +26,9 @@ build: ## build bin/hiloop, bin/hiloop-ssh, bin/sandboxd and bin/hiloop-init
 .PHONY: deps
 deps: ## install the Debian packages the daemon and the tests need (as root)
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
+	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then \
+		echo "missing Debian packages (install them as root): $$missing"; \
+	elif [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
