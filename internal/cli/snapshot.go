@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
@@ -98,9 +100,13 @@ different request is refused (idempotency_key_reused).`,
 				return err
 			}
 			if p.Name == "" {
-				// Named here so a retry with the same key is the same request, and so the
-				// progress of this seal can be looked up.
+				// Named here so the progress of this seal can be looked up; with a key, named
+				// after the key so that repeating the command is the same request.
 				p.Name = api.DefaultSnapshotName(args[0], time.Now())
+				if key != "" {
+					sum := sha256.Sum256([]byte(key))
+					p.Name = snapshotNameFor(args[0], hex.EncodeToString(sum[:4]))
+				}
 			}
 			var opts []client.CallOption
 			if key != "" {
@@ -123,6 +129,14 @@ different request is refused (idempotency_key_reused).`,
 	cmd.Flags().StringVar(&key, "idempotency-key", "", "make the request safe to repeat: the same key returns the same snapshot")
 	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// snapshotNameFor is "<sandbox>-<suffix>", the sandbox part cut to keep within the name limit.
+func snapshotNameFor(sandbox, suffix string) string {
+	if len(sandbox)+1+len(suffix) > api.MaxNameLen {
+		sandbox = sandbox[:api.MaxNameLen-1-len(suffix)]
+	}
+	return sandbox + "-" + suffix
 }
 
 // showProgress draws a progress bar for a sealing snapshot until ctx ends.

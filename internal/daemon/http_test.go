@@ -84,6 +84,11 @@ func TestIdempotencyKeyReplaysFirstAnswer(t *testing.T) {
 	if st3 != 409 || errorCode(t, b3) != api.CodeIdempotencyKeyReused || calls.Load() != 1 {
 		t.Fatalf("reuse: %d %s", st3, b3)
 	}
+	// The query is part of the request: ?with_snapshots=true is not the same call.
+	st3, b3 = post(t, srv.URL+"/v1/things?force=true", "k", `{"name":"a"}`)
+	if st3 != 409 || errorCode(t, b3) != api.CodeIdempotencyKeyReused || calls.Load() != 1 {
+		t.Fatalf("reuse with another query: %d %s", st3, b3)
+	}
 	// Errors are answers too: the repeat gets the same error without running again.
 	st4, b4 := post(t, srv.URL+"/v1/things", "k2", `{"name":"taken"}`)
 	st5, b5 := post(t, srv.URL+"/v1/things", "k2", `{"name":"taken"}`)
@@ -140,5 +145,24 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 || errorCode(t, string(b)) != api.CodeNotFound {
 		t.Errorf("unknown: %d %s", resp.StatusCode, b)
+	}
+}
+
+// Keys are forgotten by the lock table once their requests are done, so a daemon that sees a
+// fresh key on every call does not grow.
+func TestIdempotencyLocksAreReleased(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	idem := newIdempotency(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	unlock := idem.lock("k")
+	if len(idem.busy) != 1 {
+		t.Fatalf("busy while held: %d", len(idem.busy))
+	}
+	unlock()
+	if len(idem.busy) != 0 {
+		t.Fatalf("busy after release: %d", len(idem.busy))
 	}
 }

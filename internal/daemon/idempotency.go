@@ -25,23 +25,37 @@ type idempotency struct {
 	log   *slog.Logger
 
 	mu   sync.Mutex
-	busy map[string]*sync.Mutex // one request per key at a time
+	busy map[string]*keyLock // one request per key at a time; gone when no request holds it
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
 }
 
 func newIdempotency(st *store.Store, log *slog.Logger) *idempotency {
-	return &idempotency{store: st, log: log, busy: map[string]*sync.Mutex{}}
+	return &idempotency{store: st, log: log, busy: map[string]*keyLock{}}
 }
 
-func (i *idempotency) keyLock(key string) func() {
+// lock serializes requests with the same key; the returned func unlocks.
+func (i *idempotency) lock(key string) func() {
 	i.mu.Lock()
 	l, ok := i.busy[key]
 	if !ok {
-		l = &sync.Mutex{}
+		l = &keyLock{}
 		i.busy[key] = l
 	}
+	l.users++
 	i.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	return func() {
+		l.Unlock()
+		i.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(i.busy, key)
+		}
+		i.mu.Unlock()
+	}
 }
 
 func (i *idempotency) wrap(next handlerFunc) handlerFunc {
@@ -57,10 +71,10 @@ func (i *idempotency) wrap(next handlerFunc) handlerFunc {
 		if err != nil {
 			return api.Errorf(api.CodeBodyTooLarge, "request body is larger than %d bytes", api.MaxBodyBytes)
 		}
-		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\n" + string(body)))
+		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.RequestURI() + "\n" + string(body)))
 		fingerprint := hex.EncodeToString(sum[:])
 
-		defer i.keyLock(key)()
+		defer i.lock(key)()
 		rec, err := i.store.GetReceipt(key)
 		switch {
 		case err == nil && rec.Fingerprint != fingerprint:

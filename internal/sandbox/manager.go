@@ -319,12 +319,14 @@ func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
 	if err := m.setState(rec, api.StateStopping, ""); err != nil {
 		return err
 	}
-	if err := m.stopContainer(ctx, rec); err != nil {
+	err := m.stopContainer(ctx, rec)
+	// Sessions into the sandbox end whether or not the teardown finished.
+	m.stopped(rec.Name)
+	if err != nil {
 		_ = m.setState(rec, api.StateFailed, err.Error())
 		return fmt.Errorf("stop sandbox %q: %w", rec.Name, err)
 	}
 	rec.StartedAt = nil
-	m.stopped(rec.Name)
 	return m.setState(rec, api.StateStopped, "")
 }
 
@@ -361,11 +363,12 @@ func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
 	if err := m.setState(rec, api.StateDeleting, ""); err != nil {
 		return err
 	}
-	if err := m.teardown(ctx, *rec); err != nil {
+	err := m.teardown(ctx, *rec)
+	m.stopped(rec.Name)
+	if err != nil {
 		_ = m.setState(rec, api.StateFailed, err.Error())
 		return fmt.Errorf("delete sandbox %q: %w", rec.Name, err)
 	}
-	m.stopped(rec.Name)
 	return m.store.DeleteSandbox(rec.Name)
 }
 

@@ -196,10 +196,19 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
 	if sn.State != string(api.SnapshotReady) {
 		return snapshotInProgress(name)
 	}
-	if err := snapper.DeleteSnapshot(ctx, sn.ID); err != nil {
-		return fmt.Errorf("delete snapshot %q: %w", name, err)
+	return m.dropSnapshot(ctx, snapper, sn)
+}
+
+// dropSnapshot removes a ready snapshot: the record first, so a crash in between leaves a copy
+// with no record, which Reconcile removes, never a record with no copy.
+func (m *Manager) dropSnapshot(ctx context.Context, snapper volume.Snapshotter, sn store.Snapshot) error {
+	if err := m.store.DeleteSnapshot(sn.Name); err != nil {
+		return err
 	}
-	return m.store.DeleteSnapshot(name)
+	if err := snapper.DeleteSnapshot(ctx, sn.ID); err != nil {
+		return fmt.Errorf("delete snapshot %q: %w", sn.Name, err)
+	}
+	return nil
 }
 
 // Restore rolls a stopped sandbox's workspace back to a snapshot.
@@ -275,10 +284,7 @@ func (m *Manager) deleteSnapshotsOf(ctx context.Context, sandboxID string) error
 		if sn.SandboxID != sandboxID {
 			continue
 		}
-		if err := snapper.DeleteSnapshot(ctx, sn.ID); err != nil {
-			return fmt.Errorf("delete snapshot %q: %w", sn.Name, err)
-		}
-		if err := m.store.DeleteSnapshot(sn.Name); err != nil {
+		if err := m.dropSnapshot(ctx, snapper, sn); err != nil {
 			return err
 		}
 	}

@@ -212,7 +212,8 @@ var ciphers = []string{"aes128-gcm@openssh.com", "aes256-gcm@openssh.com"}
 
 func (s *Server) serverConfig(ctx glider.Context) *gossh.ServerConfig {
 	return &gossh.ServerConfig{
-		Config: gossh.Config{Ciphers: ciphers},
+		Config:                    gossh.Config{Ciphers: ciphers},
+		VerifiedPublicKeyCallback: s.verified,
 		AuthLogCallback: func(md gossh.ConnMetadata, method string, err error) {
 			if err != nil {
 				if method != "none" {
@@ -238,12 +239,20 @@ func (s *Server) serverConfig(ctx glider.Context) *gossh.ServerConfig {
 	}
 }
 
-// authorize lets a key in only for an existing sandbox; both checks always run and a refusal
-// looks the same whichever failed, so the endpoint reveals no sandbox names.
-func (s *Server) authorize(ctx glider.Context, key glider.PublicKey) bool {
-	exists := s.cfg.Sandboxes.Exists(ctx.User())
-	authorized := s.cfg.Keys.Authorized(key)
-	return exists && authorized
+// authorize accepts a registered key whatever the user name. SSH lets a client ask whether a key
+// would do without proving it holds the private half; an answer that depended on the sandbox
+// would let anyone with a published public key probe for sandbox names. The sandbox is checked
+// in verified, once the signature is good, and refused there like a wrong key.
+func (s *Server) authorize(_ glider.Context, key glider.PublicKey) bool {
+	return s.cfg.Keys.Authorized(key)
+}
+
+// verified refuses a proven key for a sandbox that does not exist, as an authentication failure.
+func (s *Server) verified(conn gossh.ConnMetadata, _ gossh.PublicKey, perms *gossh.Permissions, _ string) (*gossh.Permissions, error) {
+	if !s.cfg.Sandboxes.Exists(conn.User()) {
+		return nil, errors.New("no such sandbox")
+	}
+	return perms, nil
 }
 
 // CloseSandbox ends every session and forward of the named sandbox by closing the connections

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,8 +36,14 @@ type Client struct {
 	token   string
 	http    *retryablehttp.Client
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	// DaemonVersion is the version the daemon last reported.
-	DaemonVersion string
+
+	daemonVersion atomic.Value // string: the version the daemon last reported
+}
+
+// DaemonVersion returns the version the daemon reported on its last answer ("" before any).
+func (c *Client) DaemonVersion() string {
+	v, _ := c.daemonVersion.Load().(string)
+	return v
 }
 
 // UnreachableError says the daemon could not be reached at all.
@@ -182,7 +189,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any, opts ...
 		return nil, c.transportError(err)
 	}
 	if v := resp.Header.Get(api.VersionHeader); v != "" {
-		c.DaemonVersion = v
+		c.daemonVersion.Store(v)
 	}
 	if resp.StatusCode >= 400 {
 		defer resp.Body.Close()

@@ -63,7 +63,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	defer conn.CloseNow()
 	conn.SetReadLimit(api.MaxBodyBytes)
 	if v := resp.Header.Get(api.VersionHeader); v != "" {
-		c.DaemonVersion = v
+		c.daemonVersion.Store(v)
 	}
 
 	first, _ := json.Marshal(req)
