@@ -459,16 +459,14 @@ func TestBuildLeavesNoMounts(t *testing.T) {
 	assertNoBuildDirs(t, s, "fake")
 }
 
-// TestBuildMinimal builds the real minimal image with debootstrap (minutes; needs root and the
-// network or HILOOP_DEBOOTSTRAP_CACHE). HILOOP_TEST_IMAGE_DIR keeps the result for other tests.
+// TestBuildMinimal builds the real minimal image with debootstrap into the test image cache
+// (HILOOP_TEST_IMAGES, shared with the other packages' tests), so it costs a debootstrap only
+// when the definition changed; HILOOP_TEST_IMAGE_FORCE=1 rebuilds it anyway.
 func TestBuildMinimal(t *testing.T) {
-	if os.Getenv("HILOOP_TEST_IMAGE_BUILD") != "1" {
-		t.Skip("set HILOOP_TEST_IMAGE_BUILD=1 to run debootstrap")
-	}
 	requireRoot(t)
-	dir := os.Getenv("HILOOP_TEST_IMAGE_DIR")
+	dir := os.Getenv("HILOOP_TEST_IMAGES")
 	if dir == "" {
-		dir = t.TempDir()
+		dir = "/var/cache/hiloop-test/images"
 	}
 	s := &Store{Dir: dir}
 	var progress progressLog

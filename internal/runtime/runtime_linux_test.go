@@ -275,7 +275,7 @@ func TestExec(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.needs != "" && !fileExists(filepath.Join(testRootfs, tc.needs)) {
-				t.Skipf("image has no /%s", tc.needs)
+				t.Fatalf("the test image has no /%s", tc.needs)
 			}
 			res := run(t, r, s.ID, tc.spec, tc.stdin)
 			if res.err != nil {
