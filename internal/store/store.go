@@ -67,6 +67,9 @@ func Open(path string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
+// Bolt returns the daemon's bbolt database, for packages that keep their own buckets in it.
+func (s *Store) Bolt() *bolt.DB { return s.db }
+
 // Sandbox is the stored record of one sandbox.
 type Sandbox struct {
 	ID           string     `json:"id"`

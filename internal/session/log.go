@@ -1,0 +1,410 @@
+// Package session owns the durable, sequenced event log of every session: it stores events in the
+// "events" bucket of the daemon's bbolt file and streams them to watchers. It knows nothing of ACP,
+// harnesses or HTTP, and must not touch any other bucket.
+//
+// TODO(sessions issue): the supervisor, ACP client (acp-go-sdk) and permission broker come next
+// and write here; nothing in the daemon uses the log yet.
+package session
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Event types, the fixed set a session log accepts.
+const (
+	TypePrompt             = "prompt"
+	TypeUpdate             = "update"
+	TypePermission         = "permission"
+	TypePermissionResolved = "permission_resolved"
+	TypeTurnEnd            = "turn_end"
+	TypeError              = "error"
+	TypeNotice             = "notice"
+)
+
+var eventTypes = map[string]bool{
+	TypePrompt: true, TypeUpdate: true, TypePermission: true, TypePermissionResolved: true,
+	TypeTurnEnd: true, TypeError: true, TypeNotice: true,
+}
+
+var bucketEvents = []byte("events") // session id → nested bucket: big-endian seq → Event JSON
+
+const (
+	// maxBatch bounds how many appends share one transaction and fsync.
+	maxBatch = 4096
+	// subscriberBuffer is how many live events a watcher may fall behind before it is cut off.
+	subscriberBuffer = 1024
+	// replayPage is how many stored events a subscription reads per transaction while catching up.
+	replayPage = 1024
+)
+
+// ErrSlow ends a subscription whose watcher fell behind its buffer; it must reconnect from the
+// last seq it received.
+var ErrSlow = errors.New("session event watcher fell behind; reconnect from the last seq received")
+
+// ErrClosed is returned by Append, and ends subscriptions, once the log is closed.
+var ErrClosed = errors.New("session event log is closed")
+
+// ErrUnknownType is returned by Append for an event type outside the fixed set.
+var ErrUnknownType = errors.New("unknown event type")
+
+// Event is one entry of a session's log. Seq starts at 1 per session, with no holes.
+type Event struct {
+	Seq  uint64          `json:"seq"`
+	Type string          `json:"type"` // prompt, update, permission, permission_resolved, turn_end, error, notice
+	Time time.Time       `json:"time"`
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Log is the durable event log of all sessions. One writer goroutine assigns sequence numbers and
+// group-commits concurrent appends, so a chatty producer pays for one fsync per batch, not per event.
+type Log struct {
+	db   *bolt.DB
+	reqs chan *appendReq // unbuffered: a send succeeds only while the writer is running
+	quit chan struct{}
+	done chan struct{} // closed when the writer has exited
+
+	mu        sync.Mutex
+	closed    bool
+	published map[string]uint64                     // session → highest seq handed to watchers
+	subs      map[string]map[*Subscription]struct{} // session → live watchers
+}
+
+type appendReq struct {
+	session string
+	typ     string
+	data    json.RawMessage
+	ev      Event
+	err     error
+	done    chan struct{}
+}
+
+// OpenLog opens the event log kept in db, creating its bucket if needed, and starts its writer.
+func OpenLog(db *bolt.DB) (*Log, error) {
+	err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketEvents)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("init events bucket: %w", err)
+	}
+	l := &Log{
+		db:        db,
+		reqs:      make(chan *appendReq),
+		quit:      make(chan struct{}),
+		done:      make(chan struct{}),
+		published: map[string]uint64{},
+		subs:      map[string]map[*Subscription]struct{}{},
+	}
+	go l.write()
+	return l, nil
+}
+
+// Close stops the writer after the appends already taken and ends every subscription with
+// ErrClosed. It does not close the database, which belongs to the caller.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.quit)
+	l.mu.Unlock()
+	<-l.done
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, set := range l.subs {
+		for s := range set {
+			s.end(ErrClosed)
+		}
+	}
+	return nil
+}
+
+// Append stores one event for session and returns it once it is durable. It is published to
+// watchers only after that.
+func (l *Log) Append(session, typ string, data json.RawMessage) (Event, error) {
+	if session == "" {
+		return Event{}, errors.New("append event: session id is empty")
+	}
+	if !eventTypes[typ] {
+		return Event{}, fmt.Errorf("append event: %w %q (want prompt, update, permission, permission_resolved, turn_end, error or notice)", ErrUnknownType, typ)
+	}
+	if len(data) > 0 && !json.Valid(data) {
+		return Event{}, fmt.Errorf("append %s event: data is not valid JSON", typ)
+	}
+	r := &appendReq{session: session, typ: typ, data: data, done: make(chan struct{})}
+	select {
+	case l.reqs <- r:
+	case <-l.quit:
+		return Event{}, ErrClosed
+	}
+	<-r.done
+	return r.ev, r.err
+}
+
+// write is the single writer: it takes every append waiting, commits them in one transaction,
+// publishes them, then answers their callers. While one batch is being fsynced the next queues up.
+func (l *Log) write() {
+	defer close(l.done)
+	next := map[string]uint64{} // session → last seq committed, cached from the bucket
+	batch := make([]*appendReq, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-l.reqs:
+			batch = append(batch, r)
+		case <-l.quit:
+			return
+		}
+		// Callers just answered are waking up to append again; let them join this batch.
+		runtime.Gosched()
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-l.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		err := l.commit(batch, next)
+		if err != nil {
+			clear(next) // the seqs handed out were not stored; reload from the bucket
+			for _, r := range batch {
+				r.err = fmt.Errorf("append %s event to session %s: %w", r.typ, r.session, err)
+			}
+		} else {
+			l.publish(batch)
+		}
+		for _, r := range batch {
+			close(r.done)
+		}
+	}
+}
+
+func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
+	return l.db.Update(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bucketEvents)
+		now := time.Now().UTC()
+		for _, r := range batch {
+			b, err := root.CreateBucketIfNotExists([]byte(r.session))
+			if err != nil {
+				return err
+			}
+			seq, ok := next[r.session]
+			if !ok {
+				if k, _ := b.Cursor().Last(); k != nil {
+					seq = binary.BigEndian.Uint64(k)
+				}
+			}
+			seq++
+			next[r.session] = seq
+			r.ev = Event{Seq: seq, Type: r.typ, Time: now, Data: r.data}
+			v, err := json.Marshal(r.ev)
+			if err != nil {
+				return err
+			}
+			if err := b.Put(seqKey(seq), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// publish hands committed events to live watchers. It never blocks: a watcher whose buffer is
+// full is cut off with ErrSlow.
+func (l *Log) publish(batch []*appendReq) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range batch {
+		l.published[r.session] = r.ev.Seq
+		for s := range l.subs[r.session] {
+			if r.ev.Seq <= s.cursor {
+				continue // already read from the store while catching up
+			}
+			select {
+			case s.c <- r.ev:
+				s.cursor = r.ev.Seq
+			default:
+				s.end(ErrSlow)
+			}
+		}
+	}
+}
+
+// Since returns up to limit stored events of session with Seq > after, in order. A limit of 0 or
+// less means no limit. An unknown session has no events.
+func (l *Log) Since(session string, after uint64, limit int) ([]Event, error) {
+	var out []Event
+	err := l.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents).Bucket([]byte(session))
+		if b == nil {
+			return nil
+		}
+		if limit > 0 {
+			out = make([]Event, 0, min(limit, 4096))
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			var ev Event
+			if err := json.Unmarshal(v, &ev); err != nil {
+				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			out = append(out, ev)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events of session %s: %w", session, err)
+	}
+	return out, nil
+}
+
+func seqKey(seq uint64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, seq)
+	return k
+}
+
+// Subscription streams a session's events to one watcher: every stored event after its cursor,
+// then live ones.
+type Subscription struct {
+	l       *Log
+	session string
+	c       chan Event
+	stop    chan struct{} // closed by Close while catching up
+
+	// Guarded by l.mu.
+	cursor  uint64 // last seq sent on c
+	live    bool   // registered with the publisher, which is then the only sender on c
+	closing bool
+	ended   bool
+	err     error
+}
+
+// Subscribe streams every stored event of session with Seq > after, then live ones, with no gap
+// and no duplicate between the two.
+func (l *Log) Subscribe(session string, after uint64) *Subscription {
+	s := &Subscription{
+		l:       l,
+		session: session,
+		c:       make(chan Event, subscriberBuffer),
+		stop:    make(chan struct{}),
+		cursor:  after,
+	}
+	go s.catchUp(after)
+	return s
+}
+
+// catchUp sends stored events until it has read everything the publisher has handed out, then
+// registers the subscription as live under the same lock the publisher holds, so nothing published
+// in between is missed; the publisher skips what catchUp already sent.
+func (s *Subscription) catchUp(cursor uint64) {
+	l := s.l
+	for {
+		evs, err := l.Since(s.session, cursor, replayPage)
+		if err != nil {
+			l.mu.Lock()
+			s.end(err)
+			l.mu.Unlock()
+			return
+		}
+		for _, ev := range evs {
+			select {
+			case s.c <- ev:
+				cursor = ev.Seq
+			case <-s.stop:
+				l.mu.Lock()
+				s.end(nil)
+				l.mu.Unlock()
+				return
+			case <-l.quit:
+				l.mu.Lock()
+				s.end(ErrClosed)
+				l.mu.Unlock()
+				return
+			}
+		}
+		if len(evs) == replayPage {
+			continue
+		}
+		l.mu.Lock()
+		switch {
+		case s.closing:
+			s.end(nil)
+		case l.closed:
+			s.end(ErrClosed)
+		case l.published[s.session] <= cursor:
+			s.cursor = cursor
+			s.live = true
+			set := l.subs[s.session]
+			if set == nil {
+				set = map[*Subscription]struct{}{}
+				l.subs[s.session] = set
+			}
+			set[s] = struct{}{}
+		default:
+			l.mu.Unlock()
+			continue // more was published while reading; read it from the store
+		}
+		l.mu.Unlock()
+		return
+	}
+}
+
+// end closes the channel once; l.mu must be held, and c must have no other sender.
+func (s *Subscription) end(err error) {
+	if s.ended {
+		return
+	}
+	s.ended = true
+	s.err = err
+	if s.live {
+		set := s.l.subs[s.session]
+		delete(set, s)
+		if len(set) == 0 {
+			delete(s.l.subs, s.session)
+		}
+	}
+	close(s.c)
+}
+
+// C returns the channel of events. It is closed when the subscription ends.
+func (s *Subscription) C() <-chan Event { return s.c }
+
+// Err says why the subscription ended, once C is closed: ErrSlow if the watcher fell behind (it
+// must reconnect from its last seq), ErrClosed if the log closed, nil after Close.
+func (s *Subscription) Err() error {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return s.err
+}
+
+// Close ends the subscription. Events already buffered in C may still be read.
+func (s *Subscription) Close() {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	switch {
+	case s.ended:
+	case s.live:
+		s.end(nil)
+	case !s.closing:
+		// catchUp is the only sender on c until it goes live; let it close c itself.
+		s.closing = true
+		close(s.stop)
+	}
+}

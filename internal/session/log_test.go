@@ -1,0 +1,386 @@
+package session
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// openTestLog opens a log on a fresh bbolt file. noSync skips fsync for tests that check ordering,
+// not durability, so they stay fast under -race.
+func openTestLog(t testing.TB, noSync bool) (*Log, *bolt.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "hiloop.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: noSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLog(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		db.Close()
+	})
+	return l, db, path
+}
+
+func data(i int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)) }
+
+// appendN appends n update events to session from k goroutines and fails the test on any error.
+func appendN(t testing.TB, l *Log, session string, n, k int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, k)
+	for g := range k {
+		wg.Go(func() {
+			for i := g; i < n; i += k {
+				if _, err := l.Append(session, TypeUpdate, data(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func checkSeqs(t *testing.T, evs []Event, from, to uint64) {
+	t.Helper()
+	if uint64(len(evs)) != to-from+1 {
+		t.Fatalf("got %d events, want %d (seq %d..%d)", len(evs), to-from+1, from, to)
+	}
+	for i, ev := range evs {
+		if want := from + uint64(i); ev.Seq != want {
+			t.Fatalf("event %d has seq %d, want %d", i, ev.Seq, want)
+		}
+	}
+}
+
+func TestAppendConcurrentSeqHasNoHoles(t *testing.T) {
+	l, _, _ := openTestLog(t, false)
+	const appenders, each = 8, 200
+	var mu sync.Mutex
+	var seqs []uint64
+	var wg sync.WaitGroup
+	for g := range appenders {
+		wg.Go(func() {
+			for i := range each {
+				ev, err := l.Append("s1", TypeUpdate, data(g*each+i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				seqs = append(seqs, ev.Seq)
+				mu.Unlock()
+			}
+		})
+	}
+	// Another session interleaved must keep its own sequence.
+	wg.Go(func() {
+		for i := range 50 {
+			if ev, err := l.Append("s2", TypeNotice, nil); err != nil || ev.Seq != uint64(i+1) {
+				t.Errorf("s2 append %d: seq %d, err %v", i, ev.Seq, err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for i, s := range seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("returned seqs have a hole or duplicate at %d: %d", i, s)
+		}
+	}
+	evs, err := l.Since("s1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, evs, 1, appenders*each)
+}
+
+func TestSinceLimit(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	appendN(t, l, "s", 10, 1)
+	tests := []struct {
+		after    uint64
+		limit    int
+		from, to uint64
+	}{
+		{0, 0, 1, 10},
+		{3, 4, 4, 7},
+		{8, 100, 9, 10},
+		{10, 5, 11, 10},
+		{50, 0, 51, 50},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("after=%d,limit=%d", tt.after, tt.limit), func(t *testing.T) {
+			evs, err := l.Since("s", tt.after, tt.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSeqs(t, evs, tt.from, tt.to)
+		})
+	}
+	evs, err := l.Since("nobody", 0, 0)
+	if err != nil || len(evs) != 0 {
+		t.Fatalf("unknown session: %v, %v", evs, err)
+	}
+	evs, _ = l.Since("s", 4, 1)
+	if evs[0].Type != TypeUpdate || string(evs[0].Data) != `{"i":4}` || evs[0].Time.IsZero() {
+		t.Fatalf("stored event not returned as appended: %+v", evs[0])
+	}
+}
+
+func TestDurableAcrossReopen(t *testing.T) {
+	l, db, path := openTestLog(t, false)
+	appendN(t, l, "s", 25, 4)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append("s", TypeNotice, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v, want ErrClosed", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err = OpenLog(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	evs, err := l.Since("s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, evs, 1, 25)
+	ev, err := l.Append("s", TypeTurnEnd, json.RawMessage(`{"stop_reason":"end_turn"}`))
+	if err != nil || ev.Seq != 26 {
+		t.Fatalf("append after reopen: seq %d, err %v; want 26", ev.Seq, err)
+	}
+}
+
+// receive reads from sub until it sees seq last, checking each seq follows the previous one.
+func receive(t *testing.T, sub *Subscription, after, last uint64) {
+	t.Helper()
+	want := after + 1
+	timeout := time.After(30 * time.Second)
+	for want <= last {
+		select {
+		case ev, ok := <-sub.C():
+			if !ok {
+				t.Fatalf("subscription ended at seq %d: %v", want-1, sub.Err())
+			}
+			if ev.Seq != want {
+				t.Fatalf("got seq %d, want %d", ev.Seq, want)
+			}
+			want++
+		case <-timeout:
+			t.Fatalf("timed out waiting for seq %d", want)
+		}
+	}
+}
+
+func TestSubscribeMidStream(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	const total = 10000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		appendN(t, l, "s", total, 4)
+	}()
+	// Wait until the stream is well under way, then join behind its head.
+	for {
+		evs, _ := l.Since("s", 1999, 1)
+		if len(evs) == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	const cursor = 1500
+	sub := l.Subscribe("s", cursor)
+	defer sub.Close()
+	receive(t, sub, cursor, total)
+	<-done
+	select {
+	case ev := <-sub.C():
+		t.Fatalf("extra event after the last: seq %d", ev.Seq)
+	case <-time.After(50 * time.Millisecond):
+	}
+	sub.Close()
+	if _, ok := <-sub.C(); ok {
+		t.Fatal("C not closed after Close")
+	}
+	if err := sub.Err(); err != nil {
+		t.Fatalf("Err after Close = %v, want nil", err)
+	}
+}
+
+func TestSubscribeFromZeroBeforeAnyEvent(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	sub := l.Subscribe("s", 0)
+	defer sub.Close()
+	appendN(t, l, "s", 100, 2)
+	receive(t, sub, 0, 100)
+}
+
+func TestReconnectAtRandomPoints(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	const total, reconnects = 10000, 100
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		appendN(t, l, "s", total, 4)
+	}()
+	var last uint64
+	n := 0
+	timeout := time.After(60 * time.Second)
+	for last < total || n < reconnects {
+		sub := l.Subscribe("s", last)
+		read := 1 + rand.IntN(2*total/reconnects)
+	stream:
+		for range read {
+			if last == total {
+				// The stream is over; later reconnects must see nothing new.
+				select {
+				case ev, ok := <-sub.C():
+					if ok {
+						t.Fatalf("after reconnect %d got seq %d past the end", n, ev.Seq)
+					}
+				case <-time.After(time.Millisecond):
+				}
+				break stream
+			}
+			select {
+			case ev, ok := <-sub.C():
+				if !ok {
+					if !errors.Is(sub.Err(), ErrSlow) {
+						t.Fatalf("subscription ended: %v", sub.Err())
+					}
+					break stream // fell behind: reconnect from last, like a client would
+				}
+				if ev.Seq != last+1 {
+					t.Fatalf("after reconnect %d got seq %d, want %d", n, ev.Seq, last+1)
+				}
+				last = ev.Seq
+			case <-timeout:
+				t.Fatalf("timed out at seq %d after %d reconnects", last, n)
+			}
+		}
+		sub.Close()
+		n++
+	}
+	<-done
+	if last != total {
+		t.Fatalf("last seq %d, want %d", last, total)
+	}
+}
+
+func TestSlowSubscriberIsCutOff(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	stuck := l.Subscribe("s", 0) // never reads
+	defer stuck.Close()
+	reader := l.Subscribe("s", 0)
+	defer reader.Close()
+	// Let both catch up (there is nothing stored) and go live before the stream starts.
+	waitLive(t, l, "s", 2)
+
+	const total = 3 * subscriberBuffer
+	received := make(chan struct{})
+	go func() {
+		defer close(received)
+		receive(t, reader, 0, total)
+	}()
+	start := time.Now()
+	appendN(t, l, "s", total, 1)
+	withStuck := time.Since(start)
+	<-received
+
+	n := 0
+	for range stuck.C() {
+		n++
+	}
+	if !errors.Is(stuck.Err(), ErrSlow) {
+		t.Fatalf("stuck subscriber Err = %v, want ErrSlow", stuck.Err())
+	}
+	if n != subscriberBuffer {
+		t.Fatalf("stuck subscriber had %d buffered events, want %d", n, subscriberBuffer)
+	}
+
+	// The same stream on another session with no watchers: the stuck one must not have cost much.
+	start = time.Now()
+	appendN(t, l, "other", total, 1)
+	without := time.Since(start)
+	t.Logf("%d appends: %v with a stuck watcher, %v without", total, withStuck, without)
+	if withStuck > 3*without+time.Second {
+		t.Fatalf("stuck watcher slowed appends: %v vs %v", withStuck, without)
+	}
+}
+
+func waitLive(t testing.TB, l *Log, session string, n int) {
+	t.Helper()
+	for range 5000 {
+		l.mu.Lock()
+		got := len(l.subs[session])
+		l.mu.Unlock()
+		if got >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("subscriptions did not go live")
+}
+
+func TestAppendRefusesBadInput(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	if _, err := l.Append("s", "bogus", nil); !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("unknown type: err %v, want ErrUnknownType", err)
+	}
+	if _, err := l.Append("", TypePrompt, nil); err == nil {
+		t.Fatal("empty session accepted")
+	}
+	if _, err := l.Append("s", TypePrompt, json.RawMessage(`{not json`)); err == nil {
+		t.Fatal("invalid JSON data accepted")
+	}
+	for typ := range eventTypes {
+		if _, err := l.Append("s", typ, nil); err != nil {
+			t.Fatalf("type %s refused: %v", typ, err)
+		}
+	}
+	evs, _ := l.Since("s", 0, 0)
+	checkSeqs(t, evs, 1, uint64(len(eventTypes)))
+}
+
+func TestCloseLogEndsSubscriptions(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	sub := l.Subscribe("s", 0)
+	waitLive(t, l, "s", 1)
+	l.Close()
+	if _, ok := <-sub.C(); ok {
+		t.Fatal("C not closed")
+	}
+	if !errors.Is(sub.Err(), ErrClosed) {
+		t.Fatalf("Err = %v, want ErrClosed", sub.Err())
+	}
+	sub.Close() // after the end is a no-op
+}
