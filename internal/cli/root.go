@@ -52,6 +52,7 @@ func Run(f *Factory, args []string) int {
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	err := root.ExecuteContext(context.Background())
+	warnVersionSkew(f)
 	if err == nil {
 		return ExitOK
 	}
@@ -70,6 +71,16 @@ func Run(f *Factory, args []string) int {
 		}
 	}
 	return code
+}
+
+// warnVersionSkew tells, on stderr, when the CLI and the daemon it talked to are different builds.
+func warnVersionSkew(f *Factory) {
+	if f.client == nil {
+		return
+	}
+	if daemon := f.client.DaemonVersion(); daemon != "" && daemon != Version && Version != "dev" && daemon != "dev" {
+		fmt.Fprintf(f.IO.ErrOut, "hiloop: warning: this CLI is %s but sandboxd is %s; update the older one\n", Version, daemon)
+	}
 }
 
 // exitCode maps an error to hiloop's documented exit codes.

@@ -121,6 +121,8 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		defer t.Stop()
 	}
 	go d.readExecInput(ctx, s.conn, proc, &exited)
+	stopPings := keepAlive(ctx, s.conn, proc)
+	defer stopPings()
 
 	status, waitErr := proc.Wait()
 	exited.Store(true)
@@ -175,6 +177,33 @@ func (d *Daemon) readExecInput(ctx context.Context, conn *websocket.Conn, proc r
 			_ = proc.Signal(c.Signal)
 		}
 	}
+}
+
+// execPingInterval is how often an exec's client is pinged; one that stops answering (gone
+// without closing its connection) has its command's process tree killed.
+const execPingInterval = 30 * time.Second
+
+func keepAlive(ctx context.Context, conn *websocket.Conn, proc runtime.Process) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(execPingInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				pingCtx, done := context.WithTimeout(ctx, execPingInterval)
+				err := conn.Ping(pingCtx)
+				done()
+				if err != nil && ctx.Err() == nil {
+					_ = proc.Kill()
+					return
+				}
+			}
+		}
+	}()
+	return cancel
 }
 
 // execStream serializes writes on the exec WebSocket.
