@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -127,9 +126,13 @@ pinning the endpoint's host key.`,
 			if err != nil {
 				return err
 			}
+			keyPath, err := ensureCLIKey(cmd.Context(), c, dir)
+			if err != nil {
+				return err
+			}
 			var blocks []string
 			for _, name := range names {
-				block, err := sshConfigBlock(cmd.Context(), f, dir, name)
+				block, err := hostBlock(cmd.Context(), c, dir, keyPath, name, name+".hiloop")
 				if err != nil {
 					return err
 				}
@@ -139,26 +142,6 @@ pinning the endpoint's host key.`,
 			return nil
 		},
 	}
-}
-
-func sshConfigBlock(ctx context.Context, f *Factory, dir, name string) (string, error) {
-	c, err := f.Client()
-	if err != nil {
-		return "", err
-	}
-	info, err := c.SSHInfo(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	keyPath, err := ensureCLIKey(ctx, c, dir)
-	if err != nil {
-		return "", err
-	}
-	knownHosts, err := pinHostKey(dir, info)
-	if err != nil {
-		return "", err
-	}
-	return sshHostBlock(name+".hiloop", info, keyPath, knownHosts), nil
 }
 
 func newCmdSSHKey(f *Factory) *cobra.Command {

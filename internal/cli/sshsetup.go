@@ -147,10 +147,6 @@ func pinHostKey(dir string, info api.SSHInfo) (string, error) {
 // sshConfigFor prepares everything ssh needs to reach sandbox name and returns the path of a
 // generated ssh_config whose Host "NAME.hiloop" (and "NAME") reaches it.
 func sshConfigFor(ctx context.Context, c *client.Client, name string) (string, error) {
-	info, err := c.SSHInfo(ctx, name)
-	if err != nil {
-		return "", err
-	}
 	dir, err := sshDir()
 	if err != nil {
 		return "", err
@@ -159,13 +155,26 @@ func sshConfigFor(ctx context.Context, c *client.Client, name string) (string, e
 	if err != nil {
 		return "", err
 	}
-	knownHosts, err := pinHostKey(dir, info)
+	block, err := hostBlock(ctx, c, dir, keyPath, name, name+".hiloop "+name)
 	if err != nil {
 		return "", err
 	}
 	cfg := filepath.Join(dir, name+".config")
-	block := sshHostBlock(name+".hiloop "+name, info, keyPath, knownHosts)
 	return cfg, writeFileAtomic(cfg, []byte(block), 0o600)
+}
+
+// hostBlock asks the daemon how to reach sandbox name, pins the endpoint's host key, and returns
+// the ssh_config Host block for patterns.
+func hostBlock(ctx context.Context, c *client.Client, dir, keyPath, name, patterns string) (string, error) {
+	info, err := c.SSHInfo(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	knownHosts, err := pinHostKey(dir, info)
+	if err != nil {
+		return "", err
+	}
+	return sshHostBlock(patterns, info, keyPath, knownHosts), nil
 }
 
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {

@@ -105,7 +105,7 @@ func TestXFSPool(t *testing.T) {
 		if x.Pool() != "" {
 			t.Errorf("pool %s made on a host filesystem that clones files", x.Pool())
 		}
-		t.Skip("the host filesystem clones files: no pool needed")
+		return // the host filesystem clones files: no pool needed, and none was made
 	}
 	if want := x.Dir() + ".pool.img"; x.Pool() != want {
 		t.Fatalf("Pool = %q, want %q", x.Pool(), want)
