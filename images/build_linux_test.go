@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 // progressLog collects progress lines and can signal when one containing a word arrives.
@@ -365,20 +367,8 @@ func TestMentions(t *testing.T) {
 	}
 }
 
-// requireRoot skips a test that needs root, or fails it under CI=true where a skip would hide it.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (CI=true)")
-	}
-	t.Skip("this test needs root")
-}
-
 func TestStorePruneKeepsMountedGeneration(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	ctx := context.Background()
 	s := newFakeStore(t, okScript)
 	first, err := s.Build(ctx, "fake", nil)
@@ -420,7 +410,7 @@ func TestStorePruneKeepsMountedGeneration(t *testing.T) {
 }
 
 func TestRemoveTreeRefusesMounts(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	inner := filepath.Join(dir, "dev")
 	if err := os.Mkdir(inner, 0o755); err != nil {
@@ -442,7 +432,7 @@ func TestRemoveTreeRefusesMounts(t *testing.T) {
 }
 
 func TestBuildLeavesNoMounts(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	// A script that mounts inside its rootfs and then dies without unmounting, as a killed
 	// debootstrap would: nothing may stay mounted, and cleanup must succeed.
 	s := newFakeStore(t, `mkdir -p "$1/proc"; mount -t tmpfs tmpfs "$1/proc"; grep -q " $1/proc " /proc/self/mountinfo; log mounted; exit 1`+"\n")
@@ -463,7 +453,7 @@ func TestBuildLeavesNoMounts(t *testing.T) {
 // (HILOOP_TEST_IMAGES, shared with the other packages' tests), so it costs a debootstrap only
 // when the definition changed; HILOOP_TEST_IMAGE_FORCE=1 rebuilds it anyway.
 func TestBuildMinimal(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := os.Getenv("HILOOP_TEST_IMAGES")
 	if dir == "" {
 		dir = "/var/cache/hiloop-test/images"

@@ -25,6 +25,7 @@ import (
 	"github.com/hiloop/hiloop/internal/cli"
 	"github.com/hiloop/hiloop/internal/daemon"
 	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -38,17 +39,6 @@ func TestMain(m *testing.M) {
 		"hiloop-ssh": func() { os.Exit(cli.SSHShimMain()) },
 		"sandboxd":   func() { os.Exit(daemon.Main()) },
 	})
-}
-
-// requireRoot skips when not root, except under CI=true where it fails.
-func requireRoot(t *testing.T) {
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("end-to-end tests need root and CI runs as root")
-	}
-	t.Skip("end-to-end tests need root")
 }
 
 var (
@@ -98,7 +88,7 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 }
 
 func TestScripts(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	prepare(t)
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("..", "..", "testdata", "script"),

@@ -13,6 +13,7 @@ import (
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/internal/volume"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -31,20 +32,9 @@ func (p *pausingXFS) Snapshot(ctx context.Context, id, snapID string, progress v
 	return p.XFS.Snapshot(ctx, id, snapID, progress)
 }
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root and CI runs as root")
-	}
-	t.Skip("this test needs root")
-}
-
 func newTestManager(t *testing.T) (*Manager, *pausingXFS) {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir, err := os.MkdirTemp("/tmp", "hlm")
 	if err != nil {
 		t.Fatal(err)

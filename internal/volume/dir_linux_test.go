@@ -11,10 +11,12 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 func TestDirDriver(t *testing.T) {
-	requireRoot(t) // chown to 1000
+	testenv.RequireRoot(t) // chown to 1000
 	ctx := context.Background()
 	d, err := NewDir(filepath.Join(t.TempDir(), "volumes"))
 	if err != nil {

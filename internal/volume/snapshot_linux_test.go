@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 // writeRandom writes n bytes of incompressible, never-zero data to path and fsyncs it, so the
@@ -761,7 +763,7 @@ func TestXFSNoSpace(t *testing.T) {
 // everything once no volume is mounted.
 func TestXFSRestartAndClose(t *testing.T) {
 	ctx := context.Background()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "volumes")
 	x1, err := NewXFS(dir)
 	if err != nil {

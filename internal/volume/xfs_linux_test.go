@@ -17,23 +17,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// requireRoot skips a test that needs root, or fails it under CI=true where a skip would hide it.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (CI=true)")
-	}
-	t.Skip("this test needs root")
-}
+	"github.com/hiloop/hiloop/internal/testenv"
+)
 
 func newTestXFS(t testing.TB) *XFS {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	x, err := NewXFS(filepath.Join(dir, "volumes"))
 	if err != nil {
