@@ -2,8 +2,7 @@
 // "events" bucket of the daemon's bbolt file and streams them to watchers. It knows nothing of ACP,
 // harnesses or HTTP, and must not touch any other bucket.
 //
-// TODO(sessions issue): the supervisor, ACP client (acp-go-sdk) and permission broker come next
-// and write here; nothing in the daemon uses the log yet.
+// internal/acp (the session supervisor, ACP client and permission broker) is its writer.
 package session
 
 import (
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Event types, the fixed set a session log accepts.
@@ -52,6 +52,9 @@ var ErrSlow = errors.New("session event watcher fell behind; reconnect from the 
 // ErrClosed is returned by Append, and ends subscriptions, once the log is closed.
 var ErrClosed = errors.New("session event log is closed")
 
+// ErrDeleted ends the subscriptions of a session whose events were deleted.
+var ErrDeleted = errors.New("session was deleted")
+
 // ErrUnknownType is returned by Append for an event type outside the fixed set.
 var ErrUnknownType = errors.New("unknown event type")
 
@@ -64,15 +67,16 @@ type Event struct {
 }
 
 // Log is the durable event log of all sessions. One writer goroutine assigns sequence numbers and
-// group-commits concurrent appends, so a chatty producer pays for one fsync per batch, not per event.
+// group-commits queued appends, so a chatty producer pays for one fsync per batch, not per event.
 type Log struct {
 	db   *bolt.DB
-	reqs chan *appendReq // unbuffered: a send succeeds only while the writer is running
-	quit chan struct{}
-	done chan struct{} // closed when the writer has exited
+	reqs chan *appendReq // buffered: a producer queues while the writer fsyncs the previous batch
+	quit chan struct{}   // closed by Close once no producer can queue any more
+	done chan struct{}   // closed when the writer has exited
 
 	mu        sync.Mutex
 	closed    bool
+	producers sync.WaitGroup                        // producers between the closed check and their send
 	published map[string]uint64                     // session → highest seq handed to watchers
 	subs      map[string]map[*Subscription]struct{} // session → live watchers
 }
@@ -81,6 +85,7 @@ type appendReq struct {
 	session string
 	typ     string
 	data    json.RawMessage
+	del     bool // delete the session's events instead of appending
 	ev      Event
 	err     error
 	done    chan struct{}
@@ -97,7 +102,7 @@ func OpenLog(db *bolt.DB) (*Log, error) {
 	}
 	l := &Log{
 		db:        db,
-		reqs:      make(chan *appendReq),
+		reqs:      make(chan *appendReq, maxBatch),
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
 		published: map[string]uint64{},
@@ -107,7 +112,7 @@ func OpenLog(db *bolt.DB) (*Log, error) {
 	return l, nil
 }
 
-// Close stops the writer after the appends already taken and ends every subscription with
+// Close commits every append already queued, stops the writer and ends every subscription with
 // ErrClosed. It does not close the database, which belongs to the caller.
 func (l *Log) Close() error {
 	l.mu.Lock()
@@ -116,8 +121,9 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
-	close(l.quit)
 	l.mu.Unlock()
+	l.producers.Wait() // the writer still runs, so every producer's send completes
+	close(l.quit)
 	<-l.done
 
 	l.mu.Lock()
@@ -133,26 +139,66 @@ func (l *Log) Close() error {
 // Append stores one event for session and returns it once it is durable. It is published to
 // watchers only after that.
 func (l *Log) Append(session, typ string, data json.RawMessage) (Event, error) {
-	if session == "" {
-		return Event{}, errors.New("append event: session id is empty")
-	}
-	if !eventTypes[typ] {
-		return Event{}, fmt.Errorf("append event: %w %q (want prompt, update, permission, permission_resolved, turn_end, error or notice)", ErrUnknownType, typ)
-	}
-	if len(data) > 0 && !json.Valid(data) {
-		return Event{}, fmt.Errorf("append %s event: data is not valid JSON", typ)
-	}
-	r := &appendReq{session: session, typ: typ, data: data, done: make(chan struct{})}
-	select {
-	case l.reqs <- r:
-	case <-l.quit:
-		return Event{}, ErrClosed
-	}
-	<-r.done
-	return r.ev, r.err
+	return l.Enqueue(session, typ, data).Wait()
 }
 
-// write is the single writer: it takes every append waiting, commits them in one transaction,
+// Pending is an append that was queued; Wait returns the stored event once it is durable.
+type Pending struct {
+	r   *appendReq
+	err error
+}
+
+// Wait blocks until the event is durable (or failed) and returns it.
+func (p Pending) Wait() (Event, error) {
+	if p.err != nil {
+		return Event{}, p.err
+	}
+	<-p.r.done
+	return p.r.ev, p.r.err
+}
+
+// Enqueue queues one event for session without waiting for it to be stored: events queued by one
+// goroutine are stored, and published, in the order they were queued. It blocks only while the
+// queue is full. Bad input and a closed log fail at once, in the returned Pending.
+func (l *Log) Enqueue(session, typ string, data json.RawMessage) Pending {
+	if session == "" {
+		return Pending{err: errors.New("append event: session id is empty")}
+	}
+	if !eventTypes[typ] {
+		return Pending{err: fmt.Errorf("append event: %w %q (want prompt, update, permission, permission_resolved, turn_end, error or notice)", ErrUnknownType, typ)}
+	}
+	if len(data) > 0 && !json.Valid(data) {
+		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
+	}
+	r := &appendReq{session: session, typ: typ, data: data, done: make(chan struct{})}
+	return Pending{r: r, err: l.send(r)}
+}
+
+func (l *Log) send(r *appendReq) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.producers.Add(1)
+	l.mu.Unlock()
+	l.reqs <- r
+	l.producers.Done()
+	return nil
+}
+
+// DeleteSession removes every event of session and ends its subscriptions. Appends queued before
+// it are stored first, then deleted with the rest.
+func (l *Log) DeleteSession(session string) error {
+	r := &appendReq{session: session, del: true, done: make(chan struct{})}
+	if err := l.send(r); err != nil {
+		return err
+	}
+	<-r.done
+	return r.err
+}
+
+// write is the single writer: it takes every queued append, commits them in one transaction,
 // publishes them, then answers their callers. While one batch is being fsynced the next queues up.
 func (l *Log) write() {
 	defer close(l.done)
@@ -164,7 +210,11 @@ func (l *Log) write() {
 		case r := <-l.reqs:
 			batch = append(batch, r)
 		case <-l.quit:
-			return
+			// Close waited for every producer, so whatever is still queued is all there is.
+			if len(l.reqs) == 0 {
+				return
+			}
+			batch = append(batch, <-l.reqs)
 		}
 		// Callers just answered are waking up to append again; let them join this batch.
 		runtime.Gosched()
@@ -182,6 +232,9 @@ func (l *Log) write() {
 			clear(next) // the seqs handed out were not stored; reload from the bucket
 			for _, r := range batch {
 				r.err = fmt.Errorf("append %s event to session %s: %w", r.typ, r.session, err)
+				if r.del {
+					r.err = fmt.Errorf("delete events of session %s: %w", r.session, err)
+				}
 			}
 		} else {
 			l.publish(batch)
@@ -197,6 +250,13 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 		root := tx.Bucket(bucketEvents)
 		now := time.Now().UTC()
 		for _, r := range batch {
+			if r.del {
+				delete(next, r.session)
+				if err := root.DeleteBucket([]byte(r.session)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+					return err
+				}
+				continue
+			}
 			b, err := root.CreateBucketIfNotExists([]byte(r.session))
 			if err != nil {
 				return err
@@ -228,6 +288,13 @@ func (l *Log) publish(batch []*appendReq) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range batch {
+		if r.del {
+			delete(l.published, r.session)
+			for s := range l.subs[r.session] {
+				s.end(ErrDeleted)
+			}
+			continue
+		}
 		l.published[r.session] = r.ev.Seq
 		for s := range l.subs[r.session] {
 			if r.ev.Seq <= s.cursor {
@@ -387,7 +454,8 @@ func (s *Subscription) end(err error) {
 func (s *Subscription) C() <-chan Event { return s.c }
 
 // Err says why the subscription ended, once C is closed: ErrSlow if the watcher fell behind (it
-// must reconnect from its last seq), ErrClosed if the log closed, nil after Close.
+// must reconnect from its last seq), ErrClosed if the log closed, ErrDeleted if the session was
+// deleted, nil after Close.
 func (s *Subscription) Err() error {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()

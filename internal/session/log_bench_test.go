@@ -35,6 +35,21 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkEnqueue measures one producer queueing durable appends without waiting for each, as
+// the session supervisor stores a harness's updates; the last one is waited for.
+func BenchmarkEnqueue(b *testing.B) {
+	l, _, _ := openTestLog(b, false)
+	payload := data(42)
+	var last Pending
+	for b.Loop() {
+		last = l.Enqueue("s", TypeUpdate, payload)
+	}
+	if _, err := last.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
 // BenchmarkReplay100k reads 100,000 stored events from cursor 0, with Since and with a Subscription.
 func BenchmarkReplay100k(b *testing.B) {
 	const total = 100000

@@ -384,3 +384,80 @@ func TestCloseLogEndsSubscriptions(t *testing.T) {
 	}
 	sub.Close() // after the end is a no-op
 }
+
+func TestEnqueueKeepsOneProducersOrder(t *testing.T) {
+	l, _, _ := openTestLog(t, false)
+	const n = 20000
+	var last Pending
+	for i := range n {
+		last = l.Enqueue("s", TypeUpdate, data(i))
+	}
+	ev, err := last.Wait()
+	if err != nil || ev.Seq != n {
+		t.Fatalf("last enqueued = %d, %v; want seq %d", ev.Seq, err, n)
+	}
+	evs, err := l.Since("s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, evs, 1, n)
+	for i, ev := range evs {
+		if string(ev.Data) != string(data(i)) {
+			t.Fatalf("event %d holds %s, want %s", ev.Seq, ev.Data, data(i))
+		}
+	}
+}
+
+func TestCloseStoresWhatWasQueued(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hiloop.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := OpenLog(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if p := l.Enqueue("s", TypeUpdate, data(i)); p.err != nil {
+			t.Fatal(p.err)
+		}
+	}
+	l.Close()
+	if _, err := l.Enqueue("s", TypeUpdate, data(0)).Wait(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Enqueue after Close = %v, want ErrClosed", err)
+	}
+	l2, err := OpenLog(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	evs, _ := l2.Since("s", 0, 0)
+	checkSeqs(t, evs, 1, 1000)
+}
+
+func TestDeleteSession(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	appendN(t, l, "gone", 10, 1)
+	appendN(t, l, "kept", 5, 1)
+	sub := l.Subscribe("gone", 10)
+	waitLive(t, l, "gone", 1)
+	if err := l.DeleteSession("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-sub.C(); ok {
+		t.Fatal("subscription of a deleted session still open")
+	}
+	if !errors.Is(sub.Err(), ErrDeleted) {
+		t.Fatalf("Err = %v, want ErrDeleted", sub.Err())
+	}
+	if evs, _ := l.Since("gone", 0, 0); len(evs) != 0 {
+		t.Fatalf("deleted session still has %d events", len(evs))
+	}
+	evs, _ := l.Since("kept", 0, 0)
+	checkSeqs(t, evs, 1, 5)
+	if err := l.DeleteSession("never-was"); err != nil {
+		t.Fatalf("deleting an unknown session: %v", err)
+	}
+}

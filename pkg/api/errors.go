@@ -24,6 +24,11 @@ const (
 	CodeSSHKeyNotFound       ErrorCode = "ssh_key_not_found"      // 404
 	CodeSSHKeyExists         ErrorCode = "ssh_key_exists"         // 409: the name or the key is registered already
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // 405
+	CodeSessionNotFound      ErrorCode = "session_not_found"      // 404
+	CodeHarnessNotFound      ErrorCode = "harness_not_found"      // 400: no harness adapter by that name
+	CodeTurnInProgress       ErrorCode = "turn_in_progress"       // 409: the session's turn is still running
+	CodePermissionNotFound   ErrorCode = "permission_not_found"   // 404: no such request in the session
+	CodePermissionDecided    ErrorCode = "permission_decided"     // 409: answered already, differently
 	CodeSandboxExists        ErrorCode = "sandbox_exists"         // 409: name already taken
 	CodeSandboxNotRunning    ErrorCode = "sandbox_not_running"    // 409: the call needs a running sandbox
 	CodeInvalidState         ErrorCode = "invalid_state"          // 409: the sandbox is busy in another transition
@@ -52,6 +57,11 @@ var statusOf = map[ErrorCode]int{
 	CodeSSHKeyNotFound:       http.StatusNotFound,
 	CodeSSHKeyExists:         http.StatusConflict,
 	CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	CodeSessionNotFound:      http.StatusNotFound,
+	CodeHarnessNotFound:      http.StatusBadRequest,
+	CodeTurnInProgress:       http.StatusConflict,
+	CodePermissionNotFound:   http.StatusNotFound,
+	CodePermissionDecided:    http.StatusConflict,
 	CodeSandboxExists:        http.StatusConflict,
 	CodeSandboxNotRunning:    http.StatusConflict,
 	CodeInvalidState:         http.StatusConflict,

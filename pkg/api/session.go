@@ -1,0 +1,260 @@
+package api
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// PermissionPolicy says how a session answers a harness's permission requests.
+type PermissionPolicy string
+
+// The permission policies.
+const (
+	// PolicyAutoApprove answers with the harness's one-time allow option (chosen by its kind,
+	// allow_once) and logs the pair as auto-approved. The default.
+	PolicyAutoApprove PermissionPolicy = "auto-approve"
+	// PolicyAsk shows the request to operators; the turn waits until one answers or cancels.
+	PolicyAsk PermissionPolicy = "ask"
+)
+
+// ValidatePolicy checks a policy named in a request; empty is allowed (inherit the default).
+func ValidatePolicy(field string, p PermissionPolicy) error {
+	switch p {
+	case "", PolicyAutoApprove, PolicyAsk:
+		return nil
+	}
+	return Errorf(CodeInvalidArgument, "invalid %s %q: use auto-approve or ask", field, p)
+}
+
+// The ACP permission option kinds. Answers name a kind, never a harness's option id.
+const (
+	OptionAllowOnce    = "allow_once"
+	OptionAllowAlways  = "allow_always"
+	OptionRejectOnce   = "reject_once"
+	OptionRejectAlways = "reject_always"
+)
+
+// Session event types; see SessionEvent.
+const (
+	EventPrompt             = "prompt"
+	EventUpdate             = "update"
+	EventPermission         = "permission"
+	EventPermissionResolved = "permission_resolved"
+	EventTurnEnd            = "turn_end"
+	EventError              = "error"
+	EventNotice             = "notice"
+)
+
+// StopReasonError is the turn_end stop reason of a turn that failed (an error event precedes it);
+// the other stop reasons are ACP's: end_turn, max_tokens, max_turn_requests, refusal, cancelled.
+const StopReasonError = "error"
+
+// SessionState is whether a session's turn is running.
+type SessionState string
+
+// The session states.
+const (
+	// SessionIdle takes a prompt.
+	SessionIdle SessionState = "idle"
+	// SessionRunning has a turn in progress; a prompt now is turn_in_progress.
+	SessionRunning SessionState = "running"
+	// SessionWaiting has a turn waiting for an operator's answer to a permission request.
+	SessionWaiting SessionState = "waiting_permission"
+)
+
+// Defaults of a new session.
+const (
+	DefaultHarness    = "claude-code"
+	DefaultSessionCwd = "/workspace"
+)
+
+// MaxPromptBytes bounds the text of one prompt.
+const MaxPromptBytes = 256 << 10
+
+// SessionsPost is the body of POST /v1/sessions.
+type SessionsPost struct {
+	// Sandbox is the sandbox the session's harness runs in, e.g. "web".
+	Sandbox string `json:"sandbox"`
+	// Harness is the harness adapter, e.g. "claude-code" (default), "codex", "opencode", "fake".
+	Harness string `json:"harness,omitempty"`
+	// Cwd is the absolute working directory in the sandbox (default /workspace).
+	Cwd string `json:"cwd,omitempty"`
+	// PermissionPolicy overrides the sandbox's policy for this session: "auto-approve" or "ask".
+	PermissionPolicy PermissionPolicy `json:"permission_policy,omitempty"`
+}
+
+var sessionIDRE = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
+
+// ValidateSessionID checks the shape of a session id in a path.
+func ValidateSessionID(id string) error {
+	if !sessionIDRE.MatchString(id) {
+		return Errorf(CodeSessionNotFound, "session %q not found: session ids are lowercase letters and digits, as `hiloop session list` shows them", id)
+	}
+	return nil
+}
+
+// Normalize fills the defaults of a create request and validates every field but the harness
+// name, which the daemon checks against its registry.
+func (p *SessionsPost) Normalize() error {
+	if err := ValidateName("sandbox", p.Sandbox); err != nil {
+		return err
+	}
+	if p.Harness == "" {
+		p.Harness = DefaultHarness
+	}
+	if p.Cwd == "" {
+		p.Cwd = DefaultSessionCwd
+	}
+	if !strings.HasPrefix(p.Cwd, "/") || strings.ContainsRune(p.Cwd, 0) || len(p.Cwd) > 4096 {
+		return Errorf(CodeInvalidArgument, "invalid cwd %q: use an absolute path in the sandbox, e.g. /workspace", p.Cwd)
+	}
+	return ValidatePolicy("permission_policy", p.PermissionPolicy)
+}
+
+// Session is a session as the API reports it.
+type Session struct {
+	// ID names the session in every call, e.g. "k3x9q2m7v4b8".
+	ID string `json:"id"`
+	// Sandbox is the sandbox its harness runs in.
+	Sandbox string `json:"sandbox"`
+	// Harness is the harness adapter's name.
+	Harness string `json:"harness"`
+	// Cwd is the working directory of the session in the sandbox.
+	Cwd string `json:"cwd"`
+	// PermissionPolicy is the policy in effect (the session's own or its sandbox's).
+	PermissionPolicy PermissionPolicy `json:"permission_policy"`
+	// State is idle, running or waiting_permission.
+	State SessionState `json:"state"`
+	// LastSeq is the seq of the session's last stored event (0 for none).
+	LastSeq uint64 `json:"last_seq"`
+	// ACPSessionID is the harness's id of the session, once a harness has served it.
+	ACPSessionID string `json:"acp_session_id,omitempty"`
+	// CreatedAt is when the session was created.
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SessionList is the body of GET /v1/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// PromptPost is the body of POST /v1/sessions/{id}/prompt.
+type PromptPost struct {
+	// Text is the user's message.
+	Text string `json:"text"`
+}
+
+// PromptAccepted is the answer to a prompt: it is stored as event Seq and the turn runs on.
+type PromptAccepted struct {
+	Seq uint64 `json:"seq"`
+}
+
+// SessionEvent is one entry of a session's event log. Seq starts at 1 with no holes.
+type SessionEvent struct {
+	Seq uint64 `json:"seq"`
+	// Type is prompt, update, permission, permission_resolved, turn_end, error or notice.
+	Type string    `json:"type"`
+	Time time.Time `json:"time"`
+	// Data depends on Type: PromptData, the ACP SessionUpdate exactly as the harness sent it,
+	// PermissionData, PermissionResolvedData, TurnEndData, ErrorData, NoticeData.
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// SessionEventList is the body of GET /v1/sessions/{id}/events.
+type SessionEventList struct {
+	Events []SessionEvent `json:"events"`
+}
+
+// MaxEventsPage is the most events one GET /v1/sessions/{id}/events returns.
+const MaxEventsPage = 10000
+
+// PromptData is the data of a prompt event.
+type PromptData struct {
+	Text string `json:"text"`
+}
+
+// PermissionOption is one answer a harness offers to a permission request.
+type PermissionOption struct {
+	OptionID string `json:"option_id"`
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+}
+
+// PermissionData is the data of a permission event: the harness asks to run a tool call.
+type PermissionData struct {
+	// ToolCallID identifies the request in answers (`hiloop session approve SESSION ID`).
+	ToolCallID string `json:"tool_call_id"`
+	// Title is the tool call's title, if the harness gave one.
+	Title string `json:"title,omitempty"`
+	// ToolCall is the ACP ToolCallUpdate of the request, as the harness sent it.
+	ToolCall json.RawMessage `json:"tool_call"`
+	// Options are the answers the harness offers.
+	Options []PermissionOption `json:"options"`
+	// Policy is the policy that handles the request.
+	Policy PermissionPolicy `json:"policy"`
+}
+
+// How a permission request was resolved (PermissionResolvedData.By).
+const (
+	ResolvedByAutoApprove = "auto-approve"
+	ResolvedByOperator    = "operator"
+	ResolvedByCancel      = "cancel"
+	ResolvedByTurnEnd     = "turn_end" // the turn ended (the harness died) before anyone answered
+)
+
+// PermissionResolvedData is the data of a permission_resolved event.
+type PermissionResolvedData struct {
+	ToolCallID string `json:"tool_call_id"`
+	// Outcome is "selected" or "cancelled".
+	Outcome string `json:"outcome"`
+	// OptionID and Kind are the option selected (empty when cancelled).
+	OptionID string `json:"option_id,omitempty"`
+	Kind     string `json:"kind,omitempty"`
+	// By is auto-approve, operator, cancel or turn_end.
+	By string `json:"by"`
+}
+
+// The outcomes of a permission request.
+const (
+	OutcomeSelected  = "selected"
+	OutcomeCancelled = "cancelled"
+)
+
+// TurnEndData is the data of a turn_end event.
+type TurnEndData struct {
+	// StopReason is ACP's (end_turn, max_tokens, max_turn_requests, refusal, cancelled) or "error".
+	StopReason string `json:"stop_reason"`
+}
+
+// ErrorData is the data of an error event.
+type ErrorData struct {
+	Message string `json:"message"`
+	// HarnessLog is the host path of the harness's stderr log, when the harness is to blame.
+	HarnessLog string `json:"harness_log,omitempty"`
+}
+
+// NoticeData is the data of a notice event.
+type NoticeData struct {
+	Message string `json:"message"`
+}
+
+// PermissionAnswer is the body of POST /v1/sessions/{id}/permissions/{tool_call_id}.
+type PermissionAnswer struct {
+	// Kind is the option kind to select: allow_once, allow_always, reject_once or reject_always.
+	Kind string `json:"kind"`
+}
+
+// PermissionDecision is how a permission request was decided, the answer to PermissionAnswer.
+type PermissionDecision struct {
+	ToolCallID string `json:"tool_call_id"`
+	Outcome    string `json:"outcome"`
+	OptionID   string `json:"option_id,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	By         string `json:"by"`
+}
+
+// StreamCloseSlow is the WebSocket close code the stream ends with when the watcher fell behind;
+// reconnect with ?after=<last seq received>.
+const StreamCloseSlow = 4000
