@@ -17,10 +17,11 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/hiloop, bin/hiloop-ssh, bin/sandboxd and bin/hiloop-init
+build: ## build bin/hiloop, bin/hiloop-ssh, bin/sandboxd, bin/hiloop-init and bin/hiloop-fake-agent
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hiloop ./cmd/hiloop
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/hiloop-ssh ./cmd/hiloop-ssh
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/hiloop-init ./cmd/hiloop-init
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/hiloop-fake-agent ./cmd/hiloop-fake-agent
 	CGO_ENABLED=1 $(GO) build -tags '$(DAEMON_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
 
 .PHONY: deps
@@ -35,7 +36,7 @@ deps: ## install the Debian packages the daemon and the tests need (as root)
 
 .PHONY: install
 install: build ## install the binaries into $(PREFIX)/bin
-	install -m 0755 $(BIN)/hiloop $(BIN)/hiloop-ssh $(BIN)/sandboxd $(BIN)/hiloop-init $(PREFIX)/bin/
+	install -m 0755 $(BIN)/hiloop $(BIN)/hiloop-ssh $(BIN)/sandboxd $(BIN)/hiloop-init $(BIN)/hiloop-fake-agent $(PREFIX)/bin/
 
 .PHONY: quickstart
 quickstart: deps install ## set up hiloop: start sandboxd, build the base image, create a first sandbox

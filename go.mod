@@ -3,6 +3,7 @@ module github.com/hiloop/hiloop
 go 1.26.8
 
 require (
+	github.com/coder/acp-go-sdk v0.13.0
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/gliderlabs/ssh v0.3.8

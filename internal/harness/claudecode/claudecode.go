@@ -1,0 +1,109 @@
+// Package claudecode is the claude-code harness adapter: Claude Code in ACP mode through
+// @agentclientprotocol/claude-agent-acp, run on a Node 22 installed beside it. It says how to
+// install and start the harness and what environment it needs; it must not import
+// internal/harness, which builds its Adapter from these values.
+package claudecode
+
+import "strings"
+
+// Name is the harness name sessions use.
+const Name = "claude-code"
+
+// Version is the pinned claude-agent-acp release; it needs Node >= 22, and without the pin npm
+// on an older Node silently installs 0.49.0.
+const Version = "0.101.0"
+
+// Dir is where Install puts the adapter, its Node and the launcher.
+const Dir = "/opt/hiloop/harness/claude-code"
+
+// ConfigDir is CLAUDE_CONFIG_DIR. It is in /workspace so that sessions (under projects/) survive
+// a sandbox restart and session/load finds them; it is not /workspace/.claude, which Claude Code
+// would also read as the project's settings.
+const ConfigDir = "/workspace/.hiloop/claude-code"
+
+// Placeholder is the API key the harness sees; the gateway swaps in the real one.
+const Placeholder = "hiloop-placeholder-anthropic-api-key"
+
+// GatewayPath is the gateway's Anthropic route; Claude Code appends /v1/messages.
+const GatewayPath = "/anthropic"
+
+// Argv starts the launcher Install writes: it pins the permission mode, then runs the adapter.
+var Argv = []string{Dir + "/bin/claude-code-acp"}
+
+// Env returns the harness's environment for a gateway at gatewayURL; without a gateway the base
+// URL is left out.
+func Env(gatewayURL string) []string {
+	env := []string{
+		"ANTHROPIC_API_KEY=" + Placeholder,
+		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", // no telemetry or update checks: there is no way out but the gateway
+		"CLAUDE_CONFIG_DIR=" + ConfigDir,
+	}
+	if gatewayURL != "" {
+		env = append(env, "ANTHROPIC_BASE_URL="+strings.TrimRight(gatewayURL, "/")+GatewayPath)
+	}
+	return env
+}
+
+// Login is one way the harness authenticates to its model provider.
+type Login struct {
+	Name        string
+	Description string
+}
+
+// Logins are the logins claude-code supports.
+var Logins = []Login{
+	{Name: "api-key", Description: "an Anthropic API key, sent as x-api-key and swapped in by the gateway"},
+}
+
+// launcher starts claude-agent-acp on the Node 22 beside it. It first pins Claude Code's
+// permission mode to "default" in $CLAUDE_CONFIG_DIR/settings.json, keeping every other setting:
+// 0.101.0 otherwise starts in "auto", which asks the model instead of the ACP client. The config
+// dir is in /workspace, which the image build cannot reach, so the pin happens at every start.
+const launcher = `#!/bin/sh
+# Written by hiloop's claude-code install script. Pins Claude Code's permission mode to "default"
+# so that session/request_permission reaches the ACP client, then starts claude-agent-acp.
+set -eu
+dir=$(cd "$(dirname "$0")/.." && pwd)
+node="$dir/node_modules/node/bin/node"
+config="${CLAUDE_CONFIG_DIR:-$HOME/.claude}"
+mkdir -p "$config"
+"$node" -e '
+const fs = require("fs");
+const path = process.argv[1];
+let settings = {};
+try {
+  settings = JSON.parse(fs.readFileSync(path, "utf8"));
+} catch (e) {
+  if (e.code !== "ENOENT") throw e;
+}
+settings.permissions = { ...settings.permissions, defaultMode: "default" };
+fs.writeFileSync(path, JSON.stringify(settings, null, 2) + "\n");
+' "$config/settings.json"
+PATH="$dir/node_modules/node/bin:$PATH"
+export PATH
+exec "$node" "$dir/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js" "$@"
+`
+
+// Install installs Node 22 (the npm package node@22), the pinned adapter and the launcher into
+// Dir. It runs as root in the image's root filesystem and needs npm, which it takes from Debian
+// when the image has none.
+const Install = `set -euo pipefail
+dir=` + Dir + `
+if ! command -v npm >/dev/null 2>&1; then
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+mkdir -p "$dir/bin"
+cd "$dir"
+[ -f package.json ] || printf '{"private": true}\n' >package.json
+npm install --no-fund --no-audit --no-update-notifier node@22 @agentclientprotocol/claude-agent-acp@` + Version + `
+case "$("$dir/node_modules/node/bin/node" --version)" in
+v22.*) ;;
+*) echo "claude-code: node_modules/node/bin/node is not Node 22" >&2; exit 1 ;;
+esac
+test -f "$dir/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js"
+cat >"$dir/bin/claude-code-acp" <<'LAUNCHER'
+` + launcher + `LAUNCHER
+chmod 0755 "$dir/bin/claude-code-acp"
+chmod -R a+rX "$dir"
+`

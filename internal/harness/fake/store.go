@@ -1,0 +1,105 @@
+package fake
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+)
+
+// record is a session as persisted in <state>/sessions/<id>.json.
+type record struct {
+	ID    string       `json:"id"`
+	Cwd   string       `json:"cwd"`
+	Turns []turnRecord `json:"turns"`
+}
+
+// turnRecord is one finished turn: the prompt's text and the agent messages it produced.
+type turnRecord struct {
+	Prompt  string   `json:"prompt"`
+	Replies []string `json:"replies,omitempty"`
+}
+
+// validID keeps a session id from naming a path outside sessions/.
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// store keeps sessions and the configuration in a state directory.
+type store struct{ dir string }
+
+// config reads config.json; a missing file or field means true.
+func (s store) config() (Config, error) {
+	cfg := Config{Load: true, Resume: true}
+	data, err := os.ReadFile(filepath.Join(s.dir, ConfigFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, err
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return cfg, fmt.Errorf("%s: %w", filepath.Join(s.dir, ConfigFile), err)
+	}
+	return cfg, nil
+}
+
+func newSessionID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // never fails on Linux
+	return "fake-" + hex.EncodeToString(b)
+}
+
+func (s store) path(id string) string {
+	return filepath.Join(s.dir, "sessions", id+".json")
+}
+
+// load reads a session; ok is false when there is no such session.
+func (s store) load(id string) (rec record, ok bool, err error) {
+	if !validID.MatchString(id) {
+		return rec, false, nil
+	}
+	data, err := os.ReadFile(s.path(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, err
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return rec, false, fmt.Errorf("%s: %w", s.path(id), err)
+	}
+	return rec, true, nil
+}
+
+// save writes a session atomically, so a crash leaves the previous version or the new one.
+func (s store) save(rec record) error {
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(s.path(rec.ID))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, rec.ID+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), s.path(rec.ID))
+}

@@ -1,0 +1,167 @@
+package harness
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const gateway = "http://10.0.0.1:8080/"
+
+// secretLooking matches values that look like real credentials rather than placeholders.
+var secretLooking = regexp.MustCompile(`sk-[A-Za-z0-9_-]{8,}|sk-ant-|eyJ[A-Za-z0-9_-]{10,}|gh[pousr]_[A-Za-z0-9]{10,}`)
+
+// credentialName matches variables whose value must be a placeholder.
+var credentialName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSWORD)`)
+
+func TestEveryNameResolves(t *testing.T) {
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			a, err := Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Name != name {
+				t.Errorf("Lookup(%q).Name = %q", name, a.Name)
+			}
+			if len(a.Argv) == 0 || !filepath.IsAbs(a.Argv[0]) {
+				t.Errorf("argv %q: want an absolute program path", a.Argv)
+			}
+			if a.Env == nil {
+				t.Fatal("no Env func")
+			}
+			for _, gw := range []string{"", gateway} {
+				checkEnv(t, a.Env(Env{GatewayURL: gw}))
+			}
+			if name == "fake" {
+				if a.Install != "" || len(a.Logins) != 0 {
+					t.Errorf("fake: install %q, logins %v; the daemon provides it and it needs no login", a.Install, a.Logins)
+				}
+				return
+			}
+			if len(a.Logins) == 0 {
+				t.Error("no logins")
+			}
+			for _, l := range a.Logins {
+				if l.Name == "" || l.Description == "" {
+					t.Errorf("login %+v lacks a name or description", l)
+				}
+			}
+			checkInstall(t, a.Install)
+		})
+	}
+}
+
+func checkEnv(t *testing.T, env []string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, " \n") {
+			t.Errorf("env %q is not KEY=value", kv)
+			continue
+		}
+		if seen[k] {
+			t.Errorf("env sets %s twice", k)
+		}
+		seen[k] = true
+		if secretLooking.MatchString(v) {
+			t.Errorf("env %s has a secret-looking value %q", k, v)
+		}
+		if credentialName.MatchString(k) && !strings.Contains(v, "placeholder") {
+			t.Errorf("env %s=%q: a credential variable must hold a placeholder", k, v)
+		}
+	}
+}
+
+func checkInstall(t *testing.T, script string) {
+	t.Helper()
+	if script == "" {
+		t.Fatal("no install script")
+	}
+	out, err := exec.Command("bash", "-n", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Errorf("bash -n: %v\n%s", err, out)
+	}
+	if !strings.HasPrefix(script, "set -euo pipefail\n") {
+		t.Error("the install script does not stop at the first failure")
+	}
+	if !regexp.MustCompile(`npm install .*@\d+\.\d+\.\d+`).MatchString(script) {
+		t.Error("the install script does not pin an exact version")
+	}
+}
+
+func TestGatewayURLReachesTheHarness(t *testing.T) {
+	for name, want := range map[string]string{
+		"claude-code": "ANTHROPIC_BASE_URL=http://10.0.0.1:8080/anthropic",
+		"codex":       "OPENAI_BASE_URL=http://10.0.0.1:8080/openai/v1",
+	} {
+		a, _ := Lookup(name)
+		if env := a.Env(Env{GatewayURL: gateway}); !contains(env, want) {
+			t.Errorf("%s env %q lacks %q", name, env, want)
+		}
+		for _, kv := range a.Env(Env{}) {
+			if strings.Contains(kv, "BASE_URL") {
+				t.Errorf("%s without a gateway sets %q", name, kv)
+			}
+		}
+	}
+
+	a, _ := Lookup("opencode")
+	config := func(env []string) map[string]any {
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "OPENCODE_CONFIG_CONTENT="); ok {
+				var c struct {
+					Provider struct {
+						Anthropic struct{ Options map[string]any }
+					}
+				}
+				if err := json.Unmarshal([]byte(v), &c); err != nil {
+					t.Fatalf("OPENCODE_CONFIG_CONTENT: %v", err)
+				}
+				return c.Provider.Anthropic.Options
+			}
+		}
+		t.Fatal("no OPENCODE_CONFIG_CONTENT")
+		return nil
+	}
+	opts := config(a.Env(Env{GatewayURL: gateway}))
+	if opts["baseURL"] != "http://10.0.0.1:8080/anthropic/v1" || !strings.Contains(opts["apiKey"].(string), "placeholder") {
+		t.Errorf("opencode provider options %v", opts)
+	}
+	if opts := config(a.Env(Env{})); opts["baseURL"] != nil {
+		t.Errorf("opencode without a gateway sets baseURL %v", opts["baseURL"])
+	}
+}
+
+func TestUnknownNameListsTheNames(t *testing.T) {
+	_, err := Lookup("cursor")
+	if err == nil {
+		t.Fatal("no error for an unknown harness")
+	}
+	for _, name := range Names() {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not list %q", err, name)
+		}
+	}
+}
+
+func TestLookupReturnsCopies(t *testing.T) {
+	a, _ := Lookup("fake")
+	a.Argv[0] = "/bin/false"
+	if b, _ := Lookup("fake"); b.Argv[0] == "/bin/false" {
+		t.Error("changing an adapter's argv changed the registry")
+	}
+}
+
+func contains(env []string, kv string) bool {
+	for _, e := range env {
+		if e == kv {
+			return true
+		}
+	}
+	return false
+}
