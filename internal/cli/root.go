@@ -22,8 +22,8 @@ const (
 	ExitError       = 1 // any other failure
 	ExitUsage       = 2 // bad flags or arguments, or the daemon refused a value
 	ExitUnreachable = 3 // the daemon could not be reached
-	ExitNotFound    = 4 // no such sandbox or image
-	ExitConflict    = 5 // the sandbox's state or a name forbids the call
+	ExitNotFound    = 4 // no such sandbox, image, snapshot, key, session or permission request
+	ExitConflict    = 5 // the sandbox's or session's state, or a name, forbids the call
 	ExitUnsupported = 6 // this deployment cannot do that
 	ExitTimeout     = api.ExitCodeTimeout
 )
@@ -102,14 +102,14 @@ func exitCode(err error) int {
 	case errors.As(err, &apiErr):
 		switch apiErr.Code {
 		case api.CodeBadRequest, api.CodeInvalidArgument, api.CodeInvalidName, api.CodeBodyTooLarge,
-			api.CodeGrowNotLarger:
+			api.CodeGrowNotLarger, api.CodeHarnessNotFound:
 			return ExitUsage
 		case api.CodeSandboxNotFound, api.CodeImageNotFound, api.CodeSnapshotNotFound, api.CodeSSHKeyNotFound,
-			api.CodeNotFound:
+			api.CodeNotFound, api.CodeSessionNotFound, api.CodePermissionNotFound:
 			return ExitNotFound
 		case api.CodeSandboxExists, api.CodeSandboxNotRunning, api.CodeInvalidState,
 			api.CodeIdempotencyKeyReused, api.CodeBuildInProgress, api.CodeSnapshotExists,
-			api.CodeSnapshotInProgress, api.CodeSSHKeyExists:
+			api.CodeSnapshotInProgress, api.CodeSSHKeyExists, api.CodeTurnInProgress, api.CodePermissionDecided:
 			return ExitConflict
 		case api.CodeUnsupported:
 			return ExitUnsupported
@@ -137,7 +137,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&f.Host, "host", f.Host, "daemon address: unix:///path or http://host:port (env HILOOP_HOST)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newCmdSandbox(f), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f), newCmdVersion(f))
+	root.AddCommand(newCmdSandbox(f), newCmdSession(f), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f), newCmdVersion(f))
 	return root
 }
 

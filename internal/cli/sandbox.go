@@ -76,6 +76,7 @@ Everything outside /workspace comes back from the image on every start.`,
 	fl.IntVar(&opts.Post.WorkspaceGiB, "workspace-gib", 0, fmt.Sprintf("workspace capacity in GiB, %d-%d (default %d)", api.MinWorkspaceGiB, api.MaxWorkspaceGiB, api.DefaultWorkspaceGiB))
 	fl.Float64Var(&opts.Post.CPUs, "cpus", api.DefaultCPUs, "CPU limit in cores")
 	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", api.DefaultMemoryMB, "memory limit in MiB")
+	fl.StringVar((*string)(&opts.Post.PermissionPolicy), "permission-policy", string(api.PolicyAutoApprove), "how its agent sessions answer permission requests: auto-approve or ask (a session can override it)")
 	fl.StringVar(&opts.Post.Image, "image", api.DefaultImage, "image to start from (`hiloop image list`)")
 	fl.BoolVar(&opts.Post.NoStart, "no-start", false, "leave the new sandbox stopped")
 	fl.StringVar(&opts.Post.FromSnapshot, "from-snapshot", "", "start /workspace as a copy of this snapshot")
@@ -127,6 +128,7 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 		t.row("image:", sb.Image)
 		t.row("cpus:", strconv.FormatFloat(sb.CPUs, 'g', -1, 64))
 		t.row("memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
+		t.row("permissions:", string(sb.PermissionPolicy))
 		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
 		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
 		if sb.StartedAt != nil {

@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/acp"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
+	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/sshd"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/volume"
@@ -39,6 +41,9 @@ type Config struct {
 	ImagesDir string
 	// InitPath is the static hiloop-init binary every sandbox runs as PID 1.
 	InitPath string
+	// FakeAgentPath is the static hiloop-fake-agent binary, mounted into every sandbox for the
+	// fake harness; empty leaves it out.
+	FakeAgentPath string
 	// SSHListen turns the managed SSH endpoint on at this TCP address; empty leaves it off.
 	SSHListen string
 	// Version is the daemon's build version.
@@ -54,6 +59,8 @@ type Daemon struct {
 	volumes   volume.Driver
 	images    *images.Store
 	sandboxes *sandbox.Manager
+	events    *session.Log
+	sessions  *acp.Service
 	sshKeys   *sshKeys
 	ssh       *sshd.Server // nil while the endpoint is off
 }
@@ -100,10 +107,15 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tools := map[string]string{}
+	if d.cfg.FakeAgentPath != "" {
+		tools["hiloop-fake-agent"] = d.cfg.FakeAgentPath
+	}
 	rt, err := runtime.New(runtime.Config{
 		StateDir: filepath.Join(d.cfg.DataDir, "runtime"),
 		RunDir:   filepath.Join(d.cfg.DataDir, "run"),
 		InitPath: d.cfg.InitPath,
+		Tools:    tools,
 	})
 	if err != nil {
 		return err
@@ -111,6 +123,21 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
+	}
+	if d.events, err = session.OpenLog(d.store.Bolt()); err != nil {
+		return err
+	}
+	d.sessions = acp.New(acp.Config{
+		Store:     d.store,
+		Log:       d.events,
+		Sandboxes: d.sandboxes,
+		LogDir:    filepath.Join(d.cfg.DataDir, "harness"),
+		Version:   d.cfg.Version,
+		Logger:    d.log.With("component", "sessions"),
+	})
+	d.sandboxes.OnStop(d.sessions.SandboxStopped)
+	if err := d.sessions.Recover(ctx); err != nil {
+		return fmt.Errorf("recover sessions: %w", err)
 	}
 	if d.sshKeys, err = newSSHKeys(d.store); err != nil {
 		return err
@@ -131,8 +158,15 @@ func (d *Daemon) open(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the store. Sandboxes keep running; the next daemon picks them up.
+// Close stops the harnesses and releases the store. Sandboxes keep running; the next daemon
+// picks them up.
 func (d *Daemon) Close() error {
+	if d.sessions != nil {
+		d.sessions.Close()
+	}
+	if d.events != nil {
+		d.events.Close()
+	}
 	// With no workspace mounted the volume driver can let go of its own mount point too.
 	if c, ok := d.volumes.(interface{ Close() error }); ok {
 		if err := c.Close(); err != nil && !errors.Is(err, volume.ErrBusy) {
@@ -143,7 +177,7 @@ func (d *Daemon) Close() error {
 }
 
 func (d *Daemon) capabilities() []string {
-	caps := []string{"exec", "image_build"}
+	caps := []string{"exec", "image_build", "sessions"}
 	if d.ssh != nil {
 		caps = append(caps, "ssh")
 	}

@@ -59,6 +59,11 @@ func Main() int {
 			if err != nil {
 				return err
 			}
+			if cfg.FakeAgentPath == "" {
+				cfg.FakeAgentPath = findTool("hiloop-fake-agent", cfg.InitPath)
+			} else if cfg.FakeAgentPath, err = filepath.Abs(cfg.FakeAgentPath); err != nil {
+				return err
+			}
 			if os.Geteuid() != 0 {
 				return errors.New("sandboxd must run as root (it creates namespaces, cgroups and mounts)")
 			}
@@ -80,6 +85,7 @@ func Main() int {
 	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of built images (default <data-dir>/images)")
 	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
+	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := cmd.Execute(); err != nil {
@@ -98,6 +104,27 @@ func readToken(file string) (string, error) {
 		return "", fmt.Errorf("read token: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// findTool looks for an optional helper binary next to hiloop-init, next to the running binary,
+// then in $PATH; "" if it is nowhere.
+func findTool(name, initPath string) string {
+	dirs := []string{filepath.Dir(initPath)}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	for _, dir := range dirs {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	return ""
 }
 
 // findInit looks for hiloop-init next to the running binary, then in $PATH.

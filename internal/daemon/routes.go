@@ -34,6 +34,15 @@ func (d *Daemon) routes() []route {
 		{method: "GET", pattern: "/v1/ssh-keys", handle: d.listSSHKeys},
 		{method: "POST", pattern: "/v1/ssh-keys", handle: d.addSSHKey, idempotent: true},
 		{method: "DELETE", pattern: "/v1/ssh-keys/{key}", handle: d.removeSSHKey, idempotent: true},
+		{method: "GET", pattern: "/v1/sessions", handle: d.listSessions},
+		{method: "POST", pattern: "/v1/sessions", handle: d.createSession, idempotent: true},
+		{method: "GET", pattern: "/v1/sessions/{id}", handle: d.getSession},
+		{method: "DELETE", pattern: "/v1/sessions/{id}", handle: d.deleteSession, idempotent: true},
+		{method: "POST", pattern: "/v1/sessions/{id}/prompt", handle: d.promptSession, idempotent: true},
+		{method: "POST", pattern: "/v1/sessions/{id}/cancel", handle: d.cancelSession, idempotent: true},
+		{method: "POST", pattern: "/v1/sessions/{id}/permissions/{tool_call_id}", handle: d.answerPermission, idempotent: true},
+		{method: "GET", pattern: "/v1/sessions/{id}/events", handle: d.sessionEvents},
+		{method: "GET", pattern: "/v1/sessions/{id}/stream", handle: d.streamSession},
 		{method: "GET", pattern: "/v1/images", handle: d.listImages},
 		{method: "POST", pattern: "/v1/images/{name}/build", handle: d.buildImage},
 	}
@@ -93,6 +102,9 @@ func (d *Daemon) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := d.sandboxes.Delete(r.Context(), name, withSnapshots); err != nil {
+		return err
+	}
+	if err := d.sessions.SandboxDeleted(name); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

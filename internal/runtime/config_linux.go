@@ -5,8 +5,11 @@ package runtime
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"os"
+	"path"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +22,9 @@ import (
 
 // initPathInSandbox is where the host's hiloop-init is bind-mounted read-only.
 const initPathInSandbox = "/.hiloop/init"
+
+// ToolsDirInSandbox is where Config.Tools are bind-mounted read-only, one file each.
+const ToolsDirInSandbox = "/.hiloop/bin"
 
 // defaultCaps is Docker's default capability set: enough for sudo, apt and chown, not enough
 // to mount, load modules, trace across the host or change the clock.
@@ -86,7 +92,7 @@ func CgroupPrefix(stateDir string) string {
 }
 
 // ociSpec describes the sandbox as an OCI runtime spec; rootfs is the mounted overlay.
-func ociSpec(s Spec, rootfs, initPath, cgroup string) *specs.Spec {
+func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 	ns := []specs.LinuxNamespace{
 		{Type: specs.PIDNamespace},
 		{Type: specs.NetworkNamespace},
@@ -122,7 +128,7 @@ func ociSpec(s Spec, rootfs, initPath, cgroup string) *specs.Spec {
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-			{Destination: initPathInSandbox, Type: "bind", Source: initPath, Options: []string{"bind", "ro", "nodev"}},
+			{Destination: initPathInSandbox, Type: "bind", Source: cfg.InitPath, Options: []string{"bind", "ro", "nodev"}},
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: cgroup,
@@ -139,6 +145,11 @@ func ociSpec(s Spec, rootfs, initPath, cgroup string) *specs.Spec {
 	if canLowerOOMScore() {
 		// The init must survive an OOM kill; it raises its children back to 0.
 		spec.Process.OOMScoreAdj = ptr(-1000)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Tools)) {
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: path.Join(ToolsDirInSandbox, name), Type: "bind", Source: cfg.Tools[name], Options: []string{"bind", "ro", "nodev"},
+		})
 	}
 	if s.WorkspaceDir != "" {
 		spec.Mounts = append(spec.Mounts, specs.Mount{
@@ -158,10 +169,10 @@ func ociSpec(s Spec, rootfs, initPath, cgroup string) *specs.Spec {
 }
 
 // containerConfig turns the spec into libcontainer's config.
-func containerConfig(s Spec, rootfs, initPath, cgroup string) (*configs.Config, error) {
+func containerConfig(s Spec, rootfs string, rc Config, cgroup string) (*configs.Config, error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName: cgroup,
-		Spec:       ociSpec(s, rootfs, initPath, cgroup),
+		Spec:       ociSpec(s, rootfs, rc, cgroup),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("container config: %w", err)

@@ -34,6 +34,9 @@ type Config struct {
 	RunDir string
 	// InitPath is the host path of the static hiloop-init binary.
 	InitPath string
+	// Tools are host binaries every sandbox gets read-only at /.hiloop/bin/<name>, e.g. the fake
+	// harness: name → host path.
+	Tools map[string]string
 }
 
 // Runtime starts, stops and execs in sandboxes. It is safe for concurrent use; operations on
@@ -45,6 +48,8 @@ type Runtime struct {
 
 // Start waits at most this long for a new sandbox's init to answer when ctx has no deadline.
 const startTimeout = 15 * time.Second
+
+var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
@@ -67,6 +72,11 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("runtime: hiloop-init %q is not an executable file", cfg.InitPath)
+	}
+	for name, p := range cfg.Tools {
+		if !toolNameRE.MatchString(name) || !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("runtime: tool %q at %q: want a plain name and an absolute path", name, p)
+		}
 	}
 	for _, d := range []string{cfg.StateDir, cfg.RunDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -139,7 +149,7 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.Hostname); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	config, err := containerConfig(s, merged, r.cfg.InitPath, cgroupName(r.cfg.StateDir, s.ID))
+	config, err := containerConfig(s, merged, r.cfg, cgroupName(r.cfg.StateDir, s.ID))
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}

@@ -97,6 +97,7 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		WorkspaceGiB: p.WorkspaceGiB,
 		CPUs:         p.CPUs,
 		MemoryMB:     p.MemoryMB,
+		Policy:       string(p.PermissionPolicy),
 		State:        string(api.StateCreating),
 		CreatedAt:    time.Now().UTC(),
 	}
@@ -451,16 +452,25 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		ws.Resizable = info.Resizable
 	}
 	return api.Sandbox{
-		SandboxPut: api.SandboxPut{CPUs: rec.CPUs, MemoryMB: rec.MemoryMB},
-		Name:       rec.Name,
-		ID:         rec.ID,
-		Image:      rec.Image,
-		State:      api.SandboxState(rec.State),
-		Workspace:  ws,
-		Error:      rec.Error,
-		CreatedAt:  rec.CreatedAt,
-		StartedAt:  rec.StartedAt,
+		SandboxPut:       api.SandboxPut{CPUs: rec.CPUs, MemoryMB: rec.MemoryMB},
+		Name:             rec.Name,
+		ID:               rec.ID,
+		Image:            rec.Image,
+		State:            api.SandboxState(rec.State),
+		Workspace:        ws,
+		PermissionPolicy: PolicyOf(rec),
+		Error:            rec.Error,
+		CreatedAt:        rec.CreatedAt,
+		StartedAt:        rec.StartedAt,
 	}
+}
+
+// PolicyOf returns a sandbox's permission policy.
+func PolicyOf(rec store.Sandbox) api.PermissionPolicy {
+	if rec.Policy == "" {
+		return api.PolicyAutoApprove
+	}
+	return api.PermissionPolicy(rec.Policy)
 }
 
 func volumeError(err error, sizeGiB int) error {

@@ -476,3 +476,47 @@ func (s *Subscription) Close() {
 		close(s.stop)
 	}
 }
+
+// LastSeq returns the seq of session's last stored event (0 when it has none).
+func (l *Log) LastSeq(session string) (uint64, error) {
+	var seq uint64
+	err := l.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketEvents).Bucket([]byte(session)); b != nil {
+			if k, _ := b.Cursor().Last(); k != nil {
+				seq = binary.BigEndian.Uint64(k)
+			}
+		}
+		return nil
+	})
+	return seq, err
+}
+
+// TurnOpen reports whether session's log has a prompt with no turn_end after it: a turn that was
+// running when the daemon stopped.
+func (l *Log) TurnOpen(session string) (bool, error) {
+	open := false
+	err := l.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents).Bucket([]byte(session))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			var ev struct {
+				Type string `json:"type"`
+			}
+			if err := json.Unmarshal(v, &ev); err != nil {
+				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			switch ev.Type {
+			case TypeTurnEnd:
+				return nil
+			case TypePrompt:
+				open = true
+				return nil
+			}
+		}
+		return nil
+	})
+	return open, err
+}

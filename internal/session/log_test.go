@@ -461,3 +461,28 @@ func TestDeleteSession(t *testing.T) {
 		t.Fatalf("deleting an unknown session: %v", err)
 	}
 }
+
+func TestLastSeqAndTurnOpen(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	check := func(wantSeq uint64, wantOpen bool) {
+		t.Helper()
+		seq, err := l.LastSeq("s")
+		if err != nil || seq != wantSeq {
+			t.Fatalf("LastSeq = %d, %v; want %d", seq, err, wantSeq)
+		}
+		open, err := l.TurnOpen("s")
+		if err != nil || open != wantOpen {
+			t.Fatalf("TurnOpen = %v, %v; want %v", open, err, wantOpen)
+		}
+	}
+	check(0, false)
+	for i, step := range []struct {
+		typ  string
+		open bool
+	}{{TypeNotice, false}, {TypePrompt, true}, {TypeUpdate, true}, {TypePermission, true}, {TypeTurnEnd, false}, {TypeError, false}, {TypePrompt, true}} {
+		if _, err := l.Append("s", step.typ, nil); err != nil {
+			t.Fatal(err)
+		}
+		check(uint64(i+1), step.open)
+	}
+}

@@ -1,6 +1,7 @@
-// Package store keeps the daemon's durable state in one bbolt file: sandbox records and
-// idempotency receipts. It knows nothing of containers or volumes; the sandbox manager is the
-// single writer of sandbox state and calls in here for every change.
+// Package store keeps the daemon's durable state in one bbolt file: sandbox, snapshot, SSH key,
+// session and permission records and idempotency receipts (session events are internal/session's).
+// It knows nothing of containers or volumes; the sandbox manager is the single writer of sandbox
+// state and calls in here for every change.
 package store
 
 import (
@@ -45,7 +46,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency, bucketSnapshots, bucketSSHKeys} {
+		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency, bucketSnapshots, bucketSSHKeys, bucketSessions, bucketPermissions} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -72,17 +73,20 @@ func (s *Store) Bolt() *bolt.DB { return s.db }
 
 // Sandbox is the stored record of one sandbox.
 type Sandbox struct {
-	ID           string     `json:"id"`
-	Name         string     `json:"name"`
-	Image        string     `json:"image"`
-	StorageClass string     `json:"storage_class"`
-	WorkspaceGiB int        `json:"workspace_gib"`
-	CPUs         float64    `json:"cpus"`
-	MemoryMB     int        `json:"memory_mb"`
-	State        string     `json:"state"`
-	Error        string     `json:"error,omitempty"`
-	CreatedAt    time.Time  `json:"created_at"`
-	StartedAt    *time.Time `json:"started_at,omitempty"`
+	ID           string  `json:"id"`
+	Name         string  `json:"name"`
+	Image        string  `json:"image"`
+	StorageClass string  `json:"storage_class"`
+	WorkspaceGiB int     `json:"workspace_gib"`
+	CPUs         float64 `json:"cpus"`
+	MemoryMB     int     `json:"memory_mb"`
+	// Policy is the sandbox's permission policy; empty (records from before policies) means
+	// auto-approve.
+	Policy    string     `json:"permission_policy,omitempty"`
+	State     string     `json:"state"`
+	Error     string     `json:"error,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
 }
 
 // CreateSandbox stores a new record; ErrExists if the name is taken.

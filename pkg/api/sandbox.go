@@ -87,6 +87,9 @@ type SandboxesPost struct {
 	NoStart bool `json:"no_start,omitempty"`
 	// FromSnapshot starts the new sandbox's /workspace as a copy of this snapshot (durable only).
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// PermissionPolicy answers its sessions' permission requests unless a session overrides it:
+	// "auto-approve" (default) or "ask".
+	PermissionPolicy PermissionPolicy `json:"permission_policy,omitempty"`
 }
 
 // Workspace describes a sandbox's /workspace volume.
@@ -114,6 +117,8 @@ type Sandbox struct {
 	State SandboxState `json:"state"`
 	// Workspace describes /workspace.
 	Workspace Workspace `json:"workspace"`
+	// PermissionPolicy is the default policy of its sessions: "auto-approve" or "ask".
+	PermissionPolicy PermissionPolicy `json:"permission_policy"`
 	// Error says why the sandbox is "failed", if it is.
 	Error string `json:"error,omitempty"`
 	// CreatedAt is when the sandbox was created.
@@ -167,6 +172,12 @@ func (p *SandboxesPost) Normalize() error {
 		if p.StorageClass != StorageDurable {
 			return Errorf(CodeInvalidArgument, "from_snapshot needs storage_class durable: an ephemeral workspace starts empty at every start")
 		}
+	}
+	if err := ValidatePolicy("permission_policy", p.PermissionPolicy); err != nil {
+		return err
+	}
+	if p.PermissionPolicy == "" {
+		p.PermissionPolicy = PolicyAutoApprove
 	}
 	if p.CPUs == 0 {
 		p.CPUs = DefaultCPUs

@@ -167,7 +167,8 @@ type SessionEventList struct {
 	Events []SessionEvent `json:"events"`
 }
 
-// MaxEventsPage is the most events one GET /v1/sessions/{id}/events returns.
+// MaxEventsPage is the most events one GET /v1/sessions/{id}/events returns; a larger limit is
+// capped to it.
 const MaxEventsPage = 10000
 
 // PromptData is the data of a prompt event.

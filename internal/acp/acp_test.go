@@ -1,0 +1,683 @@
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hiloop/hiloop/internal/harness/fake"
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// These tests run the real fake harness binary as a local process group and speak real ACP to it
+// over pipes; only the sandbox is stood in for (the e2e scripts run it in real sandboxes).
+
+var fakeAgent string // the built hiloop-fake-agent
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "acp-test")
+	if err != nil {
+		panic(err)
+	}
+	fakeAgent = filepath.Join(dir, "hiloop-fake-agent")
+	out, err := exec.Command("go", "build", "-o", fakeAgent, "github.com/hiloop/hiloop/cmd/hiloop-fake-agent").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build the fake agent: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// localBoxes stands in for the sandbox manager: one "sandbox" whose harness runs on the host.
+type localBoxes struct {
+	dir    string // the sandbox's /workspace
+	policy api.PermissionPolicy
+
+	mu      sync.Mutex
+	running bool
+	starts  int
+	execs   int
+	procs   []*localProc
+}
+
+func (b *localBoxes) Get(_ context.Context, name string) (api.Sandbox, error) {
+	if name != "box" {
+		return api.Sandbox{}, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	state := api.StateStopped
+	if b.running {
+		state = api.StateRunning
+	}
+	return api.Sandbox{Name: name, ID: "id-box", State: state, PermissionPolicy: b.policy}, nil
+}
+
+func (b *localBoxes) Start(ctx context.Context, name string) (api.Sandbox, error) {
+	b.mu.Lock()
+	b.running = true
+	b.starts++
+	b.mu.Unlock()
+	return b.Get(ctx, name)
+}
+
+func (b *localBoxes) Exec(_ context.Context, name string, spec runtime.ExecSpec) (runtime.Process, error) {
+	if spec.Argv[0] != fake.Path {
+		return nil, fmt.Errorf("unexpected harness %q", spec.Argv[0])
+	}
+	cmd := exec.Command(fakeAgent)
+	cmd.Env = append(os.Environ(), append(spec.Env, fake.StateEnv+"="+filepath.Join(b.dir, ".fake-agent"))...)
+	cmd.Dir = b.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &localProc{cmd: cmd}
+	var child [3]*os.File
+	var err error
+	if child[0], p.stdin, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.stdout, child[1], err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.stderr, child[2], err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = child[0], child[1], child[2]
+	err = cmd.Start()
+	for _, f := range child {
+		f.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.execs++
+	b.procs = append(b.procs, p)
+	b.mu.Unlock()
+	return p, nil
+}
+
+func (b *localBoxes) stop() {
+	b.mu.Lock()
+	b.running = false
+	procs := b.procs
+	b.procs = nil
+	b.mu.Unlock()
+	for _, p := range procs {
+		_ = p.Kill()
+	}
+}
+
+type localProc struct {
+	cmd            *exec.Cmd
+	stdin          *os.File
+	stdout, stderr *os.File
+	waitOnce       sync.Once
+	status         runtime.ExitStatus
+	waitErr        error
+}
+
+func (p *localProc) Stdin() io.WriteCloser    { return p.stdin }
+func (p *localProc) Stdout() io.Reader        { return p.stdout }
+func (p *localProc) Stderr() io.Reader        { return p.stderr }
+func (p *localProc) Resize(_, _ uint16) error { return nil }
+func (p *localProc) Signal(sig int) error     { return p.cmd.Process.Signal(syscall.Signal(sig)) }
+func (p *localProc) Kill() error              { return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) }
+
+func (p *localProc) Wait() (runtime.ExitStatus, error) {
+	p.waitOnce.Do(func() {
+		err := p.cmd.Wait()
+		p.stdin.Close()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			ws := exit.Sys().(syscall.WaitStatus)
+			if ws.Signaled() {
+				p.status.Signal = int(ws.Signal())
+			} else {
+				p.status.Code = ws.ExitStatus()
+			}
+		} else if err != nil {
+			p.waitErr = err
+		}
+	})
+	return p.status, p.waitErr
+}
+
+type testEnv struct {
+	t      *testing.T
+	dbPath string
+	boxes  *localBoxes
+	st     *store.Store
+	log    *session.Log
+	svc    *Service
+	logDir string
+}
+
+func newEnv(t *testing.T) *testEnv {
+	t.Helper()
+	e := &testEnv{
+		t:      t,
+		dbPath: filepath.Join(t.TempDir(), "sandboxd.db"),
+		boxes:  &localBoxes{dir: t.TempDir(), policy: api.PolicyAutoApprove, running: true},
+		logDir: t.TempDir(),
+	}
+	e.open()
+	t.Cleanup(func() {
+		e.close()
+		e.boxes.stop()
+	})
+	return e
+}
+
+// open starts a "daemon" over the env's database.
+func (e *testEnv) open() {
+	e.t.Helper()
+	var err error
+	if e.st, err = store.Open(e.dbPath); err != nil {
+		e.t.Fatal(err)
+	}
+	if e.log, err = session.OpenLog(e.st.Bolt()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.svc = New(Config{
+		Store: e.st, Log: e.log, Sandboxes: e.boxes, LogDir: e.logDir, Version: "test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err := e.svc.Recover(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// close stops the "daemon" the way a shutdown does.
+func (e *testEnv) close() {
+	if e.svc == nil {
+		return
+	}
+	e.svc.Close()
+	e.log.Close()
+	e.st.Close()
+	e.svc = nil
+}
+
+func (e *testEnv) create(policy api.PermissionPolicy) string {
+	e.t.Helper()
+	se, err := e.svc.Create(context.Background(), api.SessionsPost{Sandbox: "box", Harness: "fake", Cwd: e.boxes.dir, PermissionPolicy: policy})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return se.ID
+}
+
+// script writes a fake harness script into the workspace and returns the prompt that runs it.
+func (e *testEnv) script(name, body string) string {
+	e.t.Helper()
+	if err := os.WriteFile(filepath.Join(e.boxes.dir, name), []byte(body), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return "run " + name
+}
+
+// prompt sends text and returns the prompt's seq.
+func (e *testEnv) prompt(id, text string) uint64 {
+	e.t.Helper()
+	acc, err := e.svc.Prompt(context.Background(), id, text)
+	if err != nil {
+		e.t.Fatalf("prompt %q: %v", text, err)
+	}
+	return acc.Seq
+}
+
+// until streams the session's events after seq after until one satisfies stop, and returns them.
+// Cut off as slow, it reconnects from its last seq, as every watcher must.
+func (e *testEnv) until(id string, after uint64, stop func(session.Event) bool) []session.Event {
+	e.t.Helper()
+	sub, err := e.svc.Subscribe(id, after)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer func() { sub.Close() }()
+	var out []session.Event
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-sub.C():
+			if !ok {
+				if !errors.Is(sub.Err(), session.ErrSlow) {
+					e.t.Fatalf("stream ended: %v (after %d events)", sub.Err(), len(out))
+				}
+				sub, err = e.svc.Subscribe(id, after)
+				if err != nil {
+					e.t.Fatal(err)
+				}
+				continue
+			}
+			if ev.Seq != after+1 {
+				e.t.Fatalf("event %d follows %d", ev.Seq, after)
+			}
+			after = ev.Seq
+			out = append(out, ev)
+			if stop(ev) {
+				return out
+			}
+		case <-timeout:
+			e.t.Fatalf("no end after 30s; got %s", summary(out))
+		}
+	}
+}
+
+func isTurnEnd(ev session.Event) bool { return ev.Type == session.TypeTurnEnd }
+
+// turn prompts and returns the turn's events, prompt to turn_end.
+func (e *testEnv) turn(id, text string) []session.Event {
+	e.t.Helper()
+	seq := e.prompt(id, text)
+	return e.until(id, seq-1, isTurnEnd)
+}
+
+// summary renders events as "type[:detail]" for comparisons and failure messages.
+func summary(evs []session.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Type
+		switch ev.Type {
+		case session.TypeUpdate:
+			var u struct {
+				SessionUpdate string `json:"sessionUpdate"`
+				Content       struct {
+					Text string `json:"text"`
+				} `json:"content"`
+				Status string `json:"status"`
+			}
+			_ = json.Unmarshal(ev.Data, &u)
+			out[i] += ":" + u.SessionUpdate
+			if u.Content.Text != "" {
+				out[i] += ":" + u.Content.Text
+			}
+			if u.Status != "" {
+				out[i] += ":" + u.Status
+			}
+		case session.TypeTurnEnd:
+			var d api.TurnEndData
+			_ = json.Unmarshal(ev.Data, &d)
+			out[i] += ":" + d.StopReason
+		case session.TypePermissionResolved:
+			var d api.PermissionResolvedData
+			_ = json.Unmarshal(ev.Data, &d)
+			out[i] += ":" + d.Outcome + ":" + d.Kind + ":" + d.By
+		case session.TypePermission:
+			var d api.PermissionData
+			_ = json.Unmarshal(ev.Data, &d)
+			out[i] += ":" + d.ToolCallID + ":" + string(d.Policy)
+		}
+	}
+	return out
+}
+
+func expect(t *testing.T, evs []session.Event, want ...string) {
+	t.Helper()
+	got := summary(evs)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+func data[T any](t *testing.T, ev session.Event) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(ev.Data, &v); err != nil {
+		t.Fatalf("decode %s event %d: %v", ev.Type, ev.Seq, err)
+	}
+	return v
+}
+
+func apiCode(err error) api.ErrorCode {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Code
+	}
+	return ""
+}
+
+func waitState(t *testing.T, svc *Service, id string, want api.SessionState) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		se, err := svc.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if se.State == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session state %s, want %s", se.State, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+const toolScript = `message I will edit README.md
+tool call-1 edit Edit README.md
+permission call-1
+tool_update call-1 completed wrote 3 lines
+message done
+`
+
+func TestTextTurnStartsTheSandboxAndTheHarnessOnce(t *testing.T) {
+	e := newEnv(t)
+	e.boxes.running = false
+	id := e.create("")
+	expect(t, e.turn(id, "hello"), "prompt", "update:agent_message_chunk:echo: hello", "turn_end:end_turn")
+	expect(t, e.turn(id, "again"), "prompt", "update:agent_message_chunk:echo: again", "turn_end:end_turn")
+	other := e.create("")
+	expect(t, e.turn(other, "hi"), "prompt", "update:agent_message_chunk:echo: hi", "turn_end:end_turn")
+	if e.boxes.starts != 1 || e.boxes.execs != 1 {
+		t.Fatalf("sandbox started %d times, harness %d times; want 1 and 1 (one harness serves the sandbox)", e.boxes.starts, e.boxes.execs)
+	}
+	se, err := e.svc.Get(context.Background(), id)
+	if err != nil || se.State != api.SessionIdle || se.LastSeq != 6 || se.ACPSessionID == "" {
+		t.Fatalf("session = %+v, %v", se, err)
+	}
+}
+
+func TestToolCallAutoApprovedByKind(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	evs := e.turn(id, e.script("tool.fake", toolScript))
+	expect(t, evs, "prompt",
+		"update:agent_message_chunk:I will edit README.md",
+		"update:tool_call:pending",
+		"permission:call-1:auto-approve",
+		"permission_resolved:selected:allow_once:auto-approve",
+		"update:tool_call_update:completed",
+		"update:agent_message_chunk:done",
+		"turn_end:end_turn")
+	perm := data[api.PermissionData](t, evs[3])
+	if perm.Title != "Edit README.md" || len(perm.Options) != 3 {
+		t.Fatalf("permission = %+v", perm)
+	}
+	if res := data[api.PermissionResolvedData](t, evs[4]); res.OptionID != "opt-yes" {
+		t.Fatalf("auto-approve chose option %q, want the allow_once option opt-yes", res.OptionID)
+	}
+	// Answering a decided request the same way returns the decision; differently is a conflict.
+	dec, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionAllowOnce)
+	if err != nil || dec.By != api.ResolvedByAutoApprove {
+		t.Fatalf("repeat answer = %+v, %v", dec, err)
+	}
+	if _, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionRejectOnce); apiCode(err) != api.CodePermissionDecided {
+		t.Fatalf("conflicting answer: %v, want permission_decided", err)
+	}
+}
+
+func TestAskPolicyWaitsForAnOperator(t *testing.T) {
+	for _, tc := range []struct {
+		kind string
+		want []string
+	}{
+		{api.OptionAllowOnce, []string{"permission_resolved:selected:allow_once:operator", "update:tool_call_update:completed", "update:agent_message_chunk:done", "turn_end:end_turn"}},
+		{api.OptionRejectOnce, []string{"permission_resolved:selected:reject_once:operator", "update:agent_message_chunk:permission denied for call-1", "update:tool_call_update:failed", "update:agent_message_chunk:done", "turn_end:end_turn"}},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			e := newEnv(t)
+			e.boxes.policy = api.PolicyAsk // the sandbox's policy applies
+			id := e.create("")
+			seq := e.prompt(id, e.script("tool.fake", toolScript))
+			evs := e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypePermission })
+			expect(t, evs, "prompt", "update:agent_message_chunk:I will edit README.md", "update:tool_call:pending", "permission:call-1:ask")
+			waitState(t, e.svc, id, api.SessionWaiting)
+			if _, err := e.svc.Prompt(context.Background(), id, "hi"); apiCode(err) != api.CodeTurnInProgress {
+				t.Fatalf("prompt during a turn: %v, want turn_in_progress", err)
+			}
+			if _, err := e.svc.Answer(context.Background(), id, "nope", tc.kind); apiCode(err) != api.CodePermissionNotFound {
+				t.Fatalf("answer to an unknown request: %v, want permission_not_found", err)
+			}
+			if _, err := e.svc.Answer(context.Background(), id, "call-1", "allow"); apiCode(err) != api.CodeInvalidArgument {
+				t.Fatalf("answer with a bad kind: %v, want invalid_argument", err)
+			}
+			if _, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionRejectAlways); apiCode(err) != api.CodeInvalidArgument {
+				t.Fatalf("answer with a kind not offered: %v, want invalid_argument", err)
+			}
+			dec, err := e.svc.Answer(context.Background(), id, "call-1", tc.kind)
+			if err != nil || dec.Kind != tc.kind || dec.By != api.ResolvedByOperator {
+				t.Fatalf("answer = %+v, %v", dec, err)
+			}
+			again, err := e.svc.Answer(context.Background(), id, "call-1", tc.kind)
+			if err != nil || again != dec {
+				t.Fatalf("repeated answer = %+v, %v; want the first decision %+v", again, err, dec)
+			}
+			expect(t, e.until(id, evs[len(evs)-1].Seq, isTurnEnd), tc.want...)
+		})
+	}
+}
+
+func TestSessionPolicyOverridesTheSandboxs(t *testing.T) {
+	e := newEnv(t)
+	e.boxes.policy = api.PolicyAsk
+	id := e.create(api.PolicyAutoApprove)
+	evs := e.turn(id, e.script("tool.fake", toolScript))
+	if got := summary(evs)[4]; got != "permission_resolved:selected:allow_once:auto-approve" {
+		t.Fatalf("event 5 = %s", got)
+	}
+}
+
+func TestCancelMidPermission(t *testing.T) {
+	e := newEnv(t)
+	id := e.create(api.PolicyAsk)
+	seq := e.prompt(id, e.script("tool.fake", toolScript))
+	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypePermission })
+	waitState(t, e.svc, id, api.SessionWaiting)
+	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e.until(id, seq+3, isTurnEnd), "permission_resolved:cancelled::cancel", "turn_end:cancelled")
+	if _, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionAllowOnce); apiCode(err) != api.CodePermissionDecided {
+		t.Fatalf("answer after cancel: %v, want permission_decided", err)
+	}
+	// The session goes on.
+	expect(t, e.turn(id, "next"), "prompt", "update:agent_message_chunk:echo: next", "turn_end:end_turn")
+}
+
+func TestCancelMidTurn(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\nmessage never\n"))
+	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypeUpdate })
+	start := time.Now()
+	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e.until(id, seq+1, isTurnEnd), "turn_end:cancelled")
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("cancel took %s", d)
+	}
+	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
+		t.Fatalf("cancel of an idle session: %v", err)
+	}
+}
+
+func TestHarnessCrashEndsTheTurnAndRestarts(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	expect(t, e.turn(id, "first"), "prompt", "update:agent_message_chunk:echo: first", "turn_end:end_turn")
+	evs := e.turn(id, e.script("crash.fake", "message going down\ncrash 3\n"))
+	expect(t, evs, "prompt", "update:agent_message_chunk:going down", "error", "turn_end:error")
+	er := data[api.ErrorData](t, evs[2])
+	if !strings.Contains(er.Message, "exited with code 3") || er.HarnessLog != filepath.Join(e.logDir, "box.log") {
+		t.Fatalf("error = %+v", er)
+	}
+	// The next prompt starts a new harness, which loads the session: no notice, no replayed history.
+	expect(t, e.turn(id, "after"), "prompt", "update:agent_message_chunk:echo: after", "turn_end:end_turn")
+	if e.boxes.execs != 2 {
+		t.Fatalf("harness started %d times, want 2", e.boxes.execs)
+	}
+}
+
+func TestGarbageCutsTheHarnessOff(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	evs := e.turn(id, e.script("garbage.fake", "message hi\ngarbage this is not json\nsleep 1m\n"))
+	expect(t, evs, "prompt", "update:agent_message_chunk:hi", "error", "turn_end:error")
+	er := data[api.ErrorData](t, evs[2])
+	logPath := filepath.Join(e.logDir, "box.log")
+	if !strings.Contains(er.Message, "not ACP") || !strings.Contains(er.Message, "this is not json") || !strings.Contains(er.Message, logPath) || er.HarnessLog != logPath {
+		t.Fatalf("error = %+v", er)
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil || !strings.Contains(string(b), "starting harness fake") {
+		t.Fatalf("harness log: %q, %v", b, err)
+	}
+}
+
+func TestFailedPromptIsAnError(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	evs := e.turn(id, e.script("fail.fake", "fail the model is down\n"))
+	expect(t, evs, "prompt", "error", "turn_end:error")
+	if er := data[api.ErrorData](t, evs[1]); !strings.Contains(er.Message, "the model is down") {
+		t.Fatalf("error = %+v", er)
+	}
+	expect(t, e.turn(id, "ok"), "prompt", "update:agent_message_chunk:echo: ok", "turn_end:end_turn")
+}
+
+func TestRestoreWithoutLoadOrResumeResetsTheContext(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		notice bool
+	}{
+		{`{"load": true, "resume": false}`, false},
+		{`{"load": false, "resume": true}`, false},
+		{`{"load": false, "resume": false}`, true},
+	} {
+		t.Run(tc.config, func(t *testing.T) {
+			e := newEnv(t)
+			if err := os.MkdirAll(filepath.Join(e.boxes.dir, ".fake-agent"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(e.boxes.dir, ".fake-agent", "config.json"), []byte(tc.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			id := e.create("")
+			e.turn(id, "one")
+			e.boxes.stop() // the sandbox stops: its harness goes
+			e.svc.SandboxStopped("box")
+			evs := e.turn(id, "two")
+			want := []string{"prompt", "update:agent_message_chunk:echo: two", "turn_end:end_turn"}
+			if tc.notice {
+				want = []string{"prompt", "notice", "update:agent_message_chunk:echo: two", "turn_end:end_turn"}
+				if n := data[api.NoticeData](t, evs[1]); !strings.Contains(n.Message, "context was reset") {
+					t.Fatalf("notice = %q", n.Message)
+				}
+			}
+			expect(t, evs, want...)
+		})
+	}
+}
+
+func TestDaemonRestartMidTurn(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	e.turn(id, "remember me")
+	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\n"))
+	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypeUpdate })
+	// A hard stop: nothing records the turn's end, the harness dies with the daemon.
+	e.boxes.stop()
+	e.boxes.running = true
+	e.svc = nil
+	e.log.Close()
+	e.st.Close()
+
+	e.open()
+	evs := e.until(id, seq+1, isTurnEnd)
+	expect(t, evs, "error", "turn_end:error")
+	// The next prompt loads the session into a new harness; the replayed history is not stored.
+	expect(t, e.turn(id, "still there?"), "prompt", "update:agent_message_chunk:echo: still there?", "turn_end:end_turn")
+	all, err := e.svc.Events(id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range all {
+		if ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+	}
+}
+
+func TestChattyTurnIsStoredInOrder(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	const n = 10000
+	evs := e.turn(id, e.script("chatty.fake", fmt.Sprintf("repeat %d message chunk {i}\n", n)))
+	if len(evs) != n+2 {
+		t.Fatalf("%d events, want %d", len(evs), n+2)
+	}
+	for i := 1; i <= n; i++ {
+		if got := summary(evs[i : i+1])[0]; got != fmt.Sprintf("update:agent_message_chunk:chunk %d", i) {
+			t.Fatalf("event %d = %s", i, got)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		p    api.SessionsPost
+		code api.ErrorCode
+	}{
+		{api.SessionsPost{Sandbox: "nope", Harness: "fake"}, api.CodeSandboxNotFound},
+		{api.SessionsPost{Sandbox: "box", Harness: "gpt-9"}, api.CodeHarnessNotFound},
+		{api.SessionsPost{Sandbox: "box", Harness: "fake", Cwd: "relative"}, api.CodeInvalidArgument},
+		{api.SessionsPost{Sandbox: "box", Harness: "fake", PermissionPolicy: "yolo"}, api.CodeInvalidArgument},
+		{api.SessionsPost{Sandbox: "Box!", Harness: "fake"}, api.CodeInvalidName},
+	} {
+		if _, err := e.svc.Create(ctx, tc.p); apiCode(err) != tc.code {
+			t.Errorf("create %+v: %v, want %s", tc.p, err, tc.code)
+		}
+	}
+	if _, err := e.svc.Prompt(ctx, "unknown", "hi"); apiCode(err) != api.CodeSessionNotFound {
+		t.Errorf("prompt to an unknown session: %v", err)
+	}
+	if _, err := e.svc.Prompt(ctx, "../etc", "hi"); apiCode(err) != api.CodeSessionNotFound {
+		t.Errorf("prompt to a malformed id: %v", err)
+	}
+	id := e.create("")
+	if _, err := e.svc.Prompt(ctx, id, ""); apiCode(err) != api.CodeInvalidArgument {
+		t.Errorf("empty prompt: %v", err)
+	}
+	if _, err := e.svc.Answer(ctx, id, "x", api.OptionAllowOnce); apiCode(err) != api.CodePermissionNotFound {
+		t.Errorf("answer with no request: %v", err)
+	}
+	if evs, _ := e.svc.Events(id, 0, 0); len(evs) != 0 {
+		t.Errorf("bad prompts left %d events", len(evs))
+	}
+}
+
+func TestDeleteSandboxDeletesItsSessions(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	e.turn(id, "hi")
+	if err := e.svc.SandboxDeleted("box"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Get(context.Background(), id); apiCode(err) != api.CodeSessionNotFound {
+		t.Fatalf("session after its sandbox was deleted: %v", err)
+	}
+	if seq, _ := e.log.LastSeq(id); seq != 0 {
+		t.Fatalf("events left: last seq %d", seq)
+	}
+}

@@ -1,0 +1,504 @@
+package acp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	acpsdk "github.com/coder/acp-go-sdk"
+
+	"github.com/hiloop/hiloop/internal/harness"
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/store"
+)
+
+// harnessUser is the sandbox user harnesses run as.
+const harnessUser = "agent"
+
+// harnessDir is the working directory of a harness process; each session has its own cwd.
+const harnessDir = "/workspace"
+
+// maxLine bounds one JSON-RPC message from a harness (the SDK's own limit).
+const maxLine = 10 << 20
+
+// maxHarnessLog bounds a harness log; past it the log is rotated to <log>.1 at the next start.
+const maxHarnessLog = 32 << 20
+
+type procKey struct{ sandbox, harness string }
+
+// harnessProc is one harness process in a sandbox and the ACP connection to it.
+type harnessProc struct {
+	svc     *Service
+	key     procKey
+	logPath string
+	proc    runtime.Process
+	conn    *acpsdk.ClientSideConnection
+	caps    acpsdk.AgentCapabilities
+	ctx     context.Context // ends when the process is gone
+	stop    context.CancelFunc
+	exited  chan struct{} // closed once the process has exited
+	exit    runtime.ExitStatus
+	exitErr error
+
+	mu      sync.Mutex
+	failure error                      // why the daemon cut the harness off, if it did
+	byACP   map[string]string          // ACP session id → session id
+	known   map[string]string          // session id → ACP session id, sessions this process serves
+	loading map[string]bool            // ACP session ids being loaded: their replayed history is not stored
+	stored  map[string]session.Pending // session id → its last update queued for the log
+}
+
+// harness returns the live harness process for (sandbox, name), starting one if needed.
+func (s *Service) harness(ctx context.Context, sandbox, name string) (*harnessProc, error) {
+	key := procKey{sandbox, name}
+	s.mu.Lock()
+	lock := s.starts[key]
+	if lock == nil {
+		lock = &sync.Mutex{}
+		s.starts[key] = lock
+	}
+	s.mu.Unlock()
+	lock.Lock()
+	defer lock.Unlock()
+
+	s.mu.Lock()
+	p := s.procs[key]
+	s.mu.Unlock()
+	if p != nil && p.ctx.Err() == nil {
+		return p, nil
+	}
+	p, err := s.startHarness(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		p.fail(errors.New("sandboxd is shutting down"))
+		return nil, &turnError{msg: "sandboxd is shutting down"}
+	}
+	s.procs[key] = p
+	go func() {
+		<-p.ctx.Done()
+		s.mu.Lock()
+		if s.procs[key] == p {
+			delete(s.procs, key)
+		}
+		s.mu.Unlock()
+	}()
+	return p, nil
+}
+
+// startHarness starts the harness in the sandbox as the agent user, in its own process group
+// (an exec is a session of its own), and initializes ACP.
+func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, error) {
+	ad, err := harness.Lookup(key.harness)
+	if err != nil {
+		return nil, &turnError{msg: err.Error()}
+	}
+	logPath := s.harnessLogPath(key.sandbox)
+	logf, err := openHarnessLog(logPath)
+	if err != nil {
+		return nil, &turnError{msg: fmt.Sprintf("open the harness log: %v", err)}
+	}
+	fmt.Fprintf(logf, "--- %s sandboxd: starting harness %s: %s\n", time.Now().UTC().Format(time.RFC3339), key.harness, strings.Join(ad.Argv, " "))
+	var env []string
+	if ad.Env != nil {
+		env = ad.Env(s.cfg.Gateway)
+	}
+	proc, err := s.boxes.Exec(ctx, key.sandbox, runtime.ExecSpec{Argv: ad.Argv, Env: env, User: harnessUser, Dir: harnessDir})
+	if err != nil {
+		logf.Close()
+		return nil, &turnError{msg: fmt.Sprintf("start harness %s in sandbox %s: %v", key.harness, key.sandbox, err)}
+	}
+	pctx, stop := context.WithCancel(context.Background())
+	p := &harnessProc{
+		svc:     s,
+		key:     key,
+		logPath: logPath,
+		proc:    proc,
+		ctx:     pctx,
+		stop:    stop,
+		exited:  make(chan struct{}),
+		byACP:   map[string]string{},
+		known:   map[string]string{},
+		loading: map[string]bool{},
+		stored:  map[string]session.Pending{},
+	}
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		_, _ = io.Copy(&cappedWriter{w: logf, left: maxHarnessLog}, proc.Stderr())
+	}()
+	go func() {
+		p.exit, p.exitErr = proc.Wait()
+		<-stderrDone
+		fmt.Fprintf(logf, "--- %s sandboxd: harness %s %s\n", time.Now().UTC().Format(time.RFC3339), key.harness, p.exitText())
+		logf.Close()
+		close(p.exited)
+	}()
+	p.conn = acpsdk.NewClientSideConnection(&client{p: p}, proc.Stdin(), &tap{r: bufio.NewReaderSize(proc.Stdout(), 64<<10), p: p})
+	p.conn.SetLogger(s.lg.With("harness", key.harness, "sandbox", key.sandbox))
+	go func() {
+		// The connection ends when stdout does: the process exited or was cut off.
+		<-p.conn.Done()
+		stop()
+		_ = proc.Kill()
+	}()
+
+	ictx, cancel := context.WithTimeout(ctx, initializeTimeout)
+	defer cancel()
+	resp, err := p.conn.Initialize(ictx, acpsdk.InitializeRequest{
+		ProtocolVersion:    acpsdk.ProtocolVersionNumber,
+		ClientCapabilities: acpsdk.ClientCapabilities{},
+		ClientInfo:         &acpsdk.Implementation{Name: "hiloop", Version: s.cfg.Version},
+	})
+	if err != nil {
+		if errors.Is(ictx.Err(), context.DeadlineExceeded) {
+			p.fail(fmt.Errorf("harness %s did not answer initialize within %s", key.harness, initializeTimeout))
+		} else {
+			p.fail(nil)
+		}
+		return nil, p.turnError(fmt.Sprintf("harness %s did not start", key.harness), err)
+	}
+	p.caps = resp.AgentCapabilities
+	s.lg.Info("harness started", "sandbox", key.sandbox, "harness", key.harness,
+		"load", p.caps.LoadSession, "resume", p.caps.SessionCapabilities.Resume != nil)
+	return p, nil
+}
+
+// fail cuts the harness off: the process group is killed and the connection ends. reason, if not
+// nil, is what turns report instead of the exit status.
+func (p *harnessProc) fail(reason error) {
+	p.mu.Lock()
+	if p.failure == nil && reason != nil {
+		p.failure = reason
+	}
+	p.mu.Unlock()
+	_ = p.proc.Kill()
+	p.stop()
+}
+
+// gone reports whether the connection to the harness has ended.
+func (p *harnessProc) gone() bool {
+	if p.ctx.Err() != nil {
+		return true
+	}
+	select {
+	case <-p.conn.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// turnError explains a failed call to the harness: why it was cut off or how it exited when it
+// is gone, else the call's own error.
+func (p *harnessProc) turnError(what string, err error) error {
+	if p.gone() {
+		// Let the exit status arrive; the process is gone or going.
+		select {
+		case <-p.exited:
+		case <-time.After(2 * time.Second):
+		}
+		p.mu.Lock()
+		failure := p.failure
+		p.mu.Unlock()
+		msg := fmt.Sprintf("harness %s %s", p.key.harness, p.exitText())
+		if failure != nil {
+			msg = failure.Error()
+		}
+		return &turnError{msg: fmt.Sprintf("%s; its log is %s", msg, p.logPath), harnessLog: p.logPath}
+	}
+	return &turnError{msg: fmt.Sprintf("%s: %v", what, err), harnessLog: p.logPath}
+}
+
+func (p *harnessProc) exitText() string {
+	select {
+	case <-p.exited:
+	default:
+		return "stopped answering"
+	}
+	switch {
+	case errors.Is(p.exitErr, runtime.ErrSandboxDied):
+		return "stopped with its sandbox"
+	case p.exitErr != nil:
+		return fmt.Sprintf("ended: %v", p.exitErr)
+	case p.exit.Signal != 0:
+		return fmt.Sprintf("was killed by signal %d", p.exit.Signal)
+	case p.exit.Code == 127:
+		return "is not installed in the sandbox (exit code 127: command not found)"
+	default:
+		return fmt.Sprintf("exited with code %d", p.exit.Code)
+	}
+}
+
+// attach makes the harness know the session and returns its ACP id: a session this process
+// serves already; else session/load when the harness advertises it, else session/resume, else a
+// new ACP session and a notice that the context was reset.
+func (p *harnessProc) attach(ctx context.Context, rec store.Session) (acpID, notice string, err error) {
+	p.mu.Lock()
+	id, ok := p.known[rec.ID]
+	p.mu.Unlock()
+	if ok {
+		return id, "", nil
+	}
+	prev := rec.ACPSessionID
+	var why []string
+	if prev != "" {
+		if p.caps.LoadSession {
+			p.register(rec.ID, prev, true)
+			_, err := p.conn.LoadSession(ctx, acpsdk.LoadSessionRequest{SessionId: acpsdk.SessionId(prev), Cwd: rec.Cwd, McpServers: []acpsdk.McpServer{}})
+			if p.settle(rec.ID, prev, err) {
+				return prev, "", nil
+			}
+			why = append(why, fmt.Sprintf("session/load failed: %v", err))
+		}
+		if p.caps.SessionCapabilities.Resume != nil && p.ctx.Err() == nil {
+			p.register(rec.ID, prev, false)
+			_, err := p.conn.ResumeSession(ctx, acpsdk.ResumeSessionRequest{SessionId: acpsdk.SessionId(prev), Cwd: rec.Cwd, McpServers: []acpsdk.McpServer{}})
+			if p.settle(rec.ID, prev, err) {
+				return prev, "", nil
+			}
+			why = append(why, fmt.Sprintf("session/resume failed: %v", err))
+		}
+		if len(why) == 0 {
+			why = append(why, "it supports neither session/load nor session/resume")
+		}
+	}
+	resp, err := p.conn.NewSession(ctx, acpsdk.NewSessionRequest{Cwd: rec.Cwd, McpServers: []acpsdk.McpServer{}})
+	if err != nil {
+		return "", "", err
+	}
+	id = string(resp.SessionId)
+	p.register(rec.ID, id, false)
+	p.settle(rec.ID, id, nil)
+	if prev != "" {
+		notice = fmt.Sprintf("the context was reset: harness %s could not restore this session (%s), so it started a new one that does not remember the earlier turns", p.key.harness, strings.Join(why, "; "))
+	}
+	return id, notice, nil
+}
+
+// register routes the updates of ACP session acpID to session id; while loading, they are the
+// replayed history and are dropped.
+func (p *harnessProc) register(id, acpID string, loading bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.byACP[acpID] = id
+	if loading {
+		p.loading[acpID] = true
+	}
+}
+
+// settle ends a register: on success the process serves the session.
+func (p *harnessProc) settle(id, acpID string, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.loading, acpID)
+	if err != nil {
+		delete(p.byACP, acpID)
+		return false
+	}
+	p.known[id] = acpID
+	return true
+}
+
+// forget drops a deleted session.
+func (p *harnessProc) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if acpID, ok := p.known[id]; ok {
+		delete(p.byACP, acpID)
+		delete(p.known, id)
+	}
+	delete(p.stored, id)
+}
+
+// session returns the session an ACP session id belongs to ("" for none).
+func (p *harnessProc) session(acpID string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byACP[acpID]
+}
+
+// cancel sends session/cancel for an ACP session.
+func (p *harnessProc) cancel(acpID string) {
+	if err := p.conn.Cancel(p.ctx, acpsdk.CancelNotification{SessionId: acpsdk.SessionId(acpID)}); err != nil {
+		p.svc.lg.Warn("send session/cancel", "harness", p.key.harness, "sandbox", p.key.sandbox, "err", err)
+	}
+}
+
+// storeUpdate queues one session/update's update, exactly as received, for its session's log.
+func (p *harnessProc) storeUpdate(acpID string, update json.RawMessage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.loading[acpID] {
+		return // history replayed by session/load is stored already
+	}
+	id := p.byACP[acpID]
+	if id == "" {
+		p.svc.lg.Debug("dropping an update for an unknown ACP session", "harness", p.key.harness, "acp_session", acpID)
+		return
+	}
+	p.stored[id] = p.svc.log.Enqueue(id, session.TypeUpdate, bytes.Clone(update))
+}
+
+// updatesStored waits until every update queued for the session is durable.
+func (p *harnessProc) updatesStored(id string) error {
+	p.mu.Lock()
+	last, ok := p.stored[id]
+	delete(p.stored, id)
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	_, err := last.Wait()
+	return err
+}
+
+// tap reads the harness's stdout for the ACP connection one line at a time. It stores each
+// session/update exactly as received and keeps it from the SDK, whose queue of unhandled
+// notifications is bounded (1,024) and closes the connection when a chatty harness outruns it;
+// everything else goes on to the SDK. A harness that writes anything that is not a JSON-RPC
+// message is cut off.
+type tap struct {
+	r    *bufio.Reader
+	p    *harnessProc
+	line []byte // what is left of the current line for the reader
+	err  error
+}
+
+func (t *tap) Read(b []byte) (int, error) {
+	for len(t.line) == 0 {
+		if t.err != nil {
+			return 0, t.err
+		}
+		line, err := t.readLine()
+		if err != nil {
+			t.err = err
+		}
+		switch t.inspect(line) {
+		case lineGarbage:
+			t.line, t.err = nil, io.EOF
+			return 0, io.EOF
+		case lineStored:
+			continue
+		}
+		t.line = line
+	}
+	n := copy(b, t.line)
+	t.line = t.line[n:]
+	return n, nil
+}
+
+func (t *tap) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := t.r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > maxLine {
+			t.p.fail(fmt.Errorf("harness %s sent a message longer than %d MiB on stdout and was stopped", t.p.key.harness, maxLine>>20))
+			return nil, io.EOF
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
+// rpcMessage is the envelope of every JSON-RPC 2.0 message.
+type rpcMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+// What inspect made of a line.
+const (
+	lineForSDK  = iota // pass it on
+	lineStored         // a session/update, stored: the SDK has nothing left to do with it
+	lineGarbage        // not JSON-RPC: the harness was cut off
+)
+
+func (t *tap) inspect(line []byte) int {
+	trimmed := bytes.TrimSpace(line)
+	if len(trimmed) == 0 {
+		return lineForSDK
+	}
+	var m rpcMessage
+	if err := json.Unmarshal(trimmed, &m); err != nil || m.JSONRPC != "2.0" || (m.Method == "" && m.ID == nil) {
+		shown := string(trimmed)
+		if len(shown) > 200 {
+			shown = shown[:200] + "..."
+		}
+		t.p.fail(fmt.Errorf("harness %s wrote something that is not ACP (JSON-RPC 2.0) on stdout and was stopped: %q", t.p.key.harness, shown))
+		return lineGarbage
+	}
+	if m.Method == acpsdk.ClientMethodSessionUpdate && m.ID == nil {
+		var params struct {
+			SessionID string          `json:"sessionId"`
+			Update    json.RawMessage `json:"update"`
+		}
+		if json.Unmarshal(m.Params, &params) == nil && len(params.Update) > 0 {
+			t.p.storeUpdate(params.SessionID, params.Update)
+			return lineStored
+		}
+	}
+	return lineForSDK
+}
+
+// cappedWriter writes until left runs out, then drops the rest.
+type cappedWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *cappedWriter) Write(b []byte) (int, error) {
+	if c.left <= 0 {
+		return len(b), nil
+	}
+	n := int64(len(b))
+	if n > c.left {
+		n = c.left
+	}
+	c.left -= n
+	if _, err := c.w.Write(b[:n]); err != nil {
+		return 0, err
+	}
+	if c.left == 0 {
+		_, _ = io.WriteString(c.w, "\n--- sandboxd: harness log full, the rest of this run's stderr is dropped\n")
+	}
+	return len(b), nil
+}
+
+// openHarnessLog opens a sandbox's harness log for appending, rotating it once it grew too big.
+func openHarnessLog(path string) (*os.File, error) {
+	if st, err := os.Stat(path); err == nil && st.Size() > maxHarnessLog {
+		_ = os.Rename(path, path+".1")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -1,0 +1,506 @@
+// Package acp runs agent sessions: it is the ACP client (github.com/coder/acp-go-sdk) of one
+// harness process per sandbox and harness, the supervisor that starts and restarts those
+// processes, and the permission broker. Every update a harness sends is stored in the session's
+// event log (internal/session) before anyone sees it; session and permission records live in the
+// store.
+//
+// A turn: Prompt stores the prompt event and returns; a goroutine wakes the sandbox, starts or
+// reuses the harness, makes the harness know the session (session/load, else session/resume,
+// else session/new plus a notice), sends session/prompt and ends the turn with exactly one
+// turn_end event (preceded by an error event when it failed).
+package acp
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hiloop/hiloop/internal/harness"
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// Sandboxes is what sessions need of the sandbox manager.
+type Sandboxes interface {
+	Get(ctx context.Context, name string) (api.Sandbox, error)
+	Start(ctx context.Context, name string) (api.Sandbox, error)
+	Exec(ctx context.Context, name string, spec runtime.ExecSpec) (runtime.Process, error)
+}
+
+// Config wires a Service.
+type Config struct {
+	Store     *store.Store
+	Log       *session.Log
+	Sandboxes Sandboxes
+	// LogDir holds one harness log (the harnesses' stderr) per sandbox: <LogDir>/<sandbox>.log.
+	LogDir string
+	// Gateway is what harness adapters need to know of the egress gateway.
+	Gateway harness.Env
+	// Version is the daemon's version, sent to harnesses as the client's.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Timeouts of the supervisor.
+const (
+	// initializeTimeout bounds a new harness's answer to initialize.
+	initializeTimeout = 60 * time.Second
+	// cancelGrace is how long a harness has to end a turn after session/cancel before it is
+	// stopped.
+	cancelGrace = 15 * time.Second
+	// shutdownGrace is how long Close waits for running turns to record their end.
+	shutdownGrace = 2 * time.Second
+)
+
+// Service owns every session.
+type Service struct {
+	cfg   Config
+	store *store.Store
+	log   *session.Log
+	boxes Sandboxes
+	lg    *slog.Logger
+
+	mu      sync.Mutex
+	closing bool
+	turns   map[string]*turn         // session id → its running turn
+	procs   map[procKey]*harnessProc // live harness processes
+	starts  map[procKey]*sync.Mutex  // one harness start at a time per key
+
+	permMu  sync.Mutex                       // serializes permission decisions
+	waiters map[string]chan store.Permission // permission key → the harness's waiting request
+}
+
+// New returns a Service. Call Recover before serving.
+func New(cfg Config) *Service {
+	return &Service{
+		cfg:     cfg,
+		store:   cfg.Store,
+		log:     cfg.Log,
+		boxes:   cfg.Sandboxes,
+		lg:      cfg.Logger,
+		turns:   map[string]*turn{},
+		procs:   map[procKey]*harnessProc{},
+		starts:  map[procKey]*sync.Mutex{},
+		waiters: map[string]chan store.Permission{},
+	}
+}
+
+// turn is a session's running turn.
+type turn struct {
+	session string
+	policy  api.PermissionPolicy
+	ctx     context.Context // ends when the turn is cancelled before its prompt reached the harness
+	cancel  context.CancelFunc
+	done    chan struct{} // closed once turn_end is stored
+
+	// Guarded by Service.mu.
+	cancelled bool
+	proc      *harnessProc // set once the prompt is sent
+	acpID     string
+	waiting   int // permission requests waiting for an operator
+}
+
+// Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
+// deleted; a turn that was running gets an error and a turn_end event; permission requests nobody
+// answered are resolved as cancelled.
+func (s *Service) Recover(ctx context.Context) error {
+	recs, err := s.store.ListSessions()
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if _, err := s.boxes.Get(ctx, rec.Sandbox); isCode(err, api.CodeSandboxNotFound) {
+			s.lg.Info("deleting the session of a deleted sandbox", "session", rec.ID, "sandbox", rec.Sandbox)
+			if err := s.deleteRecord(rec.ID); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.resolveUndecided(rec.ID, api.ResolvedByTurnEnd); err != nil {
+			return err
+		}
+		open, err := s.log.TurnOpen(rec.ID)
+		if err != nil {
+			return err
+		}
+		if open {
+			s.lg.Warn("ending the turn the daemon was running when it stopped", "session", rec.ID)
+			s.log.Enqueue(rec.ID, session.TypeError, mustJSON(api.ErrorData{
+				Message: "sandboxd stopped while this turn ran, and the harness with it; prompt again to continue the session",
+			}))
+			if _, err := s.log.Append(rec.ID, session.TypeTurnEnd, mustJSON(api.TurnEndData{StopReason: api.StopReasonError})); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Close stops every harness and gives running turns a moment to record how they ended. The log
+// is the caller's to close afterwards.
+func (s *Service) Close() {
+	s.mu.Lock()
+	s.closing = true
+	procs := make([]*harnessProc, 0, len(s.procs))
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	turns := make([]*turn, 0, len(s.turns))
+	for _, t := range s.turns {
+		turns = append(turns, t)
+	}
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.fail(errors.New("sandboxd is shutting down"))
+	}
+	deadline := time.After(shutdownGrace)
+	for _, t := range turns {
+		select {
+		case <-t.done:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// Create creates a session on a sandbox. The harness starts with the first prompt.
+func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, error) {
+	if err := p.Normalize(); err != nil {
+		return api.Session{}, err
+	}
+	if _, err := harness.Lookup(p.Harness); err != nil {
+		return api.Session{}, api.Errorf(api.CodeHarnessNotFound, "%v", err)
+	}
+	sb, err := s.boxes.Get(ctx, p.Sandbox)
+	if err != nil {
+		return api.Session{}, err
+	}
+	rec := store.Session{
+		ID:        newID(),
+		Sandbox:   sb.Name,
+		SandboxID: sb.ID,
+		Harness:   p.Harness,
+		Cwd:       p.Cwd,
+		Policy:    string(p.PermissionPolicy),
+		CreatedAt: time.Now().UTC(),
+	}
+	if err := s.store.CreateSession(rec); err != nil {
+		return api.Session{}, err
+	}
+	return s.view(ctx, rec, &sb)
+}
+
+// Get returns a session.
+func (s *Service) Get(ctx context.Context, id string) (api.Session, error) {
+	rec, err := s.record(id)
+	if err != nil {
+		return api.Session{}, err
+	}
+	return s.view(ctx, rec, nil)
+}
+
+// List returns every session, or a sandbox's when sandbox is not empty, oldest first.
+func (s *Service) List(ctx context.Context, sandbox string) ([]api.Session, error) {
+	if sandbox != "" {
+		if _, err := s.boxes.Get(ctx, sandbox); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := s.store.ListSessions()
+	if err != nil {
+		return nil, err
+	}
+	out := []api.Session{}
+	for _, rec := range recs {
+		if sandbox != "" && rec.Sandbox != sandbox {
+			continue
+		}
+		v, err := s.view(ctx, rec, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Delete deletes an idle session with its events.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	if _, err := s.record(id); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.turns[id] != nil {
+		s.mu.Unlock()
+		return api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: cancel it first with `hiloop session cancel %s`", id, id)
+	}
+	s.mu.Unlock()
+	s.forget(id)
+	return s.deleteRecord(id)
+}
+
+func (s *Service) deleteRecord(id string) error {
+	if err := s.store.DeleteSession(id); err != nil {
+		return err
+	}
+	return s.log.DeleteSession(id)
+}
+
+// forget drops the session from the harness processes that know it.
+func (s *Service) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		p.forget(id)
+	}
+}
+
+// Events returns up to limit stored events of a session after seq after.
+func (s *Service) Events(id string, after uint64, limit int) ([]session.Event, error) {
+	if _, err := s.record(id); err != nil {
+		return nil, err
+	}
+	return s.log.Since(id, after, limit)
+}
+
+// Subscribe streams a session's events after seq after, then live ones.
+func (s *Service) Subscribe(id string, after uint64) (*session.Subscription, error) {
+	if _, err := s.record(id); err != nil {
+		return nil, err
+	}
+	return s.log.Subscribe(id, after), nil
+}
+
+// Prompt stores a prompt and starts its turn; it returns once the prompt event is durable.
+func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccepted, error) {
+	if text == "" {
+		return api.PromptAccepted{}, api.Errorf(api.CodeInvalidArgument, "the prompt is empty")
+	}
+	if len(text) > api.MaxPromptBytes {
+		return api.PromptAccepted{}, api.Errorf(api.CodeInvalidArgument, "the prompt is %d bytes; the limit is %d", len(text), api.MaxPromptBytes)
+	}
+	if !utf8.ValidString(text) {
+		return api.PromptAccepted{}, api.Errorf(api.CodeInvalidArgument, "the prompt is not valid UTF-8")
+	}
+	rec, err := s.record(id)
+	if err != nil {
+		return api.PromptAccepted{}, err
+	}
+	policy, err := s.policy(ctx, rec)
+	if err != nil {
+		return api.PromptAccepted{}, err
+	}
+	tctx, cancel := context.WithCancel(context.Background())
+	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		cancel()
+		return api.PromptAccepted{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
+	}
+	if s.turns[id] != nil {
+		s.mu.Unlock()
+		cancel()
+		return api.PromptAccepted{}, api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: wait for its turn_end or cancel it with `hiloop session cancel %s`", id, id)
+	}
+	s.turns[id] = t
+	// Queued under the lock, so the prompt lands after the previous turn's turn_end.
+	pending := s.log.Enqueue(id, session.TypePrompt, mustJSON(api.PromptData{Text: text}))
+	s.mu.Unlock()
+	ev, err := pending.Wait()
+	if err != nil {
+		s.mu.Lock()
+		delete(s.turns, id)
+		s.mu.Unlock()
+		cancel()
+		close(t.done)
+		return api.PromptAccepted{}, err
+	}
+	go s.runTurn(t, rec, text)
+	return api.PromptAccepted{Seq: ev.Seq}, nil
+}
+
+// Cancel cancels a session's running turn: a waiting permission request ends cancelled and the
+// harness gets session/cancel. Cancelling an idle session changes nothing.
+func (s *Service) Cancel(ctx context.Context, id string) (api.Session, error) {
+	rec, err := s.record(id)
+	if err != nil {
+		return api.Session{}, err
+	}
+	s.mu.Lock()
+	t := s.turns[id]
+	var (
+		proc  *harnessProc
+		acpID string
+		first bool
+	)
+	if t != nil {
+		first = !t.cancelled
+		t.cancelled = true
+		proc, acpID = t.proc, t.acpID
+		t.cancel()
+	}
+	s.mu.Unlock()
+	if t != nil && first {
+		if err := s.cancelWaiting(id); err != nil {
+			return api.Session{}, err
+		}
+		if proc != nil {
+			proc.cancel(acpID)
+			go s.enforceCancel(t, proc)
+		}
+	}
+	return s.view(ctx, rec, nil)
+}
+
+// enforceCancel stops a harness that does not end a cancelled turn in time.
+func (s *Service) enforceCancel(t *turn, p *harnessProc) {
+	timer := time.NewTimer(cancelGrace)
+	defer timer.Stop()
+	select {
+	case <-t.done:
+	case <-timer.C:
+		p.fail(fmt.Errorf("harness %s did not end the turn within %s of session/cancel and was stopped", p.key.harness, cancelGrace))
+	}
+}
+
+// policy returns the permission policy in effect for a session.
+func (s *Service) policy(ctx context.Context, rec store.Session) (api.PermissionPolicy, error) {
+	if rec.Policy != "" {
+		return api.PermissionPolicy(rec.Policy), nil
+	}
+	sb, err := s.boxes.Get(ctx, rec.Sandbox)
+	if err != nil {
+		return "", err
+	}
+	if sb.PermissionPolicy == "" {
+		return api.PolicyAutoApprove, nil
+	}
+	return sb.PermissionPolicy, nil
+}
+
+// SandboxStopped stops the harnesses of a sandbox that stopped; their turns end with an error.
+func (s *Service) SandboxStopped(name string) {
+	s.mu.Lock()
+	var procs []*harnessProc
+	for k, p := range s.procs {
+		if k.sandbox == name {
+			procs = append(procs, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.fail(fmt.Errorf("sandbox %s stopped", name))
+	}
+}
+
+// SandboxDeleted deletes the sessions of a deleted sandbox and its harness log.
+func (s *Service) SandboxDeleted(name string) error {
+	s.SandboxStopped(name)
+	recs, err := s.store.ListSessions()
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if rec.Sandbox != name {
+			continue
+		}
+		s.mu.Lock()
+		t := s.turns[rec.ID]
+		s.mu.Unlock()
+		if t != nil {
+			<-t.done // the harness was stopped above, so the turn is ending
+		}
+		s.forget(rec.ID)
+		if err := s.deleteRecord(rec.ID); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(s.harnessLogPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (s *Service) harnessLogPath(sandbox string) string {
+	return filepath.Join(s.cfg.LogDir, sandbox+".log")
+}
+
+func (s *Service) record(id string) (store.Session, error) {
+	if err := api.ValidateSessionID(id); err != nil {
+		return store.Session{}, err
+	}
+	rec, err := s.store.GetSession(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return rec, api.Errorf(api.CodeSessionNotFound, "session %s not found: `hiloop session list` shows the sessions", id)
+	}
+	return rec, err
+}
+
+// view renders a session; sb is its sandbox if the caller has it already.
+func (s *Service) view(ctx context.Context, rec store.Session, sb *api.Sandbox) (api.Session, error) {
+	policy := api.PermissionPolicy(rec.Policy)
+	if policy == "" {
+		if sb == nil {
+			got, err := s.boxes.Get(ctx, rec.Sandbox)
+			if err == nil {
+				sb = &got
+			}
+		}
+		policy = api.PolicyAutoApprove
+		if sb != nil && sb.PermissionPolicy != "" {
+			policy = sb.PermissionPolicy
+		}
+	}
+	last, err := s.log.LastSeq(rec.ID)
+	if err != nil {
+		return api.Session{}, err
+	}
+	state := api.SessionIdle
+	s.mu.Lock()
+	if t := s.turns[rec.ID]; t != nil {
+		state = api.SessionRunning
+		if t.waiting > 0 {
+			state = api.SessionWaiting
+		}
+	}
+	s.mu.Unlock()
+	return api.Session{
+		ID:               rec.ID,
+		Sandbox:          rec.Sandbox,
+		Harness:          rec.Harness,
+		Cwd:              rec.Cwd,
+		PermissionPolicy: policy,
+		State:            state,
+		LastSeq:          last,
+		ACPSessionID:     rec.ACPSessionID,
+		CreatedAt:        rec.CreatedAt,
+	}, nil
+}
+
+func isCode(err error, code api.ErrorCode) bool {
+	var apiErr *api.Error
+	return errors.As(err, &apiErr) && apiErr.Code == code
+}
+
+// newID returns a session id: 12 random characters of [a-z0-9].
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b[:])
+}

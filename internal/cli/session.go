@@ -1,0 +1,964 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
+)
+
+// ExitInterrupted is the exit code of a `session prompt` left with a second Ctrl-C.
+const ExitInterrupted = 130
+
+func newCmdSession(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "session <verb>",
+		Aliases: []string{"sessions"},
+		Short:   "Run a coding agent in a sandbox: prompt it, watch it, answer its permission requests",
+		Long: `A session is a coding-agent harness (claude-code, codex, opencode, fake) that runs in a
+sandbox and takes prompts. The daemon keeps every session's events (prompts, the agent's
+messages, tool calls, permission requests and their answers, turn ends, errors) in a durable,
+numbered log that any number of watchers can follow, from any point, across daemon restarts.
+
+A turn runs in the daemon whether or not anyone watches: ` + "`session prompt`" + ` starts one and follows it;
+` + "`session events --follow`" + ` watches from elsewhere. A session's permission policy decides who
+answers the harness's requests to run tools: auto-approve (the default) allows each one once;
+ask waits for an operator's ` + "`session approve`" + ` or ` + "`session deny`" + `.`,
+		Example: `  id=$(hiloop session new web)
+  hiloop session prompt "$id" "run the tests and fix what fails"
+  hiloop session events "$id" --follow`,
+	}
+	cmd.AddCommand(
+		newCmdSessionNew(f),
+		newCmdSessionList(f),
+		newCmdSessionGet(f),
+		newCmdSessionPrompt(f, nil),
+		newCmdSessionEvents(f, nil),
+		newCmdSessionAnswer(f, "approve", "Allow a tool call the agent asked permission for",
+			api.OptionAllowOnce, api.OptionAllowAlways),
+		newCmdSessionAnswer(f, "deny", "Refuse a tool call the agent asked permission for",
+			api.OptionRejectOnce, api.OptionRejectAlways),
+		newCmdSessionCancel(f),
+		newCmdSessionDelete(f),
+	)
+	return cmd
+}
+
+func newCmdSessionNew(f *Factory) *cobra.Command {
+	var p api.SessionsPost
+	var policy, key, output string
+	cmd := &cobra.Command{
+		Use:     "new SANDBOX [--harness NAME] [--policy auto-approve|ask] [--cwd DIR]",
+		Aliases: []string{"create"},
+		Short:   "Start a coding-agent session in a sandbox and print its id",
+		Long: `Start a session: the daemon starts the harness in the sandbox, in ACP mode, working in DIR.
+It prints the new session's id (or the session with -o).
+
+The harness is one of claude-code (the default), codex, opencode and fake; an unknown name is
+harness_not_found. Without --policy the session follows its sandbox's permission policy:
+auto-approve allows every tool call once, ask waits for ` + "`hiloop session approve`" + ` or ` + "`deny`" + `.
+With --idempotency-key, repeating the command returns the same session.`,
+		Example: `  hiloop session new web
+  hiloop session new web --harness codex --policy ask --cwd /workspace/api
+  id=$(hiloop session new web --idempotency-key ci-run-42)`,
+		Args: exactArgs(1, "one SANDBOX name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p.Sandbox = args[0]
+			p.PermissionPolicy = api.PermissionPolicy(policy)
+			if err := api.ValidatePolicy("--policy", p.PermissionPolicy); err != nil {
+				return &usageError{err}
+			}
+			if p.Cwd != "" && !strings.HasPrefix(p.Cwd, "/") {
+				return &usageError{fmt.Errorf("invalid --cwd %q: use an absolute path in the sandbox, e.g. %s", p.Cwd, api.DefaultSessionCwd)}
+			}
+			c, err := f.clientFor(output)
+			if err != nil {
+				return err
+			}
+			var opts []client.CallOption
+			if key != "" {
+				opts = append(opts, client.WithIdempotencyKey(key))
+			}
+			s, err := c.CreateSession(cmd.Context(), p, opts...)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("output") {
+				return printSession(f, output, s)
+			}
+			fmt.Fprintln(f.IO.Out, s.ID)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&p.Harness, "harness", "", "the harness to run: claude-code, codex, opencode or fake (default "+api.DefaultHarness+")")
+	fl.StringVar(&policy, "policy", "", "who answers permission requests: auto-approve or ask (default: the sandbox's policy)")
+	fl.StringVar(&p.Cwd, "cwd", "", "the harness's working directory in the sandbox (default "+api.DefaultSessionCwd+")")
+	fl.StringVar(&key, "idempotency-key", "", "make the request safe to repeat: the same key returns the same session")
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newCmdSessionList(f *Factory) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "list [SANDBOX]",
+		Aliases: []string{"ls"},
+		Short:   "List sessions, all or those in one sandbox",
+		Example: "  hiloop session list\n  hiloop session list web -o json",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return &usageError{fmt.Errorf("session list takes at most one SANDBOX name")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.clientFor(output)
+			if err != nil {
+				return err
+			}
+			sandbox := ""
+			if len(args) == 1 {
+				sandbox = args[0]
+			}
+			list, err := c.ListSessions(cmd.Context(), sandbox)
+			if err != nil {
+				return err
+			}
+			return printOutput(f.IO.Out, output, api.SessionList{Sessions: list}, func(t *table) {
+				t.row("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "CREATED")
+				for _, s := range list {
+					t.row(s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
+						strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt)+" ago")
+				}
+			})
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newCmdSessionGet(f *Factory) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:     "get SESSION",
+		Short:   "Show one session",
+		Example: "  hiloop session get k3x9q2m7v4b8 -o json",
+		Args:    exactArgs(1, "one SESSION id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := api.ValidateSessionID(args[0]); err != nil {
+				return err
+			}
+			c, err := f.clientFor(output)
+			if err != nil {
+				return err
+			}
+			s, err := c.GetSession(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printSession(f, output, s)
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func printSession(f *Factory, output string, s api.Session) error {
+	return printOutput(f.IO.Out, output, s, func(t *table) {
+		t.row("id:", s.ID)
+		t.row("sandbox:", s.Sandbox)
+		t.row("harness:", s.Harness)
+		t.row("cwd:", s.Cwd)
+		t.row("policy:", string(s.PermissionPolicy))
+		t.row("state:", string(s.State))
+		t.row("events:", strconv.FormatUint(s.LastSeq, 10))
+		if s.ACPSessionID != "" {
+			t.row("acp session:", s.ACPSessionID)
+		}
+		t.row("created:", s.CreatedAt.Local().Format(time.RFC3339))
+	})
+}
+
+// PromptOptions are the flags and arguments of `hiloop session prompt`.
+type PromptOptions struct {
+	Session        string
+	Text           string
+	Thoughts       bool
+	Output         string
+	IdempotencyKey string
+
+	// interrupts delivers Ctrl-C; nil for the process's own SIGINT.
+	interrupts <-chan os.Signal
+}
+
+func newCmdSessionPrompt(f *Factory, runF func(*PromptOptions) error) *cobra.Command {
+	opts := &PromptOptions{}
+	cmd := &cobra.Command{
+		Use:   "prompt SESSION (TEXT... | -)",
+		Short: "Send the agent a prompt and follow its turn to the end",
+		Long: `Send the agent a prompt and follow the turn it starts until it ends. TEXT is the words
+after SESSION joined by spaces (put -- before TEXT that starts with a dash); "-" reads the
+prompt from stdin.
+
+The agent's reply streams to stdout as it is written. Tool calls, plans, permission requests
+(with the commands that answer them), notices and errors go to stderr; so do the agent's
+thoughts with --thoughts. With -o json, stdout gets every event of the turn, the prompt's own
+first, one JSON object (api.SessionEvent) per line.
+
+The first Ctrl-C cancels the turn and waits for it to end; a second one quits at once (exit 130)
+and leaves the turn to the daemon. A dropped connection to the daemon is picked up where it
+left off. hiloop exits 0 when the turn ends normally (the stop reason goes to stderr unless it
+is end_turn), 1 when it fails or is cancelled, and 5 when the session is busy with another turn.
+With --idempotency-key, repeating the command sends the prompt once and follows that turn again.`,
+		Example: `  hiloop session prompt k3x9q2m7v4b8 "add a --verbose flag to the CLI"
+  git diff | hiloop session prompt k3x9q2m7v4b8 -
+  hiloop session prompt k3x9q2m7v4b8 -o json "run the tests" | jq -c 'select(.type=="turn_end")'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return &usageError{fmt.Errorf("prompt takes a SESSION id and the prompt's TEXT (or - to read it from stdin)")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := api.ValidateSessionID(args[0]); err != nil {
+				return err
+			}
+			if err := checkOutput(opts.Output); err != nil {
+				return err
+			}
+			opts.Session = args[0]
+			opts.Text = strings.Join(args[1:], " ")
+			if len(args) == 2 && args[1] == "-" {
+				b, err := io.ReadAll(io.LimitReader(f.IO.In, api.MaxPromptBytes+1))
+				if err != nil {
+					return fmt.Errorf("read the prompt from stdin: %w", err)
+				}
+				opts.Text = string(b)
+			}
+			if len(opts.Text) > api.MaxPromptBytes {
+				return &usageError{fmt.Errorf("the prompt is longer than %d KiB", api.MaxPromptBytes>>10)}
+			}
+			if strings.TrimSpace(opts.Text) == "" {
+				return &usageError{fmt.Errorf("the prompt is empty")}
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return promptRun(cmd.Context(), f, opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&opts.Thoughts, "thoughts", false, "also show the agent's thoughts (on stderr)")
+	fl.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "make the request safe to repeat: the same key sends the prompt once")
+	addOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+func promptRun(ctx context.Context, f *Factory, opts *PromptOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	var callOpts []client.CallOption
+	if opts.IdempotencyKey != "" {
+		callOpts = append(callOpts, client.WithIdempotencyKey(opts.IdempotencyKey))
+	}
+	accepted, err := c.Prompt(ctx, opts.Session, api.PromptPost{Text: opts.Text}, callOpts...)
+	if err != nil {
+		return busyHint(err, opts.Session)
+	}
+
+	interrupts := opts.interrupts
+	if interrupts == nil {
+		sig := make(chan os.Signal, 2)
+		signal.Notify(sig, os.Interrupt)
+		defer signal.Stop(sig)
+		interrupts = sig
+	}
+	errOut := &lockedWriter{w: f.IO.ErrOut}
+	tp := newTurnPrinter(f.IO.Out, errOut, opts)
+	after := accepted.Seq
+	if tp.format != "table" {
+		after-- // the prompt's own event too
+	}
+
+	streamCtx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	var quit atomic.Bool
+	var cancels sync.WaitGroup
+	go func() {
+		select {
+		case <-interrupts:
+		case <-streamCtx.Done():
+			return
+		}
+		fmt.Fprintln(errOut, "hiloop: cancelling the turn; Ctrl-C again quits without waiting")
+		cancels.Go(func() {
+			cctx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer done()
+			if _, err := c.CancelSession(cctx, opts.Session); err != nil {
+				fmt.Fprintf(errOut, "hiloop: cancel the turn: %s\n", err)
+			}
+		})
+		select {
+		case <-interrupts:
+			quit.Store(true)
+			stopStream()
+		case <-streamCtx.Done():
+		}
+	}()
+
+	err = c.Stream(streamCtx, opts.Session, after, tp.event, client.OnStreamLost(func(err error) {
+		fmt.Fprintf(errOut, "hiloop: %s; reconnecting\n", err)
+	}))
+	if quit.Load() {
+		return &exitError{code: ExitInterrupted}
+	}
+	stopStream()
+	cancels.Wait()
+	if err != nil {
+		return err
+	}
+	return tp.finish()
+}
+
+// busyHint says what to do about a session whose turn still runs.
+func busyHint(err error, session string) error {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodeTurnInProgress {
+		return &api.Error{Code: apiErr.Code, Message: fmt.Sprintf(
+			"session %s is busy with a turn: follow it with `hiloop session events %s --follow`, or end it with `hiloop session cancel %s`",
+			session, session, session)}
+	}
+	return err
+}
+
+// lockedWriter serializes writes from the stream and from the Ctrl-C handler.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// turnPrinter shows one turn's events as they stream.
+type turnPrinter struct {
+	out, errOut io.Writer
+	session     string
+	format      string // table (for people), json or yaml
+	thoughts    bool
+	dim         bool // thoughts in faint type
+	// shared says stdout and stderr are both terminals, presumably one screen: a line one of
+	// them left unfinished is ended (on stderr) before the other writes.
+	shared         bool
+	outMid, errMid bool              // the last byte written to stdout / stderr was not a newline
+	titles         map[string]string // tool call id → title, for permission lines
+
+	ended      bool
+	stopReason string
+	lastError  *api.ErrorData
+}
+
+func newTurnPrinter(out, errOut io.Writer, opts *PromptOptions) *turnPrinter {
+	format := opts.Output
+	if format == "" {
+		format = "table"
+	}
+	rawErr := errOut
+	if lw, ok := errOut.(*lockedWriter); ok {
+		rawErr = lw.w
+	}
+	return &turnPrinter{
+		out: out, errOut: errOut, session: opts.Session, format: format, thoughts: opts.Thoughts,
+		dim:    IsTerminal(rawErr) && os.Getenv("NO_COLOR") == "",
+		shared: IsTerminal(out) && IsTerminal(rawErr),
+		titles: map[string]string{},
+	}
+}
+
+// event shows one event; it stops the stream at the turn's end.
+func (p *turnPrinter) event(ev api.SessionEvent) error {
+	if p.format != "table" {
+		if err := writeEvent(p.out, p.format, ev); err != nil {
+			return err
+		}
+	} else {
+		p.show(ev)
+	}
+	switch ev.Type {
+	case api.EventError:
+		var d api.ErrorData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			p.lastError = &d
+		}
+	case api.EventTurnEnd:
+		var d api.TurnEndData
+		_ = json.Unmarshal(ev.Data, &d)
+		p.ended, p.stopReason = true, d.StopReason
+		return client.ErrStopStream
+	}
+	return nil
+}
+
+// show renders one event for people.
+func (p *turnPrinter) show(ev api.SessionEvent) {
+	switch ev.Type {
+	case api.EventUpdate:
+		var u acpUpdate
+		if json.Unmarshal(ev.Data, &u) != nil {
+			return
+		}
+		switch u.SessionUpdate {
+		case "agent_message_chunk":
+			if text, ok := u.text(); ok {
+				p.writeOut(text)
+			}
+		case "agent_thought_chunk":
+			if text, ok := u.text(); ok && p.thoughts {
+				p.writeErr(text)
+			}
+		case "tool_call":
+			p.titles[u.ToolCallID] = u.title()
+			p.line("▸ tool " + toolCallLine(u))
+		case "tool_call_update":
+			if t := u.title(); t != "" {
+				p.titles[u.ToolCallID] = t
+			}
+			if u.Status != nil && *u.Status != "" {
+				p.line(fmt.Sprintf("▸ %s %s", u.ToolCallID, *u.Status))
+			}
+		case "plan":
+			p.line("▸ plan")
+			for _, e := range u.Entries {
+				p.line(fmt.Sprintf("  [%s] %s", e.Status, e.Content))
+			}
+		}
+	case api.EventPermission:
+		var d api.PermissionData
+		if json.Unmarshal(ev.Data, &d) != nil {
+			return
+		}
+		if d.Title != "" {
+			p.titles[d.ToolCallID] = d.Title
+		}
+		if d.Policy == api.PolicyAutoApprove {
+			return // the permission_resolved right after it says it all
+		}
+		p.line(fmt.Sprintf("? permission requested: %s [%s]", orUnnamed(p.titles[d.ToolCallID]), d.ToolCallID))
+		p.line("  options: " + optionList(d.Options))
+		for _, v := range []struct{ verb, once, always string }{
+			{"approve", api.OptionAllowOnce, api.OptionAllowAlways},
+			{"deny", api.OptionRejectOnce, api.OptionRejectAlways},
+		} {
+			if !offers(d.Options, v.once) && !offers(d.Options, v.always) {
+				continue
+			}
+			cmd := fmt.Sprintf("hiloop session %s %s %s", v.verb, p.session, shellQuote(d.ToolCallID))
+			if !offers(d.Options, v.once) {
+				cmd += " --option " + v.always
+			} else if offers(d.Options, v.always) {
+				cmd += " [--option " + v.always + "]"
+			}
+			p.line(fmt.Sprintf("  %-8s %s", v.verb+":", cmd))
+		}
+	case api.EventPermissionResolved:
+		var d api.PermissionResolvedData
+		if json.Unmarshal(ev.Data, &d) != nil {
+			return
+		}
+		p.line("▸ " + resolvedLine(d, p.titles[d.ToolCallID]))
+	case api.EventNotice:
+		var d api.NoticeData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			p.line("▸ notice: " + d.Message)
+		}
+	case api.EventError:
+		var d api.ErrorData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			p.line("hiloop: error: " + d.Message)
+			if d.HarnessLog != "" {
+				p.line("hiloop: harness log: " + d.HarnessLog)
+			}
+		}
+	}
+}
+
+// finish ends the output and turns the turn's stop reason into an exit code.
+func (p *turnPrinter) finish() error {
+	if p.outMid {
+		io.WriteString(p.out, "\n")
+		p.outMid = false
+	}
+	if p.errMid {
+		io.WriteString(p.errOut, "\n")
+		p.errMid = false
+	}
+	if !p.ended {
+		return fmt.Errorf("the event stream of session %s ended before the turn did", p.session)
+	}
+	switch p.stopReason {
+	case "end_turn":
+		return nil
+	case "cancelled":
+		return &exitMessage{code: ExitError, msg: "turn cancelled"}
+	case api.StopReasonError:
+		switch {
+		case p.lastError == nil:
+			return &exitMessage{code: ExitError, msg: "the turn failed; see `hiloop session events " + p.session + "`"}
+		case p.format == "table":
+			return &exitError{code: ExitError} // shown as it came
+		case p.lastError.HarnessLog != "":
+			return &exitMessage{code: ExitError, msg: fmt.Sprintf("%s (harness log: %s)", p.lastError.Message, p.lastError.HarnessLog)}
+		}
+		return &exitMessage{code: ExitError, msg: p.lastError.Message}
+	}
+	fmt.Fprintf(p.errOut, "hiloop: the turn stopped: %s\n", p.stopReason)
+	return nil
+}
+
+// writeOut writes the agent's text to stdout.
+func (p *turnPrinter) writeOut(s string) {
+	if s == "" {
+		return
+	}
+	if p.shared && p.errMid {
+		io.WriteString(p.errOut, "\n")
+		p.errMid = false
+	}
+	io.WriteString(p.out, s)
+	p.outMid = !strings.HasSuffix(s, "\n")
+}
+
+// writeErr writes a piece of a thought to stderr.
+func (p *turnPrinter) writeErr(s string) {
+	if s == "" {
+		return
+	}
+	if p.shared && p.outMid {
+		io.WriteString(p.errOut, "\n")
+		p.outMid = false
+	}
+	styled := s
+	if p.dim {
+		styled = "\x1b[2m" + s + "\x1b[22m"
+	}
+	io.WriteString(p.errOut, styled)
+	p.errMid = !strings.HasSuffix(s, "\n")
+}
+
+// line writes a whole line to stderr, on a line of its own.
+func (p *turnPrinter) line(s string) {
+	if p.errMid {
+		io.WriteString(p.errOut, "\n")
+		p.errMid = false
+	}
+	p.writeErr(s + "\n")
+}
+
+// EventsOptions are the flags and arguments of `hiloop session events`.
+type EventsOptions struct {
+	Session string
+	After   uint64
+	Follow  bool
+	Output  string
+}
+
+func newCmdSessionEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Command {
+	opts := &EventsOptions{}
+	cmd := &cobra.Command{
+		Use:   "events SESSION [--after N] [--follow]",
+		Short: "Show a session's events, and with --follow keep watching for new ones",
+		Long: `Show a session's stored events with seq greater than N, one per line: the seq, the type and
+a short summary (the prompt, the update's kind and text, the tool and options of a permission
+request, the stop reason of a turn end, the message of an error). With -o json, each line is
+one api.SessionEvent as the daemon sent it.
+
+With --follow, keep watching for new events until Ctrl-C (exit 0); a dropped connection to the
+daemon is picked up where it left off, so no event is shown twice or missed.`,
+		Example: `  hiloop session events k3x9q2m7v4b8
+  hiloop session events k3x9q2m7v4b8 --after 120 --follow
+  hiloop session events k3x9q2m7v4b8 -o json | jq -r 'select(.type=="prompt") | .data.text'`,
+		Args: exactArgs(1, "one SESSION id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := api.ValidateSessionID(args[0]); err != nil {
+				return err
+			}
+			opts.Session = args[0]
+			if err := checkOutput(opts.Output); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			ctx := cmd.Context()
+			if opts.Follow {
+				var stop context.CancelFunc
+				ctx, stop = signal.NotifyContext(ctx, os.Interrupt)
+				defer stop()
+			}
+			return eventsRun(ctx, f, opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.Uint64Var(&opts.After, "after", 0, "show only events with seq greater than N")
+	fl.BoolVarP(&opts.Follow, "follow", "f", false, "keep watching for new events until Ctrl-C")
+	addOutputFlag(cmd, &opts.Output)
+	return cmd
+}
+
+// eventsRun prints a session's events; with opts.Follow it runs until ctx ends, and that is
+// success.
+func eventsRun(ctx context.Context, f *Factory, opts *EventsOptions) error {
+	c, err := f.clientFor(opts.Output)
+	if err != nil {
+		return err
+	}
+	show := func(ev api.SessionEvent) error {
+		if opts.Output != "table" && opts.Output != "" {
+			return writeEvent(f.IO.Out, opts.Output, ev)
+		}
+		_, err := fmt.Fprintf(f.IO.Out, "%-6d %-19s %s\n", ev.Seq, ev.Type, eventSummary(ev))
+		return err
+	}
+	if !opts.Follow {
+		for ev, err := range c.AllEvents(ctx, opts.Session, opts.After) {
+			if err != nil {
+				return err
+			}
+			if err := show(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err = c.Stream(ctx, opts.Session, opts.After, show, client.OnStreamLost(func(err error) {
+		fmt.Fprintf(f.IO.ErrOut, "hiloop: %s; reconnecting\n", err)
+	}))
+	if ctx.Err() != nil {
+		return nil // Ctrl-C ends a follow
+	}
+	return err
+}
+
+// writeEvent prints one event as a JSON line or a YAML document.
+func writeEvent(w io.Writer, format string, ev api.SessionEvent) error {
+	if format == "yaml" {
+		b, err := yaml.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "---\n%s", b)
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // keep the data as the daemon sent it
+	return enc.Encode(ev)
+}
+
+// acpUpdate is the part of an ACP SessionUpdate that hiloop shows.
+type acpUpdate struct {
+	SessionUpdate string `json:"sessionUpdate"`
+	// Content is a ContentBlock in message and thought chunks, a list in tool calls.
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"toolCallId"`
+	Title      *string         `json:"title"`
+	Kind       string          `json:"kind"`
+	Status     *string         `json:"status"`
+	Entries    []struct {
+		Content string `json:"content"`
+		Status  string `json:"status"`
+	} `json:"entries"`
+}
+
+// text returns a chunk's text, if it is a text chunk.
+func (u acpUpdate) text() (string, bool) {
+	var b struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(u.Content, &b) != nil || b.Type != "text" {
+		return "", false
+	}
+	return b.Text, true
+}
+
+func (u acpUpdate) title() string {
+	if u.Title == nil {
+		return ""
+	}
+	return *u.Title
+}
+
+// toolCallLine is "TITLE (kind) [ID]".
+func toolCallLine(u acpUpdate) string {
+	s := orUnnamed(u.title())
+	if u.Kind != "" {
+		s += " (" + u.Kind + ")"
+	}
+	return s + " [" + u.ToolCallID + "]"
+}
+
+func orUnnamed(title string) string {
+	if title == "" {
+		return "a tool"
+	}
+	return title
+}
+
+func optionList(opts []api.PermissionOption) string {
+	parts := make([]string, len(opts))
+	for i, o := range opts {
+		parts[i] = o.Kind
+		if o.Name != "" {
+			parts[i] += " (" + o.Name + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func offers(opts []api.PermissionOption, kind string) bool {
+	for _, o := range opts {
+		if o.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// resolvedLine says how a permission request was answered.
+func resolvedLine(d api.PermissionResolvedData, title string) string {
+	what := d.ToolCallID
+	if title != "" {
+		what = title + " [" + d.ToolCallID + "]"
+	}
+	switch {
+	case d.Outcome == api.OutcomeCancelled && d.By == api.ResolvedByTurnEnd:
+		return what + " cancelled: the turn ended first"
+	case d.Outcome == api.OutcomeCancelled:
+		return what + " cancelled"
+	case d.By == api.ResolvedByAutoApprove:
+		return "auto-approved " + what + " (" + d.Kind + ")"
+	case strings.HasPrefix(d.Kind, "allow"):
+		return what + " approved by operator (" + d.Kind + ")"
+	}
+	return what + " denied (" + d.Kind + ")"
+}
+
+// eventSummary is the short rendering of an event in `session events`.
+func eventSummary(ev api.SessionEvent) string {
+	switch ev.Type {
+	case api.EventPrompt:
+		var d api.PromptData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			return snippet(d.Text)
+		}
+	case api.EventUpdate:
+		var u acpUpdate
+		if json.Unmarshal(ev.Data, &u) != nil {
+			break
+		}
+		switch u.SessionUpdate {
+		case "tool_call":
+			s := u.SessionUpdate + " " + toolCallLine(u)
+			if u.Status != nil {
+				s += " " + *u.Status
+			}
+			return s
+		case "tool_call_update":
+			s := u.SessionUpdate + " [" + u.ToolCallID + "]"
+			if t := u.title(); t != "" {
+				s += " " + t
+			}
+			if u.Status != nil {
+				s += " " + *u.Status
+			}
+			return s
+		case "plan":
+			return fmt.Sprintf("plan: %d entries", len(u.Entries))
+		}
+		if text, ok := u.text(); ok {
+			return u.SessionUpdate + " " + snippet(text)
+		}
+		return u.SessionUpdate
+	case api.EventPermission:
+		var d api.PermissionData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			return fmt.Sprintf("%s [%s] %s; options: %s", orUnnamed(d.Title), d.ToolCallID, d.Policy, optionList(d.Options))
+		}
+	case api.EventPermissionResolved:
+		var d api.PermissionResolvedData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			s := fmt.Sprintf("[%s] %s", d.ToolCallID, d.Outcome)
+			if d.Kind != "" {
+				s += " " + d.Kind
+			}
+			return s + " by " + d.By
+		}
+	case api.EventTurnEnd:
+		var d api.TurnEndData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			return d.StopReason
+		}
+	case api.EventError:
+		var d api.ErrorData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			if d.HarnessLog != "" {
+				return d.Message + " (harness log: " + d.HarnessLog + ")"
+			}
+			return d.Message
+		}
+	case api.EventNotice:
+		var d api.NoticeData
+		if json.Unmarshal(ev.Data, &d) == nil {
+			return d.Message
+		}
+	}
+	return snippet(string(ev.Data))
+}
+
+// snippet quotes the start of s, cut to a line's worth of runes.
+func snippet(s string) string {
+	const max = 60
+	if utf8.RuneCountInString(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := 0
+	for range max {
+		_, n := utf8.DecodeRuneInString(s[cut:])
+		cut += n
+	}
+	return strconv.Quote(s[:cut]) + "…"
+}
+
+// shellQuote quotes s for a POSIX shell if it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/@%+=,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func newCmdSessionAnswer(f *Factory, verb, short, defaultKind, otherKind string) *cobra.Command {
+	var kind, output string
+	cmd := &cobra.Command{
+		Use:   verb + " SESSION REQUEST [--option " + defaultKind + "|" + otherKind + "]",
+		Short: short,
+		Long: short + `, in a session under the ask policy.
+
+REQUEST is the tool call id that ` + "`session prompt`" + ` and ` + "`session events`" + ` show with the
+request. --option picks the answer by kind: ` + defaultKind + ` for this call only, ` + otherKind + ` for the
+rest of the session (if the harness offers it). Answering again the same way prints the first
+decision; answering differently is permission_decided (exit 5).`,
+		Example: fmt.Sprintf("  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD\n  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD --option %s", verb, verb, otherKind),
+		Args:    exactArgs(2, "a SESSION id and a REQUEST (tool call) id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := api.ValidateSessionID(args[0]); err != nil {
+				return err
+			}
+			if kind != defaultKind && kind != otherKind {
+				return &usageError{fmt.Errorf("invalid --option %q: %s takes %s or %s", kind, verb, defaultKind, otherKind)}
+			}
+			c, err := f.clientFor(output)
+			if err != nil {
+				return err
+			}
+			d, err := c.AnswerPermission(cmd.Context(), args[0], args[1], api.PermissionAnswer{Kind: kind})
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("output") {
+				return printOutput(f.IO.Out, output, d, func(t *table) {
+					t.row("request:", d.ToolCallID)
+					t.row("outcome:", d.Outcome)
+					t.row("kind:", d.Kind)
+					t.row("by:", d.By)
+				})
+			}
+			fmt.Fprintln(f.IO.Out, resolvedLine(api.PermissionResolvedData{
+				ToolCallID: d.ToolCallID, Outcome: d.Outcome, OptionID: d.OptionID, Kind: d.Kind, By: d.By}, ""))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&kind, "option", defaultKind, "the kind of answer: "+defaultKind+" or "+otherKind)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newCmdSessionCancel(f *Factory) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "cancel SESSION",
+		Short: "Cancel a session's running turn (a no-op on an idle session)",
+		Long: `Ask the harness to end the running turn; a permission request still waiting is cancelled.
+The turn ends with stop reason "cancelled" once the harness has stopped. Prints the session's
+id and state.`,
+		Example: "  hiloop session cancel k3x9q2m7v4b8",
+		Args:    exactArgs(1, "one SESSION id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := api.ValidateSessionID(args[0]); err != nil {
+				return err
+			}
+			c, err := f.clientFor(output)
+			if err != nil {
+				return err
+			}
+			s, err := c.CancelSession(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("output") {
+				return printSession(f, output, s)
+			}
+			fmt.Fprintf(f.IO.Out, "%s %s\n", s.ID, s.State)
+			return nil
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func newCmdSessionDelete(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:     "delete SESSION",
+		Aliases: []string{"rm"},
+		Short:   "Stop a session's harness and delete the session with its events",
+		Long: `Stop a session's harness and delete the session with its event log. A session whose turn
+is running cannot be deleted (turn_in_progress, exit 5): cancel the turn first.`,
+		Example: "  hiloop session cancel k3x9q2m7v4b8 && hiloop session delete k3x9q2m7v4b8",
+		Args:    exactArgs(1, "one SESSION id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := api.ValidateSessionID(args[0]); err != nil {
+				return err
+			}
+			c, err := f.Client()
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteSession(cmd.Context(), args[0]); err != nil {
+				return busyHint(err, args[0])
+			}
+			fmt.Fprintf(f.IO.Out, "%s deleted\n", args[0])
+			return nil
+		},
+	}
+}

@@ -1,0 +1,202 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// streamPingInterval is how often a stream's watcher is pinged; one that stops answering is
+// dropped and reconnects from its cursor.
+const streamPingInterval = 30 * time.Second
+
+// streamWriteTimeout bounds one event's write to a watcher.
+const streamWriteTimeout = 30 * time.Second
+
+func (d *Daemon) createSession(w http.ResponseWriter, r *http.Request) error {
+	var p api.SessionsPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	se, err := d.sessions.Create(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, se)
+}
+
+func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) error {
+	sandbox := r.URL.Query().Get("sandbox")
+	if sandbox != "" {
+		if err := api.ValidateName("sandbox", sandbox); err != nil {
+			return err
+		}
+	}
+	list, err := d.sessions.List(r.Context(), sandbox)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.SessionList{Sessions: list})
+}
+
+func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) error {
+	se, err := d.sessions.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, se)
+}
+
+func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) error {
+	if err := d.sessions.Delete(r.Context(), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (d *Daemon) promptSession(w http.ResponseWriter, r *http.Request) error {
+	var p api.PromptPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	acc, err := d.sessions.Prompt(r.Context(), r.PathValue("id"), p.Text)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, acc)
+}
+
+func (d *Daemon) cancelSession(w http.ResponseWriter, r *http.Request) error {
+	se, err := d.sessions.Cancel(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, se)
+}
+
+func (d *Daemon) answerPermission(w http.ResponseWriter, r *http.Request) error {
+	var p api.PermissionAnswer
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	dec, err := d.sessions.Answer(r.Context(), r.PathValue("id"), r.PathValue("tool_call_id"), p.Kind)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, dec)
+}
+
+func (d *Daemon) sessionEvents(w http.ResponseWriter, r *http.Request) error {
+	after, err := uintQuery(r, "after", 0)
+	if err != nil {
+		return err
+	}
+	limit, err := uintQuery(r, "limit", api.MaxEventsPage)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		return api.Errorf(api.CodeInvalidArgument, "invalid limit 0: ask for 1 to %d events", api.MaxEventsPage)
+	}
+	limit = min(limit, api.MaxEventsPage)
+	evs, err := d.sessions.Events(r.PathValue("id"), after, int(limit))
+	if err != nil {
+		return err
+	}
+	out := api.SessionEventList{Events: make([]api.SessionEvent, len(evs))}
+	for i, ev := range evs {
+		out.Events[i] = apiEvent(ev)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// streamSession serves GET /v1/sessions/{id}/stream?after=N: a WebSocket of one text message per
+// event, every stored event after N and then live ones. A watcher that falls behind is closed
+// with api.StreamCloseSlow and reconnects from its last seq.
+func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
+	after, err := uintQuery(r, "after", 0)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	sub, err := d.sessions.Subscribe(id, after)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return nil // Accept has answered the client already
+	}
+	defer conn.CloseNow()
+	ctx := conn.CloseRead(r.Context()) // ends when the watcher hangs up
+	ping := time.NewTicker(streamPingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case ev, ok := <-sub.C():
+			if !ok {
+				closeStream(conn, sub.Err())
+				return nil
+			}
+			b, err := json.Marshal(apiEvent(ev))
+			if err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(ctx, streamWriteTimeout)
+			err = conn.Write(wctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				return nil // the watcher is gone; it reconnects from its cursor
+			}
+		case <-ping.C:
+			pctx, cancel := context.WithTimeout(ctx, streamPingInterval)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return nil
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func closeStream(conn *websocket.Conn, err error) {
+	switch {
+	case errors.Is(err, session.ErrSlow):
+		conn.Close(api.StreamCloseSlow, "watcher fell behind: reconnect with after=<last seq received>")
+	case errors.Is(err, session.ErrClosed):
+		conn.Close(websocket.StatusGoingAway, "sandboxd is shutting down: reconnect with after=<last seq received>")
+	case errors.Is(err, session.ErrDeleted):
+		conn.Close(websocket.StatusNormalClosure, "the session was deleted")
+	default:
+		conn.Close(websocket.StatusInternalError, "event stream failed: reconnect with after=<last seq received>")
+	}
+}
+
+func apiEvent(ev session.Event) api.SessionEvent {
+	return api.SessionEvent{Seq: ev.Seq, Type: ev.Type, Time: ev.Time, Data: ev.Data}
+}
+
+// uintQuery reads an optional non-negative integer query parameter.
+func uintQuery(r *http.Request, key string, def uint64) (uint64, error) {
+	v := r.URL.Query().Get(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, api.Errorf(api.CodeInvalidArgument, "invalid %s %q: use a non-negative integer", key, v)
+	}
+	return n, nil
+}
