@@ -143,7 +143,7 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 	go func() {
 		p.exit, p.exitErr = proc.Wait()
 		<-stderrDone
-		fmt.Fprintf(logf, "--- %s sandboxd: harness %s %s\n", time.Now().UTC().Format(time.RFC3339), key.harness, p.exitText())
+		fmt.Fprintf(logf, "--- %s sandboxd: harness %s %s\n", time.Now().UTC().Format(time.RFC3339), key.harness, p.describeExit())
 		logf.Close()
 		close(p.exited)
 	}()
@@ -226,9 +226,14 @@ func (p *harnessProc) turnError(what string, err error) error {
 func (p *harnessProc) exitText() string {
 	select {
 	case <-p.exited:
+		return p.describeExit()
 	default:
 		return "stopped answering"
 	}
+}
+
+// describeExit says how the process ended; only once Wait has returned.
+func (p *harnessProc) describeExit() string {
 	switch {
 	case errors.Is(p.exitErr, runtime.ErrSandboxDied):
 		return "stopped with its sandbox"

@@ -495,12 +495,17 @@ func (p *turnPrinter) show(ev api.SessionEvent) {
 	case api.EventError:
 		var d api.ErrorData
 		if json.Unmarshal(ev.Data, &d) == nil {
-			p.line("hiloop: error: " + d.Message)
-			if d.HarnessLog != "" {
-				p.line("hiloop: harness log: " + d.HarnessLog)
-			}
+			p.line("hiloop: error: " + errorText(d))
 		}
 	}
+}
+
+// errorText renders an error event: its message, and the harness log unless the message names it.
+func errorText(d api.ErrorData) string {
+	if d.HarnessLog == "" || strings.Contains(d.Message, d.HarnessLog) {
+		return d.Message
+	}
+	return d.Message + " (harness log: " + d.HarnessLog + ")"
 }
 
 // finish ends the output and turns the turn's stop reason into an exit code.
@@ -527,10 +532,8 @@ func (p *turnPrinter) finish() error {
 			return &exitMessage{code: ExitError, msg: "the turn failed; see `hiloop session events " + p.session + "`"}
 		case p.format == "table":
 			return &exitError{code: ExitError} // shown as it came
-		case p.lastError.HarnessLog != "":
-			return &exitMessage{code: ExitError, msg: fmt.Sprintf("%s (harness log: %s)", p.lastError.Message, p.lastError.HarnessLog)}
 		}
-		return &exitMessage{code: ExitError, msg: p.lastError.Message}
+		return &exitMessage{code: ExitError, msg: errorText(*p.lastError)}
 	}
 	fmt.Fprintf(p.errOut, "hiloop: the turn stopped: %s\n", p.stopReason)
 	return nil
@@ -822,10 +825,7 @@ func eventSummary(ev api.SessionEvent) string {
 	case api.EventError:
 		var d api.ErrorData
 		if json.Unmarshal(ev.Data, &d) == nil {
-			if d.HarnessLog != "" {
-				return d.Message + " (harness log: " + d.HarnessLog + ")"
-			}
-			return d.Message
+			return errorText(d)
 		}
 	case api.EventNotice:
 		var d api.NoticeData

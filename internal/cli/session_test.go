@@ -333,13 +333,20 @@ func TestSessionPromptJSON(t *testing.T) {
 	}
 }
 
+func TestErrorTextNamesTheLogOnce(t *testing.T) {
+	d := api.ErrorData{Message: "harness fake exited with code 3; its log is /d/harness/box.log", HarnessLog: "/d/harness/box.log"}
+	if got := errorText(d); got != d.Message {
+		t.Errorf("errorText = %q, want the message alone", got)
+	}
+}
+
 func TestSessionPromptFails(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		output string
 		want   string
 	}{
-		{"human", "table", "hiloop: error: the harness exited with status 1\nhiloop: harness log: /var/log/h.log\n"},
+		{"human", "table", "hiloop: error: the harness exited with status 1 (harness log: /var/log/h.log)\n"},
 		{"json", "json", "hiloop: the harness exited with status 1 (harness log: /var/log/h.log)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,12 +5,17 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/hiloop/hiloop/images"
@@ -48,7 +54,8 @@ var (
 	prepErr   error
 )
 
-// prepare builds hiloop-init and the test image once (the image is cached across runs).
+// prepare builds hiloop-init, hiloop-fake-agent (next to it, where sandboxd finds it) and the
+// test image once (the image is cached across runs).
 func prepare(t *testing.T) {
 	prepOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "hiloop-e2e-bin")
@@ -57,11 +64,13 @@ func prepare(t *testing.T) {
 			return
 		}
 		initPath = filepath.Join(dir, "hiloop-init")
-		cmd := exec.Command("go", "build", "-o", initPath, "github.com/hiloop/hiloop/cmd/hiloop-init")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			prepErr = fmt.Errorf("build hiloop-init: %v\n%s", err, out)
-			return
+		for _, bin := range []string{"hiloop-init", "hiloop-fake-agent"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, bin), "github.com/hiloop/hiloop/cmd/"+bin)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				prepErr = fmt.Errorf("build %s: %v\n%s", bin, err, out)
+				return
+			}
 		}
 		imagesDir = os.Getenv("HILOOP_TEST_IMAGES")
 		if imagesDir == "" {
@@ -95,11 +104,14 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup:               setupScript,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"daemon":    cmdDaemon,
-			"leakcheck": cmdLeakcheck,
-			"waitfor":   cmdWaitfor,
-			"exits":     cmdExits,
-			"killinit":  cmdKillInit,
+			"daemon":      cmdDaemon,
+			"leakcheck":   cmdLeakcheck,
+			"waitfor":     cmdWaitfor,
+			"exits":       cmdExits,
+			"killinit":    cmdKillInit,
+			"streamcheck": cmdStreamCheck,
+			"capture":     cmdCapture,
+			"waitsession": cmdWaitSession,
 		},
 	})
 }
@@ -341,6 +353,142 @@ func cmdKillInit(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Fatalf("no init found for sandbox %s (cgroup %s)", args[0], cgroup)
+}
+
+// cmdWaitSession: waitsession SESSION STATE | waitsession SESSION event REGEXP waits up to 30 s
+// until the session is in STATE (idle, running, waiting_permission), or until one of its events'
+// JSON matches REGEXP.
+func cmdWaitSession(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || !(len(args) == 2 || len(args) == 3 && args[1] == "event") {
+		ts.Fatalf("usage: waitsession SESSION STATE | waitsession SESSION event REGEXP")
+	}
+	var re *regexp.Regexp
+	if len(args) == 3 {
+		var err error
+		re, err = regexp.Compile(args[2])
+		ts.Check(err)
+	}
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	c, err := client.New("unix://"+d.socket, "")
+	ts.Check(err)
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if re == nil {
+			se, err := c.GetSession(ctx, args[0])
+			ts.Check(err)
+			if string(se.State) == args[1] {
+				return
+			}
+		} else {
+			evs, err := c.Events(ctx, args[0], 0, 0)
+			ts.Check(err)
+			for _, ev := range evs {
+				b, _ := json.Marshal(ev)
+				if re.Match(b) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitsession %s: not reached after 30s", strings.Join(args, " "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cmdCapture: capture VAR sets $VAR to the last command's stdout without surrounding space (a
+// session id printed by `hiloop session new`).
+func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: capture VAR")
+	}
+	v := strings.TrimSpace(ts.ReadFile("stdout"))
+	if v == "" || strings.ContainsAny(v, " \n") {
+		ts.Fatalf("capture %s: want one word on stdout, got %q", args[0], v)
+	}
+	ts.Setenv(args[0], v)
+}
+
+// cmdStreamCheck: streamcheck SESSION DROPS OUT watches the session's stream from seq 0 over raw
+// WebSockets, hanging up after a random number of events DROPS times and reconnecting from the
+// last seq received, until the turn_end of the session's last turn (the one running, or the next
+// one if it is idle); it fails unless every event came exactly once, in order, and writes them as
+// JSON lines to OUT (as `session events -o json` does).
+func cmdStreamCheck(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: streamcheck SESSION DROPS OUT")
+	}
+	drops, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	httpClient := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", d.socket)
+		},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.New("unix://"+d.socket, "")
+	ts.Check(err)
+	se, err := c.GetSession(ctx, args[0])
+	ts.Check(err)
+	var (
+		out        []byte
+		last       uint64
+		reconnects int
+		slow       int
+		prompts    int
+	)
+	for done := false; !done; {
+		conn, _, err := websocket.Dial(ctx, fmt.Sprintf("ws://sandboxd/v1/sessions/%s/stream?after=%d", args[0], last), &websocket.DialOptions{HTTPClient: httpClient})
+		ts.Check(err)
+		conn.SetReadLimit(64 << 20)
+		budget := -1 // read until the end
+		if reconnects < drops {
+			budget = 1 + rand.IntN(100)
+		}
+		for budget != 0 {
+			typ, msg, err := conn.Read(ctx)
+			if websocket.CloseStatus(err) == api.StreamCloseSlow {
+				slow++ // cut off for falling behind: reconnect from the cursor, like a drop
+				break
+			}
+			if err != nil {
+				ts.Fatalf("stream read after seq %d: %v", last, err)
+			}
+			var ev api.SessionEvent
+			if typ != websocket.MessageText || json.Unmarshal(msg, &ev) != nil {
+				ts.Fatalf("stream sent a message that is not an event: %q", msg)
+			}
+			if ev.Seq != last+1 {
+				ts.Fatalf("stream sent seq %d after %d (reconnect %d)", ev.Seq, last, reconnects)
+			}
+			last = ev.Seq
+			line, err := json.Marshal(ev)
+			ts.Check(err)
+			out = append(append(out, line...), '\n')
+			switch ev.Type {
+			case api.EventPrompt:
+				prompts++
+			case api.EventTurnEnd:
+				done = prompts > 0 && ev.Seq >= se.LastSeq
+			}
+			if done {
+				break
+			}
+			budget--
+		}
+		conn.CloseNow()
+		if !done && budget == 0 {
+			reconnects++
+		}
+	}
+	ts.Logf("streamcheck: %d events over %d reconnects, cut off as slow %d times", last, reconnects, slow)
+	if reconnects < drops {
+		ts.Fatalf("the turn ended after %d reconnects, before %d: make it longer", reconnects, drops)
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[2]), out, 0o644))
 }
 
 // scriptEnv is the environment a script's exec would get.

@@ -39,8 +39,9 @@ var bucketEvents = []byte("events") // session id → nested bucket: big-endian 
 const (
 	// maxBatch bounds how many appends share one transaction and fsync.
 	maxBatch = 4096
-	// subscriberBuffer is how many live events a watcher may fall behind before it is cut off.
-	subscriberBuffer = 1024
+	// subscriberBuffer is how many live events a watcher may fall behind before it is cut off:
+	// enough for a harness's burst of a few thousand updates.
+	subscriberBuffer = 4096
 	// replayPage is how many stored events a subscription reads per transaction while catching up.
 	replayPage = 1024
 )
