@@ -164,11 +164,14 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 		ClientInfo:         &acpsdk.Implementation{Name: "hiloop", Version: s.cfg.Version},
 	})
 	if err != nil {
-		if errors.Is(ictx.Err(), context.DeadlineExceeded) {
-			p.fail(fmt.Errorf("harness %s did not answer initialize within %s", key.harness, initializeTimeout))
-		} else {
-			p.fail(nil)
+		var reason error // nil: the process died, and its exit says why
+		switch {
+		case errors.Is(ictx.Err(), context.DeadlineExceeded):
+			reason = fmt.Errorf("harness %s did not answer initialize within %s", key.harness, initializeTimeout)
+		case !p.gone():
+			reason = fmt.Errorf("harness %s refused initialize: %v", key.harness, err)
 		}
+		p.fail(reason)
 		return nil, p.turnError(fmt.Sprintf("harness %s did not start", key.harness), err)
 	}
 	p.caps = resp.AgentCapabilities
@@ -421,14 +424,12 @@ func (t *tap) readLine() ([]byte, error) {
 	}
 }
 
-// rpcMessage is the envelope of every JSON-RPC 2.0 message.
+// rpcMessage is what the tap reads of a JSON-RPC 2.0 message (results and errors are the SDK's).
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
 	Params  json.RawMessage `json:"params"`
-	Result  json.RawMessage `json:"result"`
-	Error   json.RawMessage `json:"error"`
 }
 
 // What inspect made of a line.

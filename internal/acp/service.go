@@ -69,11 +69,12 @@ type Service struct {
 	boxes Sandboxes
 	lg    *slog.Logger
 
-	mu      sync.Mutex
-	closing bool
-	turns   map[string]*turn         // session id → its running turn
-	procs   map[procKey]*harnessProc // live harness processes
-	starts  map[procKey]*sync.Mutex  // one harness start at a time per key
+	mu       sync.Mutex
+	closing  bool
+	turns    map[string]*turn         // session id → its running turn
+	deleting map[string]bool          // sessions being deleted: no prompt may start
+	procs    map[procKey]*harnessProc // live harness processes
+	starts   map[procKey]*sync.Mutex  // one harness start at a time per key
 
 	permMu  sync.Mutex                       // serializes permission decisions
 	waiters map[string]chan store.Permission // permission key → the harness's waiting request
@@ -82,15 +83,16 @@ type Service struct {
 // New returns a Service. Call Recover before serving.
 func New(cfg Config) *Service {
 	return &Service{
-		cfg:     cfg,
-		store:   cfg.Store,
-		log:     cfg.Log,
-		boxes:   cfg.Sandboxes,
-		lg:      cfg.Logger,
-		turns:   map[string]*turn{},
-		procs:   map[procKey]*harnessProc{},
-		starts:  map[procKey]*sync.Mutex{},
-		waiters: map[string]chan store.Permission{},
+		cfg:      cfg,
+		store:    cfg.Store,
+		log:      cfg.Log,
+		boxes:    cfg.Sandboxes,
+		lg:       cfg.Logger,
+		turns:    map[string]*turn{},
+		deleting: map[string]bool{},
+		procs:    map[procKey]*harnessProc{},
+		starts:   map[procKey]*sync.Mutex{},
+		waiters:  map[string]chan store.Permission{},
 	}
 }
 
@@ -118,7 +120,8 @@ func (s *Service) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, rec := range recs {
-		if _, err := s.boxes.Get(ctx, rec.Sandbox); isCode(err, api.CodeSandboxNotFound) {
+		sb, err := s.boxes.Get(ctx, rec.Sandbox)
+		if isCode(err, api.CodeSandboxNotFound) || err == nil && sb.ID != rec.SandboxID {
 			s.lg.Info("deleting the session of a deleted sandbox", "session", rec.ID, "sandbox", rec.Sandbox)
 			if err := s.deleteRecord(rec.ID); err != nil {
 				return err
@@ -243,7 +246,13 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 		s.mu.Unlock()
 		return api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: cancel it first with `hiloop session cancel %s`", id, id)
 	}
+	s.deleting[id] = true
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.deleting, id)
+		s.mu.Unlock()
+	}()
 	s.forget(id)
 	return s.deleteRecord(id)
 }
@@ -306,6 +315,12 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 		s.mu.Unlock()
 		cancel()
 		return api.PromptAccepted{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
+	}
+	// A delete that began after the lookup above has either marked the session or removed it.
+	if _, err := s.store.GetSession(id); s.deleting[id] || errors.Is(err, store.ErrNotFound) {
+		s.mu.Unlock()
+		cancel()
+		return api.PromptAccepted{}, api.Errorf(api.CodeSessionNotFound, "session %s not found: it was deleted", id)
 	}
 	if s.turns[id] != nil {
 		s.mu.Unlock()

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -148,7 +147,7 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 				closeStream(conn, sub.Err())
 				return nil
 			}
-			b, err := json.Marshal(apiEvent(ev))
+			b, err := ev.JSON() // the stored bytes, which are an api.SessionEvent
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -65,6 +66,16 @@ type Event struct {
 	Type string          `json:"type"` // prompt, update, permission, permission_resolved, turn_end, error, notice
 	Time time.Time       `json:"time"`
 	Data json.RawMessage `json:"data,omitempty"`
+
+	encoded []byte // the event as stored, when it came from or went to the store
+}
+
+// JSON returns the event as stored: the bytes every reader of the log is served.
+func (e Event) JSON() ([]byte, error) {
+	if e.encoded != nil {
+		return e.encoded, nil
+	}
+	return json.Marshal(e)
 }
 
 // Log is the durable event log of all sessions. One writer goroutine assigns sequence numbers and
@@ -275,6 +286,7 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 			if err != nil {
 				return err
 			}
+			r.ev.encoded = v
 			if err := b.Put(seqKey(seq), v); err != nil {
 				return err
 			}
@@ -332,6 +344,7 @@ func (l *Log) Since(session string, after uint64, limit int) ([]Event, error) {
 			if err := json.Unmarshal(v, &ev); err != nil {
 				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
 			}
+			ev.encoded = bytes.Clone(v) // v lives only as long as the transaction
 			out = append(out, ev)
 		}
 		return nil

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -484,5 +485,41 @@ func TestLastSeqAndTurnOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(uint64(i+1), step.open)
+	}
+}
+
+func TestEventJSONIsWhatWasStored(t *testing.T) {
+	l, db, _ := openTestLog(t, true)
+	live := l.Subscribe("s", 0)
+	defer live.Close()
+	waitLive(t, l, "s", 1)
+	appended, err := l.Append("s", TypeNotice, json.RawMessage(`{ "message" : "spaced" }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []byte
+	if err := db.View(func(tx *bolt.Tx) error {
+		stored = bytes.Clone(tx.Bucket(bucketEvents).Bucket([]byte("s")).Get(seqKey(1)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	read, err := l.Since("s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed := <-live.C()
+	plain, err := json.Marshal(read[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ev := range map[string]Event{"appended": appended, "read": read[0], "streamed": streamed} {
+		b, err := ev.JSON()
+		if err != nil || !bytes.Equal(b, stored) {
+			t.Errorf("%s event JSON = %s, %v; want what was stored, %s", name, b, err, stored)
+		}
+	}
+	if !bytes.Equal(plain, stored) {
+		t.Errorf("json.Marshal = %s, want %s", plain, stored)
 	}
 }
