@@ -7,15 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 // TestLauncherPinsThePermissionMode runs the launcher against a stand-in adapter on this
 // machine's node: it must keep the user's settings, pin defaultMode and pass its arguments on.
 func TestLauncherPinsThePermissionMode(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("no node on this machine to stand in for Node 22")
-	}
+	node := testenv.RequireTool(t, "node")
 	dir := t.TempDir()
 	write := func(path, content string, mode os.FileMode) {
 		t.Helper()
