@@ -393,6 +393,24 @@ func TestExecSignalAndKill(t *testing.T) {
 		}
 	})
 
+	t.Run("kill as the process exits", func(t *testing.T) {
+		// A kill that crosses the exit on the socket must not cost the exit status: the init
+		// once closed with the kill unread, and the reset hid the exit message behind it.
+		for i := range 100 {
+			proc, err := r.Exec(ctx, s.ID, ExecSpec{Argv: sh("exit 3")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, _ = io.Copy(io.Discard, proc.Stderr()) }()
+			_, _ = io.Copy(io.Discard, proc.Stdout())
+			_ = proc.Kill()
+			st, err := proc.Wait()
+			if err != nil || st.Code != 3 {
+				t.Fatalf("run %d: status %+v, err %v; want exit code 3", i, st, err)
+			}
+		}
+	})
+
 	t.Run("daemon disconnect kills session", func(t *testing.T) {
 		proc, err := r.Exec(ctx, s.ID, ExecSpec{Argv: sh("sleep 1002 & sleep 1002")})
 		if err != nil {

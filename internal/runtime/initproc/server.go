@@ -266,8 +266,7 @@ func (s *Server) exec(c *Conn, req *ExecRequest, files []*os.File) {
 			}
 			select {
 			case msgs <- m:
-			case <-finished:
-				return
+			case <-finished: // the process is gone: read on, to EOF, and drop it
 			}
 		}
 	}()
@@ -281,6 +280,12 @@ func (s *Server) exec(c *Conn, req *ExecRequest, files []*os.File) {
 				exit.Code = ws.ExitStatus()
 			}
 			_ = c.Send(exit)
+			// Closing a packet socket with a message unread (a kill the daemon sent as the
+			// process exited) resets it, and the daemon's next read fails with ECONNRESET
+			// before it reaches the exit. So read until the daemon hangs up (it does once it
+			// has the exit), for a second at most.
+			_ = c.UnixConn().SetReadDeadline(time.Now().Add(time.Second))
+			<-connDone
 			return
 		case m := <-msgs:
 			switch m.Op {
