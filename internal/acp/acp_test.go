@@ -49,6 +49,8 @@ type localBoxes struct {
 	dir    string // the sandbox's /workspace
 	policy api.PermissionPolicy
 
+	startGate chan struct{} // if set, Start waits for it
+
 	mu      sync.Mutex
 	running bool
 	starts  int
@@ -70,6 +72,9 @@ func (b *localBoxes) Get(_ context.Context, name string) (api.Sandbox, error) {
 }
 
 func (b *localBoxes) Start(ctx context.Context, name string) (api.Sandbox, error) {
+	if b.startGate != nil {
+		<-b.startGate
+	}
 	b.mu.Lock()
 	b.running = true
 	b.starts++
@@ -680,4 +685,56 @@ func TestDeleteSandboxDeletesItsSessions(t *testing.T) {
 	if seq, _ := e.log.LastSeq(id); seq != 0 {
 		t.Fatalf("events left: last seq %d", seq)
 	}
+}
+
+func TestCancelWhileTheSandboxStarts(t *testing.T) {
+	e := newEnv(t)
+	e.boxes.running = false
+	e.boxes.startGate = make(chan struct{})
+	id := e.create("")
+	seq := e.prompt(id, "hello")
+	waitState(t, e.svc, id, api.SessionRunning)
+	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	close(e.boxes.startGate) // the start finishes; the turn ends cancelled, not failed
+	expect(t, e.until(id, seq, isTurnEnd), "turn_end:cancelled")
+	if e.boxes.execs != 0 {
+		t.Fatalf("a cancelled turn started the harness")
+	}
+}
+
+func TestPromptRightAfterTurnEnd(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	sub, err := e.svc.Subscribe(id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// A client that saw turn_end may prompt at once: never turn_in_progress.
+	for i := range 50 {
+		if _, err := e.svc.Prompt(context.Background(), id, fmt.Sprintf("turn %d", i)); err != nil {
+			t.Fatalf("prompt %d: %v", i, err)
+		}
+		for ev := range sub.C() {
+			if ev.Type == session.TypeTurnEnd {
+				break
+			}
+		}
+	}
+}
+
+func TestSubscribePastTheEnd(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	e.turn(id, "hi")
+	if _, err := e.svc.Subscribe(id, 4); apiCode(err) != api.CodeInvalidArgument {
+		t.Fatalf("subscribe after=4 with 3 events: %v, want invalid_argument", err)
+	}
+	sub, err := e.svc.Subscribe(id, 3)
+	if err != nil {
+		t.Fatalf("subscribe at the end: %v", err)
+	}
+	sub.Close()
 }

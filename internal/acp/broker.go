@@ -70,15 +70,9 @@ func cancelledOutcome() acpsdk.RequestPermissionResponse {
 func permissionKey(session, toolCallID string) string { return session + "\x00" + toolCallID }
 
 // requestPermission is the broker: it logs the request, answers it by the turn's policy or waits
-// for an operator, and logs the decision before the harness hears it.
+// for an operator, and logs the decision before the harness hears it. Lock order: permMu, then
+// Service.mu.
 func (s *Service) requestPermission(ctx context.Context, id string, req acpsdk.RequestPermissionRequest) (acpsdk.RequestPermissionResponse, error) {
-	s.mu.Lock()
-	t := s.turns[id]
-	stale := t == nil || t.cancelled
-	s.mu.Unlock()
-	if stale {
-		return cancelledOutcome(), nil // no turn runs, or it is being cancelled
-	}
 	toolCallID := string(req.ToolCall.ToolCallId)
 	rec := store.Permission{Session: id, ToolCallID: toolCallID, CreatedAt: time.Now().UTC()}
 	var allowOnce *store.PermissionOption
@@ -91,21 +85,32 @@ func (s *Service) requestPermission(ctx context.Context, id string, req acpsdk.R
 			break
 		}
 	}
-	policy := t.policy
-	if policy == api.PolicyAutoApprove && allowOnce == nil {
-		policy = api.PolicyAsk // nothing to auto-approve with: an operator decides
-	}
 	toolCall, err := json.Marshal(req.ToolCall)
 	if err != nil {
 		return acpsdk.RequestPermissionResponse{}, err
+	}
+	key := permissionKey(id, toolCallID)
+
+	s.permMu.Lock()
+	// Checked under permMu: a cancel or a turn's end resolves what is recorded before it, and
+	// what comes after sees the turn cancelled or ending.
+	s.mu.Lock()
+	t := s.turns[id]
+	stale := t == nil || t.cancelled || t.ending
+	s.mu.Unlock()
+	if stale || s.waiters[key] != nil {
+		// No turn runs, it is ending, or this repeats a request that waits: nobody asked.
+		s.permMu.Unlock()
+		return cancelledOutcome(), nil
+	}
+	policy := t.policy
+	if policy == api.PolicyAutoApprove && allowOnce == nil {
+		policy = api.PolicyAsk // nothing to auto-approve with: an operator decides
 	}
 	data := api.PermissionData{ToolCallID: toolCallID, ToolCall: toolCall, Options: apiOptions(rec.Options), Policy: policy}
 	if req.ToolCall.Title != nil {
 		data.Title = *req.ToolCall.Title
 	}
-
-	key := permissionKey(id, toolCallID)
-	s.permMu.Lock()
 	if err := s.store.PutPermission(rec); err != nil {
 		s.permMu.Unlock()
 		return acpsdk.RequestPermissionResponse{}, err
@@ -124,8 +129,8 @@ func (s *Service) requestPermission(ctx context.Context, id string, req acpsdk.R
 	}
 	ch := make(chan store.Permission, 1)
 	s.waiters[key] = ch
-	s.permMu.Unlock()
 	s.setWaiting(t, +1)
+	s.permMu.Unlock()
 	defer s.setWaiting(t, -1)
 
 	select {
@@ -152,27 +157,26 @@ func (s *Service) setWaiting(t *turn, delta int) {
 	s.mu.Unlock()
 }
 
-// decide records a decision (permMu held): the record, then the permission_resolved event, then
-// the waiting harness request, if any, gets it.
+// decide records a decision (permMu held): the record, then the permission_resolved event; the
+// waiting harness request, if any, gets the decision even if storing it failed, so that no turn
+// hangs on it.
 func (s *Service) decide(rec *store.Permission, outcome string, opt *store.PermissionOption, by string) error {
 	rec.Decided, rec.Outcome, rec.By = true, outcome, by
 	if opt != nil {
 		rec.OptionID, rec.Kind = opt.OptionID, opt.Kind
 	}
-	if err := s.store.PutPermission(*rec); err != nil {
-		return err
-	}
-	if _, err := s.log.Append(rec.Session, session.TypePermissionResolved, mustJSON(api.PermissionResolvedData{
-		ToolCallID: rec.ToolCallID, Outcome: rec.Outcome, OptionID: rec.OptionID, Kind: rec.Kind, By: rec.By,
-	})); err != nil {
-		return err
+	err := s.store.PutPermission(*rec)
+	if err == nil {
+		_, err = s.log.Append(rec.Session, session.TypePermissionResolved, mustJSON(api.PermissionResolvedData{
+			ToolCallID: rec.ToolCallID, Outcome: rec.Outcome, OptionID: rec.OptionID, Kind: rec.Kind, By: rec.By,
+		}))
 	}
 	key := permissionKey(rec.Session, rec.ToolCallID)
 	if ch := s.waiters[key]; ch != nil {
 		delete(s.waiters, key)
 		ch <- *rec
 	}
-	return nil
+	return err
 }
 
 // Answer decides a permission request by option kind. A repeat of the decision returns it; a
@@ -221,15 +225,15 @@ func (s *Service) Answer(ctx context.Context, id, toolCallID, kind string) (api.
 	return decisionOf(rec), nil
 }
 
-// cancelWaiting ends the session's waiting permission requests with the cancelled outcome.
-func (s *Service) cancelWaiting(id string) error {
-	return s.resolveUndecided(id, api.ResolvedByCancel)
-}
-
 // resolveUndecided decides every undecided request of the session as cancelled.
 func (s *Service) resolveUndecided(id, by string) error {
 	s.permMu.Lock()
 	defer s.permMu.Unlock()
+	return s.resolveUndecidedLocked(id, by)
+}
+
+// resolveUndecidedLocked is resolveUndecided with permMu held.
+func (s *Service) resolveUndecidedLocked(id, by string) error {
 	recs, err := s.store.UndecidedPermissions(id)
 	if err != nil {
 		return err

@@ -361,17 +361,17 @@ func (p *harnessProc) storeUpdate(acpID string, update json.RawMessage) {
 	p.stored[id] = p.svc.log.Enqueue(id, session.TypeUpdate, bytes.Clone(update))
 }
 
-// updatesStored waits until every update queued for the session is durable.
+// updatesStored waits until every update queued for the session is durable, and says if any
+// of the session's events failed to be stored meanwhile.
 func (p *harnessProc) updatesStored(id string) error {
 	p.mu.Lock()
 	last, ok := p.stored[id]
 	delete(p.stored, id)
 	p.mu.Unlock()
-	if !ok {
-		return nil
+	if ok {
+		_, _ = last.Wait()
 	}
-	_, err := last.Wait()
-	return err
+	return p.svc.log.TakeFailure(id)
 }
 
 // tap reads the harness's stdout for the ACP connection one line at a time. It stores each
@@ -466,7 +466,8 @@ func (t *tap) inspect(line []byte) int {
 	return lineForSDK
 }
 
-// cappedWriter writes until left runs out, then drops the rest.
+// cappedWriter writes until left runs out, then drops the rest. It never fails: the harness's
+// stderr must be drained, or the harness blocks on it.
 type cappedWriter struct {
 	w    io.Writer
 	left int64
@@ -476,13 +477,11 @@ func (c *cappedWriter) Write(b []byte) (int, error) {
 	if c.left <= 0 {
 		return len(b), nil
 	}
-	n := int64(len(b))
-	if n > c.left {
-		n = c.left
-	}
+	n := min(int64(len(b)), c.left)
 	c.left -= n
 	if _, err := c.w.Write(b[:n]); err != nil {
-		return 0, err
+		c.left = 0 // the log is unwritable: drop the rest
+		return len(b), nil
 	}
 	if c.left == 0 {
 		_, _ = io.WriteString(c.w, "\n--- sandboxd: harness log full, the rest of this run's stderr is dropped\n")

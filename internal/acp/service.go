@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -100,25 +101,25 @@ func New(cfg Config) *Service {
 type turn struct {
 	session string
 	policy  api.PermissionPolicy
-	ctx     context.Context // ends when the turn is cancelled before its prompt reached the harness
+	ctx     context.Context // ends when the turn is cancelled (or over)
 	cancel  context.CancelFunc
-	done    chan struct{} // closed once turn_end is stored
+	done    chan struct{} // closed once turn_end is stored and the session takes a prompt
 
 	// Guarded by Service.mu.
 	cancelled bool
-	proc      *harnessProc // set once the prompt is sent
-	acpID     string
-	waiting   int // permission requests waiting for an operator
+	ending    bool // turn_end is being recorded: no new permission request, a prompt waits
+	waiting   int  // permission requests waiting for an operator
 }
 
 // Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
-// deleted; a turn that was running gets an error and a turn_end event; permission requests nobody
-// answered are resolved as cancelled.
+// deleted, and so are events no session owns; a turn that was running gets an error and a
+// turn_end event; permission requests nobody answered are resolved as cancelled.
 func (s *Service) Recover(ctx context.Context) error {
 	recs, err := s.store.ListSessions()
 	if err != nil {
 		return err
 	}
+	known := map[string]bool{}
 	for _, rec := range recs {
 		sb, err := s.boxes.Get(ctx, rec.Sandbox)
 		if isCode(err, api.CodeSandboxNotFound) || err == nil && sb.ID != rec.SandboxID {
@@ -128,6 +129,7 @@ func (s *Service) Recover(ctx context.Context) error {
 			}
 			continue
 		}
+		known[rec.ID] = true
 		if err := s.resolveUndecided(rec.ID, api.ResolvedByTurnEnd); err != nil {
 			return err
 		}
@@ -145,11 +147,23 @@ func (s *Service) Recover(ctx context.Context) error {
 			}
 		}
 	}
+	logged, err := s.log.Sessions()
+	if err != nil {
+		return err
+	}
+	for _, id := range logged {
+		if !known[id] {
+			s.lg.Info("deleting the events of a deleted session", "session", id)
+			if err := s.log.DeleteSession(id); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
-// Close stops every harness and gives running turns a moment to record how they ended. The log
-// is the caller's to close afterwards.
+// Close cancels running turns, stops every harness and gives the turns a moment to record how
+// they ended. The log is the caller's to close afterwards.
 func (s *Service) Close() {
 	s.mu.Lock()
 	s.closing = true
@@ -160,6 +174,7 @@ func (s *Service) Close() {
 	turns := make([]*turn, 0, len(s.turns))
 	for _, t := range s.turns {
 		turns = append(turns, t)
+		t.cancel()
 	}
 	s.mu.Unlock()
 	for _, p := range procs {
@@ -241,8 +256,15 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	if _, err := s.record(id); err != nil {
 		return err
 	}
+	return s.deleteSession(id, false)
+}
+
+// deleteSession deletes a session; a running turn is turn_in_progress, or with wait, waited for
+// (its harness must be stopping). No prompt starts meanwhile.
+func (s *Service) deleteSession(id string, wait bool) error {
 	s.mu.Lock()
-	if s.turns[id] != nil {
+	t := s.turns[id]
+	if t != nil && !wait {
 		s.mu.Unlock()
 		return api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: cancel it first with `hiloop session cancel %s`", id, id)
 	}
@@ -253,15 +275,20 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 		delete(s.deleting, id)
 		s.mu.Unlock()
 	}()
+	if t != nil {
+		<-t.done
+	}
 	s.forget(id)
 	return s.deleteRecord(id)
 }
 
+// deleteRecord deletes the events, then the record: a crash in between leaves a session with no
+// events, not events with no session (Recover deletes those too).
 func (s *Service) deleteRecord(id string) error {
-	if err := s.store.DeleteSession(id); err != nil {
+	if err := s.log.DeleteSession(id); err != nil {
 		return err
 	}
-	return s.log.DeleteSession(id)
+	return s.store.DeleteSession(id)
 }
 
 // forget drops the session from the harness processes that know it.
@@ -281,17 +308,26 @@ func (s *Service) Events(id string, after uint64, limit int) ([]session.Event, e
 	return s.log.Since(id, after, limit)
 }
 
-// Subscribe streams a session's events after seq after, then live ones.
+// Subscribe streams a session's events after seq after, then live ones. A cursor past the last
+// event is invalid_argument: the watcher would skip what comes in between.
 func (s *Service) Subscribe(id string, after uint64) (*session.Subscription, error) {
 	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
+	last, err := s.log.LastSeq(id)
+	if err != nil {
+		return nil, err
+	}
+	if after > last {
+		return nil, api.Errorf(api.CodeInvalidArgument, "after=%d is past the last event of session %s (seq %d)", after, id, last)
+	}
 	return s.log.Subscribe(id, after), nil
 }
 
-// Prompt stores a prompt and starts its turn; it returns once the prompt event is durable.
+// Prompt stores a prompt and starts its turn; it returns once the prompt event is durable. A
+// prompt that arrives while the previous turn records its end waits for it.
 func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccepted, error) {
-	if text == "" {
+	if strings.TrimSpace(text) == "" {
 		return api.PromptAccepted{}, api.Errorf(api.CodeInvalidArgument, "the prompt is empty")
 	}
 	if len(text) > api.MaxPromptBytes {
@@ -308,35 +344,16 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	if err != nil {
 		return api.PromptAccepted{}, err
 	}
-	tctx, cancel := context.WithCancel(context.Background())
-	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		cancel()
-		return api.PromptAccepted{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
+	t, pending, err := s.startTurn(ctx, id, text, policy)
+	if err != nil {
+		return api.PromptAccepted{}, err
 	}
-	// A delete that began after the lookup above has either marked the session or removed it.
-	if _, err := s.store.GetSession(id); s.deleting[id] || errors.Is(err, store.ErrNotFound) {
-		s.mu.Unlock()
-		cancel()
-		return api.PromptAccepted{}, api.Errorf(api.CodeSessionNotFound, "session %s not found: it was deleted", id)
-	}
-	if s.turns[id] != nil {
-		s.mu.Unlock()
-		cancel()
-		return api.PromptAccepted{}, api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: wait for its turn_end or cancel it with `hiloop session cancel %s`", id, id)
-	}
-	s.turns[id] = t
-	// Queued under the lock, so the prompt lands after the previous turn's turn_end.
-	pending := s.log.Enqueue(id, session.TypePrompt, mustJSON(api.PromptData{Text: text}))
-	s.mu.Unlock()
 	ev, err := pending.Wait()
 	if err != nil {
 		s.mu.Lock()
 		delete(s.turns, id)
 		s.mu.Unlock()
-		cancel()
+		t.cancel()
 		close(t.done)
 		return api.PromptAccepted{}, err
 	}
@@ -344,47 +361,86 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	return api.PromptAccepted{Seq: ev.Seq}, nil
 }
 
+// startTurn registers a new turn of session id and queues its prompt event.
+func (s *Service) startTurn(ctx context.Context, id, text string, policy api.PermissionPolicy) (*turn, session.Pending, error) {
+	s.mu.Lock()
+	for {
+		if s.closing {
+			s.mu.Unlock()
+			return nil, session.Pending{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
+		}
+		// A delete that began after the caller's lookup has marked the session or removed it.
+		_, err := s.store.GetSession(id)
+		if s.deleting[id] || errors.Is(err, store.ErrNotFound) {
+			s.mu.Unlock()
+			return nil, session.Pending{}, api.Errorf(api.CodeSessionNotFound, "session %s not found: it was deleted", id)
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return nil, session.Pending{}, err
+		}
+		prev := s.turns[id]
+		if prev == nil {
+			break
+		}
+		if !prev.ending {
+			s.mu.Unlock()
+			return nil, session.Pending{}, api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: wait for its turn_end or cancel it with `hiloop session cancel %s`", id, id)
+		}
+		s.mu.Unlock()
+		select {
+		case <-prev.done:
+		case <-ctx.Done():
+			return nil, session.Pending{}, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	tctx, cancel := context.WithCancel(context.Background())
+	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
+	s.turns[id] = t
+	// Queued under the lock: the prompt lands after the previous turn's turn_end.
+	pending := s.log.Enqueue(id, session.TypePrompt, mustJSON(api.PromptData{Text: text}))
+	s.mu.Unlock()
+	return t, pending, nil
+}
+
 // Cancel cancels a session's running turn: a waiting permission request ends cancelled and the
-// harness gets session/cancel. Cancelling an idle session changes nothing.
+// turn sends the harness session/cancel. Cancelling an idle session changes nothing.
 func (s *Service) Cancel(ctx context.Context, id string) (api.Session, error) {
 	rec, err := s.record(id)
 	if err != nil {
 		return api.Session{}, err
 	}
+	// Under permMu no permission request can be recorded, so the ones resolved here are the
+	// cancelled turn's.
+	s.permMu.Lock()
 	s.mu.Lock()
 	t := s.turns[id]
-	var (
-		proc  *harnessProc
-		acpID string
-		first bool
-	)
-	if t != nil {
-		first = !t.cancelled
+	first := t != nil && !t.cancelled && !t.ending
+	if first {
 		t.cancelled = true
-		proc, acpID = t.proc, t.acpID
-		t.cancel()
+		t.cancel() // drive sends session/cancel, and enforces it
 	}
 	s.mu.Unlock()
-	if t != nil && first {
-		if err := s.cancelWaiting(id); err != nil {
-			return api.Session{}, err
-		}
-		if proc != nil {
-			proc.cancel(acpID)
-			go s.enforceCancel(t, proc)
-		}
+	if first {
+		err = s.resolveUndecidedLocked(id, api.ResolvedByCancel)
+	}
+	s.permMu.Unlock()
+	if err != nil {
+		return api.Session{}, err
 	}
 	return s.view(ctx, rec, nil)
 }
 
-// enforceCancel stops a harness that does not end a cancelled turn in time.
+// enforceCancel stops a harness that does not end a cancelled turn in time; the harness's other
+// sessions' turns end too, told why.
 func (s *Service) enforceCancel(t *turn, p *harnessProc) {
 	timer := time.NewTimer(cancelGrace)
 	defer timer.Stop()
 	select {
 	case <-t.done:
 	case <-timer.C:
-		p.fail(fmt.Errorf("harness %s did not end the turn within %s of session/cancel and was stopped", p.key.harness, cancelGrace))
+		p.fail(fmt.Errorf("harness %s was stopped: it did not end the cancelled turn of session %s within %s", p.key.harness, t.session, cancelGrace))
 	}
 }
 
@@ -418,7 +474,7 @@ func (s *Service) SandboxStopped(name string) {
 	}
 }
 
-// SandboxDeleted deletes the sessions of a deleted sandbox and its harness log.
+// SandboxDeleted deletes the sessions of a deleted sandbox and its harness logs.
 func (s *Service) SandboxDeleted(name string) error {
 	s.SandboxStopped(name)
 	recs, err := s.store.ListSessions()
@@ -429,19 +485,21 @@ func (s *Service) SandboxDeleted(name string) error {
 		if rec.Sandbox != name {
 			continue
 		}
-		s.mu.Lock()
-		t := s.turns[rec.ID]
-		s.mu.Unlock()
-		if t != nil {
-			<-t.done // the harness was stopped above, so the turn is ending
-		}
-		s.forget(rec.ID)
-		if err := s.deleteRecord(rec.ID); err != nil {
+		if err := s.deleteSession(rec.ID, true); err != nil {
 			return err
 		}
 	}
-	if err := os.Remove(s.harnessLogPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	s.mu.Lock()
+	for k := range s.starts {
+		if k.sandbox == name {
+			delete(s.starts, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range []string{s.harnessLogPath(name), s.harnessLogPath(name) + ".1"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }
@@ -464,16 +522,13 @@ func (s *Service) record(id string) (store.Session, error) {
 // view renders a session; sb is its sandbox if the caller has it already.
 func (s *Service) view(ctx context.Context, rec store.Session, sb *api.Sandbox) (api.Session, error) {
 	policy := api.PermissionPolicy(rec.Policy)
+	if policy == "" && sb != nil {
+		policy = sb.PermissionPolicy
+	}
 	if policy == "" {
-		if sb == nil {
-			got, err := s.boxes.Get(ctx, rec.Sandbox)
-			if err == nil {
-				sb = &got
-			}
-		}
-		policy = api.PolicyAutoApprove
-		if sb != nil && sb.PermissionPolicy != "" {
-			policy = sb.PermissionPolicy
+		var err error
+		if policy, err = s.policy(ctx, rec); err != nil {
+			return api.Session{}, err
 		}
 	}
 	last, err := s.log.LastSeq(rec.ID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
@@ -30,33 +31,36 @@ func (s *Service) runTurn(t *turn, rec store.Session, text string) {
 }
 
 // drive wakes the sandbox, gets a harness that knows the session and runs the prompt through it.
+// A cancel before the prompt reached the harness ends the turn at once; after, it becomes
+// session/cancel and the harness ends the turn.
 func (s *Service) drive(t *turn, rec store.Session, text string) (string, error) {
 	ctx := t.ctx
 	sb, err := s.boxes.Get(ctx, rec.Sandbox)
-	if err != nil {
-		return "", &turnError{msg: err.Error()}
-	}
-	if sb.State != api.StateRunning {
+	if err == nil && sb.State != api.StateRunning {
 		s.lg.Info("starting the sandbox for a prompt", "sandbox", rec.Sandbox, "session", rec.ID)
-		if _, err := s.boxes.Start(ctx, rec.Sandbox); err != nil {
-			return "", &turnError{msg: fmt.Sprintf("start sandbox %s for the prompt: %v", rec.Sandbox, err)}
+		// Not cut short by a cancel: a sandbox start runs to its end either way.
+		if _, err = s.boxes.Start(context.WithoutCancel(ctx), rec.Sandbox); err != nil {
+			err = fmt.Errorf("start sandbox %s for the prompt: %w", rec.Sandbox, err)
 		}
 	}
 	if cancelled(ctx) {
 		return string(acpsdk.StopReasonCancelled), nil
 	}
-	p, err := s.harness(ctx, rec.Sandbox, rec.Harness)
 	if err != nil {
-		if cancelled(ctx) {
-			return string(acpsdk.StopReasonCancelled), nil
-		}
+		return "", &turnError{msg: err.Error()}
+	}
+	p, err := s.harness(ctx, rec.Sandbox, rec.Harness)
+	if cancelled(ctx) {
+		return string(acpsdk.StopReasonCancelled), nil
+	}
+	if err != nil {
 		return "", err
 	}
 	acpID, notice, err := p.attach(ctx, rec)
+	if cancelled(ctx) {
+		return string(acpsdk.StopReasonCancelled), nil
+	}
 	if err != nil {
-		if cancelled(ctx) {
-			return string(acpsdk.StopReasonCancelled), nil
-		}
 		return "", p.turnError(fmt.Sprintf("harness %s could not open the session", rec.Harness), err)
 	}
 	if acpID != rec.ACPSessionID {
@@ -71,22 +75,19 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 		s.log.Enqueue(rec.ID, session.TypeNotice, mustJSON(api.NoticeData{Message: notice}))
 	}
 
-	s.mu.Lock()
-	if t.cancelled {
-		s.mu.Unlock()
-		return string(acpsdk.StopReasonCancelled), nil
-	}
-	t.proc, t.acpID = p, acpID
-	s.mu.Unlock()
-
-	// The prompt is not bound to the turn's ctx: a cancel goes to the harness as session/cancel
-	// and the harness answers the prompt with stop reason cancelled.
+	// From here a cancel goes to the harness, which answers the prompt with stop reason
+	// cancelled; the prompt itself is not bound to ctx.
+	stopCancel := context.AfterFunc(ctx, func() {
+		go s.enforceCancel(t, p)
+		p.cancel(acpID)
+	})
+	defer stopCancel()
 	resp, err := p.conn.Prompt(p.ctx, acpsdk.PromptRequest{
 		SessionId: acpsdk.SessionId(acpID),
 		Prompt:    []acpsdk.ContentBlock{acpsdk.TextBlock(text)},
 	})
 	if serr := p.updatesStored(rec.ID); serr != nil {
-		return "", &turnError{msg: fmt.Sprintf("store the harness's updates: %v", serr)}
+		return "", &turnError{msg: fmt.Sprintf("some events of this turn could not be stored: %v", serr)}
 	}
 	if err != nil {
 		return "", p.turnError(fmt.Sprintf("harness %s failed the prompt", rec.Harness), err)
@@ -97,10 +98,13 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 func cancelled(ctx context.Context) bool { return ctx.Err() != nil }
 
 // endTurn records the turn's end: permission requests still waiting end cancelled, an error event
-// says what failed, then turn_end. The session takes a new prompt once turn_end is queued.
+// says what failed, then turn_end. The session takes a new prompt once turn_end is durable.
 func (s *Service) endTurn(t *turn, stop string, err error) {
 	defer close(t.done)
 	defer t.cancel()
+	s.mu.Lock()
+	t.ending = true
+	s.mu.Unlock()
 	if rerr := s.resolveUndecided(t.session, api.ResolvedByTurnEnd); rerr != nil {
 		s.lg.Error("resolve permission requests at turn end", "session", t.session, "err", rerr)
 	}
@@ -112,11 +116,15 @@ func (s *Service) endTurn(t *turn, stop string, err error) {
 		}
 		s.log.Enqueue(t.session, session.TypeError, mustJSON(data))
 	}
+	end := mustJSON(api.TurnEndData{StopReason: stop})
+	_, werr := s.log.Append(t.session, session.TypeTurnEnd, end)
+	// Without its turn_end, the session's watchers would wait forever: try a little longer.
+	for try := 1; werr != nil && !errors.Is(werr, session.ErrClosed) && try <= 3; try++ {
+		s.lg.Error("store turn_end", "session", t.session, "try", try, "err", werr)
+		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
+		_, werr = s.log.Append(t.session, session.TypeTurnEnd, end)
+	}
 	s.mu.Lock()
 	delete(s.turns, t.session)
-	pending := s.log.Enqueue(t.session, session.TypeTurnEnd, mustJSON(api.TurnEndData{StopReason: stop}))
 	s.mu.Unlock()
-	if _, werr := pending.Wait(); werr != nil && !errors.Is(werr, session.ErrClosed) {
-		s.lg.Error("store turn_end", "session", t.session, "err", werr)
-	}
 }

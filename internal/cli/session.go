@@ -637,7 +637,7 @@ func eventsRun(ctx context.Context, f *Factory, opts *EventsOptions) error {
 		return err
 	}
 	show := func(ev api.SessionEvent) error {
-		if opts.Output != "table" && opts.Output != "" {
+		if opts.Output != "table" {
 			return writeEvent(f.IO.Out, opts.Output, ev)
 		}
 		_, err := fmt.Fprintf(f.IO.Out, "%-6d %-19s %s\n", ev.Seq, ev.Type, eventSummary(ev))
@@ -941,9 +941,10 @@ func newCmdSessionDelete(f *Factory) *cobra.Command {
 	return &cobra.Command{
 		Use:     "delete SESSION",
 		Aliases: []string{"rm"},
-		Short:   "Stop a session's harness and delete the session with its events",
-		Long: `Stop a session's harness and delete the session with its event log. A session whose turn
-is running cannot be deleted (turn_in_progress, exit 5): cancel the turn first.`,
+		Short:   "Delete a session with its events",
+		Long: `Delete a session with its event log; the sandbox's harness, which serves its other
+sessions too, keeps running. A session whose turn is running cannot be deleted
+(turn_in_progress, exit 5): cancel the turn first.`,
 		Example: "  hiloop session cancel k3x9q2m7v4b8 && hiloop session delete k3x9q2m7v4b8",
 		Args:    exactArgs(1, "one SESSION id"),
 		RunE: func(cmd *cobra.Command, args []string) error {

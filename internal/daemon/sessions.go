@@ -177,7 +177,7 @@ func closeStream(conn *websocket.Conn, err error) {
 	case errors.Is(err, session.ErrClosed):
 		conn.Close(websocket.StatusGoingAway, "sandboxd is shutting down: reconnect with after=<last seq received>")
 	case errors.Is(err, session.ErrDeleted):
-		conn.Close(websocket.StatusNormalClosure, "the session was deleted")
+		conn.Close(api.StreamCloseDeleted, "the session was deleted")
 	default:
 		conn.Close(websocket.StatusInternalError, "event stream failed: reconnect with after=<last seq received>")
 	}

@@ -90,6 +90,8 @@ type Log struct {
 	closed    bool
 	producers sync.WaitGroup                        // producers between the closed check and their send
 	published map[string]uint64                     // session → highest seq handed to watchers
+	deleted   map[string]bool                       // sessions whose events were deleted
+	failed    map[string]error                      // session → first failed commit not yet taken
 	subs      map[string]map[*Subscription]struct{} // session → live watchers
 }
 
@@ -118,6 +120,8 @@ func OpenLog(db *bolt.DB) (*Log, error) {
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
 		published: map[string]uint64{},
+		deleted:   map[string]bool{},
+		failed:    map[string]error{},
 		subs:      map[string]map[*Subscription]struct{}{},
 	}
 	go l.write()
@@ -242,6 +246,7 @@ func (l *Log) write() {
 		err := l.commit(batch, next)
 		if err != nil {
 			clear(next) // the seqs handed out were not stored; reload from the bucket
+			l.fail(batch, err)
 			for _, r := range batch {
 				r.err = fmt.Errorf("append %s event to session %s: %w", r.typ, r.session, err)
 				if r.del {
@@ -295,6 +300,39 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 	})
 }
 
+// fail remembers, per session, the first commit that failed, for TakeFailure.
+func (l *Log) fail(batch []*appendReq, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range batch {
+		if l.failed[r.session] == nil {
+			l.failed[r.session] = err
+		}
+	}
+}
+
+// TakeFailure returns, and forgets, the first error that kept an event of session from being
+// stored since the last call: a producer that queues without waiting learns of it here.
+func (l *Log) TakeFailure(session string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.failed[session]
+	delete(l.failed, session)
+	return err
+}
+
+// Sessions lists the sessions that have stored events.
+func (l *Log) Sessions() ([]string, error) {
+	var out []string
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEvents).ForEachBucket(func(k []byte) error {
+			out = append(out, string(k))
+			return nil
+		})
+	})
+	return out, err
+}
+
 // publish hands committed events to live watchers. It never blocks: a watcher whose buffer is
 // full is cut off with ErrSlow.
 func (l *Log) publish(batch []*appendReq) {
@@ -303,6 +341,7 @@ func (l *Log) publish(batch []*appendReq) {
 	for _, r := range batch {
 		if r.del {
 			delete(l.published, r.session)
+			l.deleted[r.session] = true
 			for s := range l.subs[r.session] {
 				s.end(ErrDeleted)
 			}
@@ -429,6 +468,8 @@ func (s *Subscription) catchUp(cursor uint64) {
 			s.end(nil)
 		case l.closed:
 			s.end(ErrClosed)
+		case l.deleted[s.session]:
+			s.end(ErrDeleted)
 		case l.published[s.session] <= cursor:
 			s.cursor = cursor
 			s.live = true

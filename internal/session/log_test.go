@@ -523,3 +523,53 @@ func TestEventJSONIsWhatWasStored(t *testing.T) {
 		t.Errorf("json.Marshal = %s, want %s", plain, stored)
 	}
 }
+
+func TestDeleteEndsASubscriptionStillCatchingUp(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	appendN(t, l, "gone", subscriberBuffer+1000, 8)
+	sub := l.Subscribe("gone", 0) // catching up: its buffer fills before it reads everything
+	if err := l.DeleteSession("gone"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	timeout := time.After(10 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-sub.C():
+			if open {
+				n++
+			}
+		case <-timeout:
+			t.Fatalf("the subscription of a deleted session still runs after %d events", n)
+		}
+	}
+	if !errors.Is(sub.Err(), ErrDeleted) {
+		t.Fatalf("Err = %v after %d events, want ErrDeleted", sub.Err(), n)
+	}
+}
+
+func TestTakeFailureReportsAFailedCommitOnce(t *testing.T) {
+	l, db, _ := openTestLog(t, true)
+	if err := l.Enqueue("s", TypeUpdate, data(1)).err; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append("s", TypeUpdate, data(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.TakeFailure("s"); err != nil {
+		t.Fatalf("TakeFailure after good commits = %v", err)
+	}
+	db.Close() // every commit fails from now on
+	if _, err := l.Append("s", TypeUpdate, data(3)); err == nil {
+		t.Fatal("append to a closed database succeeded")
+	}
+	if err := l.TakeFailure("s"); err == nil {
+		t.Fatal("TakeFailure = nil after a failed commit")
+	}
+	if err := l.TakeFailure("s"); err != nil {
+		t.Fatalf("second TakeFailure = %v, want nil", err)
+	}
+	if err := l.TakeFailure("other"); err != nil {
+		t.Fatalf("TakeFailure of an untouched session = %v", err)
+	}
+}

@@ -256,6 +256,12 @@ type PermissionDecision struct {
 	By         string `json:"by"`
 }
 
-// StreamCloseSlow is the WebSocket close code the stream ends with when the watcher fell behind;
-// reconnect with ?after=<last seq received>.
-const StreamCloseSlow = 4000
+// The WebSocket close codes of the event stream.
+const (
+	// StreamCloseSlow ends the stream of a watcher that fell behind: reconnect with
+	// ?after=<last seq received>.
+	StreamCloseSlow = 4000
+	// StreamCloseDeleted ends the stream of a session that was deleted: there is nothing to
+	// reconnect to.
+	StreamCloseDeleted = 4004
+)

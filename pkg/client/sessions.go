@@ -43,8 +43,7 @@ func (c *Client) GetSession(ctx context.Context, id string) (api.Session, error)
 	return s, err
 }
 
-// DeleteSession stops a session's harness and deletes the session with its events; it is
-// turn_in_progress while a turn runs.
+// DeleteSession deletes a session with its events; it is turn_in_progress while a turn runs.
 func (c *Client) DeleteSession(ctx context.Context, id string, opts ...CallOption) error {
 	return c.do(ctx, http.MethodDelete, sessionPath(id), nil, nil, opts...)
 }
@@ -252,6 +251,8 @@ func (s *eventStream) run(ctx context.Context) (_ streamResult, progressed bool,
 				return streamFatal, progressed, ctx.Err()
 			case websocket.CloseStatus(err) == api.StreamCloseSlow:
 				return streamSlow, progressed, err
+			case websocket.CloseStatus(err) == api.StreamCloseDeleted:
+				return streamFatal, progressed, api.Errorf(api.CodeSessionNotFound, "session %s was deleted", s.id)
 			case errors.Is(err, websocket.ErrMessageTooBig):
 				return streamFatal, progressed, fmt.Errorf("session %s: event %d is larger than %d bytes", s.id, s.last+1, maxEventBytes)
 			}

@@ -43,6 +43,8 @@ type fakeDaemon struct {
 	mangle func(seq uint64, msg []byte) []byte
 	// streams counts the stream connections accepted.
 	streams atomic.Int64
+	// closeWith, if set, closes a stream with this code once it has sent every stored event.
+	closeWith atomic.Int64
 }
 
 func newFakeDaemon() *fakeDaemon {
@@ -280,6 +282,10 @@ func (d *fakeDaemon) stream(w http.ResponseWriter, r *http.Request) {
 		wake := d.wake
 		d.mu.Unlock()
 		if len(evs) == 0 {
+			if code := d.closeWith.Load(); code != 0 {
+				conn.Close(websocket.StatusCode(code), "closed by the test")
+				return
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -697,6 +703,19 @@ func TestStreamErrors(t *testing.T) {
 		})
 		if !errors.Is(err, context.Canceled) || n != 5 {
 			t.Errorf("Stream = %v after %d events", err, n)
+		}
+	})
+	t.Run("deleted", func(t *testing.T) {
+		d.closeWith.Store(api.StreamCloseDeleted)
+		defer d.closeWith.Store(0)
+		before := d.streams.Load()
+		n := 0
+		err := c.Stream(ctx, "s1", 0, func(api.SessionEvent) error { n++; return nil })
+		if apiCode(err) != api.CodeSessionNotFound || n != 5 {
+			t.Errorf("Stream of a deleted session = %v after %d events, want session_not_found after 5", err, n)
+		}
+		if got := d.streams.Load() - before; got != 1 {
+			t.Errorf("%d stream connections, want 1: a deleted session is not redialed", got)
 		}
 	})
 	t.Run("unreachable", func(t *testing.T) {
