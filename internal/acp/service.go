@@ -350,6 +350,7 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	}
 	ev, err := pending.Wait()
 	if err != nil {
+		_ = s.log.TakeFailure(id) // told to the caller here, not to the next turn
 		s.mu.Lock()
 		delete(s.turns, id)
 		s.mu.Unlock()
