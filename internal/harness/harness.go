@@ -19,6 +19,10 @@ import (
 type Env struct {
 	// GatewayURL is the egress gateway's base URL as a sandbox reaches it, e.g.
 	// "http://10.0.0.1:8080"; empty until the gateway exists.
+	//
+	// TODO(gateway issue): the daemon sets it (internal/daemon passes acp.Config.Gateway), and an
+	// image definition runs the adapters' Install scripts, so claude-code, codex and opencode run
+	// for real; until then only the fake harness can answer a prompt.
 	GatewayURL string
 }
 
