@@ -26,6 +26,10 @@ trap cleanup EXIT
 # The log's own benchmarks, with real fsync on this machine's disk (TMPDIR, as the daemon's data dir).
 go test -run '^$' -bench '^Benchmark(Append|Enqueue|Replay100k|LiveLatency)$' \
 	-benchtime "$BENCHTIME" -count "$COUNT" ./internal/session/ | tee "$work/go.txt" | grep '^Benchmark' >&2
+# The daemon's side of a chatty turn: the fake harness as a local process, the supervisor's tap,
+# the log; no sandbox, WebSocket or CLI.
+go test -run '^$' -bench '^BenchmarkChattyTurn$' -benchtime 10x -count "$COUNT" ./internal/acp/ |
+	tee -a "$work/go.txt" | grep '^Benchmark' >&2
 
 # End to end: the fake harness writes 10,000 message chunks as fast as it can; the daemon stores
 # and streams each one; the CLI prints one JSON line per event.
@@ -92,6 +96,9 @@ row("live latency to 100 watchers, p99 ms: from Append called",
     figure("BenchmarkLiveLatency", "p99-after-call-ms"), ms, 10)
 row("live latency to 100 watchers, p99 ms: from Append returning",
     figure("BenchmarkLiveLatency", "p99-after-return-ms"), ms, 10)
+
+row("a 10,000-update fake-harness turn through the supervisor and the log, updates/s (no sandbox, WebSocket or CLI)",
+    figure("BenchmarkChattyTurn", "updates/s"), rate, 50000, below=False)
 
 # Every line but the prompt's and turn_end's is an update.
 turns = [tuple(map(int, l.split())) for l in open(e2e)]

@@ -164,7 +164,7 @@ func (p *localProc) Wait() (runtime.ExitStatus, error) {
 }
 
 type testEnv struct {
-	t      *testing.T
+	t      testing.TB
 	dbPath string
 	boxes  *localBoxes
 	st     *store.Store
@@ -173,7 +173,7 @@ type testEnv struct {
 	logDir string
 }
 
-func newEnv(t *testing.T) *testEnv {
+func newEnv(t testing.TB) *testEnv {
 	t.Helper()
 	e := &testEnv{
 		t:      t,
