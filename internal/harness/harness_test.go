@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/hiloop/hiloop/internal/harness/adapter"
 )
 
 const gateway = "http://10.0.0.1:8080/"
@@ -86,11 +88,40 @@ func checkInstall(t *testing.T, script string) {
 	if err != nil {
 		t.Errorf("bash -n: %v\n%s", err, out)
 	}
-	if !strings.HasPrefix(script, "set -euo pipefail\n") {
-		t.Error("the install script does not stop at the first failure")
+	if !strings.HasPrefix(script, adapter.NPMPrelude) {
+		t.Error("the install script does not begin with the shared npm prelude")
+	}
+	if strings.Count(script, "command -v npm") != 1 {
+		t.Error("the install script bootstraps npm other than through the shared prelude")
 	}
 	if !regexp.MustCompile(`npm install .*@\d+\.\d+\.\d+`).MatchString(script) {
 		t.Error("the install script does not pin an exact version")
+	}
+}
+
+// TestInstallPinsWhatItInstalls holds the packages, versions and directories each install script
+// installs; a change here is a change of what images get.
+func TestInstallPinsWhatItInstalls(t *testing.T) {
+	want := map[string]struct{ dir, npmInstall string }{
+		"claude-code": {"/opt/hiloop/harness/claude-code", "node@22 @agentclientprotocol/claude-agent-acp@0.101.0"},
+		"codex":       {"/opt/hiloop/harness/codex", "node@22 @agentclientprotocol/codex-acp@2.6.0"},
+		"opencode":    {"/opt/hiloop/harness/opencode", "opencode-ai@1.18.33"},
+	}
+	for _, name := range Names() {
+		a, _ := Lookup(name)
+		w, ok := want[name]
+		if !ok {
+			if a.Install != "" {
+				t.Errorf("%s installs something this test does not know about", name)
+			}
+			continue
+		}
+		if !strings.Contains(a.Install, "\ndir="+w.dir+"\n") {
+			t.Errorf("%s does not install into %s:\n%s", name, w.dir, a.Install)
+		}
+		if !strings.Contains(a.Install, "\nnpm install --no-fund --no-audit --no-update-notifier "+w.npmInstall+"\n") {
+			t.Errorf("%s does not npm install exactly %q:\n%s", name, w.npmInstall, a.Install)
+		}
 	}
 }
 

@@ -1,13 +1,19 @@
 // Package claudecode is the claude-code harness adapter: Claude Code in ACP mode through
 // @agentclientprotocol/claude-agent-acp, run on a Node 22 installed beside it. It says how to
-// install and start the harness and what environment it needs; it must not import
-// internal/harness, which builds its Adapter from these values.
+// install and start the harness and what environment it needs.
 package claudecode
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/hiloop/hiloop/internal/harness/adapter"
+)
 
 // Name is the harness name sessions use.
 const Name = "claude-code"
+
+// Package is the npm package of the ACP adapter.
+const Package = "@agentclientprotocol/claude-agent-acp"
 
 // Version is the pinned claude-agent-acp release; it needs Node >= 22, and without the pin npm
 // on an older Node silently installs 0.49.0.
@@ -27,32 +33,31 @@ const Placeholder = "hiloop-placeholder-anthropic-api-key"
 // GatewayPath is the gateway's Anthropic route; Claude Code appends /v1/messages.
 const GatewayPath = "/anthropic"
 
-// Argv starts the launcher Install writes: it pins the permission mode, then runs the adapter.
-var Argv = []string{Dir + "/bin/claude-code-acp"}
+// Adapter returns the claude-code adapter.
+func Adapter() adapter.Adapter {
+	return adapter.Adapter{
+		Name: Name,
+		// The launcher Install writes: it pins the permission mode, then runs the adapter.
+		Argv: []string{Dir + "/bin/claude-code-acp"},
+		Env:  env,
+		Logins: []adapter.Login{
+			{Name: "api-key", Description: "an Anthropic API key, sent as x-api-key and swapped in by the gateway"},
+		},
+		Install: install,
+	}
+}
 
-// Env returns the harness's environment for a gateway at gatewayURL; without a gateway the base
-// URL is left out.
-func Env(gatewayURL string) []string {
+// env returns the harness's environment; without a gateway the base URL is left out.
+func env(e adapter.Env) []string {
 	env := []string{
 		"ANTHROPIC_API_KEY=" + Placeholder,
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", // no telemetry or update checks: there is no way out but the gateway
 		"CLAUDE_CONFIG_DIR=" + ConfigDir,
 	}
-	if gatewayURL != "" {
-		env = append(env, "ANTHROPIC_BASE_URL="+strings.TrimRight(gatewayURL, "/")+GatewayPath)
+	if e.GatewayURL != "" {
+		env = append(env, "ANTHROPIC_BASE_URL="+strings.TrimRight(e.GatewayURL, "/")+GatewayPath)
 	}
 	return env
-}
-
-// Login is one way the harness authenticates to its model provider.
-type Login struct {
-	Name        string
-	Description string
-}
-
-// Logins are the logins claude-code supports.
-var Logins = []Login{
-	{Name: "api-key", Description: "an Anthropic API key, sent as x-api-key and swapped in by the gateway"},
 }
 
 // launcher starts claude-agent-acp on the Node 22 beside it. It first pins Claude Code's
@@ -84,26 +89,18 @@ export PATH
 exec "$node" "$dir/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js" "$@"
 `
 
-// Install installs Node 22 (the npm package node@22), the pinned adapter and the launcher into
-// Dir. It runs as root in the image's root filesystem and needs npm, which it takes from Debian
-// when the image has none.
-const Install = `set -euo pipefail
-dir=` + Dir + `
-if ! command -v npm >/dev/null 2>&1; then
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
-fi
+// install installs Node 22 (the npm package node@22), the pinned adapter and the launcher into
+// Dir.
+var install = adapter.NPM{
+	Harness: Name,
+	Dir:     Dir,
+	Package: Package,
+	Version: Version,
+	Node22:  true,
+	Then: `test -f "$dir/node_modules/` + Package + `/dist/index.js"
 mkdir -p "$dir/bin"
-cd "$dir"
-[ -f package.json ] || printf '{"private": true}\n' >package.json
-npm install --no-fund --no-audit --no-update-notifier node@22 @agentclientprotocol/claude-agent-acp@` + Version + `
-case "$("$dir/node_modules/node/bin/node" --version)" in
-v22.*) ;;
-*) echo "claude-code: node_modules/node/bin/node is not Node 22" >&2; exit 1 ;;
-esac
-test -f "$dir/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js"
 cat >"$dir/bin/claude-code-acp" <<'LAUNCHER'
 ` + launcher + `LAUNCHER
 chmod 0755 "$dir/bin/claude-code-acp"
-chmod -R a+rX "$dir"
-`
+`,
+}.Script()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hiloop/hiloop/internal/harness/adapter"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
 
@@ -86,19 +87,23 @@ func TestLauncherPinsThePermissionMode(t *testing.T) {
 }
 
 func TestInstallWritesTheLauncherArgvStarts(t *testing.T) {
-	if !strings.Contains(Install, "<<'LAUNCHER'\n"+launcher+"LAUNCHER\n") {
+	a := Adapter()
+	if !strings.Contains(a.Install, "<<'LAUNCHER'\n"+launcher+"LAUNCHER\n") {
 		t.Error("Install does not write the launcher verbatim")
 	}
-	if Argv[0] != Dir+"/bin/claude-code-acp" || !strings.Contains(Install, `"$dir/bin/claude-code-acp"`) {
-		t.Errorf("argv %q does not start the launcher Install writes", Argv)
+	if a.Argv[0] != Dir+"/bin/claude-code-acp" || !strings.Contains(a.Install, `"$dir/bin/claude-code-acp"`) {
+		t.Errorf("argv %q does not start the launcher Install writes", a.Argv)
 	}
-	if !strings.Contains(Install, "@agentclientprotocol/claude-agent-acp@"+Version) {
+	if !strings.Contains(a.Install, `mkdir -p "$dir/bin"`+"\ncat >\"$dir/bin/claude-code-acp\"") {
+		t.Error("Install does not make the launcher's directory before writing it")
+	}
+	if !strings.Contains(a.Install, "@agentclientprotocol/claude-agent-acp@"+Version) {
 		t.Error("Install does not pin the adapter version")
 	}
 }
 
 func TestEnv(t *testing.T) {
-	env := strings.Join(Env("http://gw:1"), "\n")
+	env := strings.Join(Adapter().Env(adapter.Env{GatewayURL: "http://gw:1"}), "\n")
 	for _, want := range []string{"ANTHROPIC_BASE_URL=http://gw:1/anthropic", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
 		"CLAUDE_CONFIG_DIR=/workspace/", "ANTHROPIC_API_KEY=" + Placeholder} {
 		if !strings.Contains(env, want) {

@@ -1,16 +1,22 @@
 package fake
 
+import "github.com/hiloop/hiloop/internal/harness/adapter"
+
 // Name is the harness name sessions use.
 const Name = "fake"
 
 // Path is where the daemon bind-mounts the hiloop-fake-agent binary inside a sandbox.
 const Path = "/.hiloop/bin/hiloop-fake-agent"
 
-// Argv starts the fake agent in a sandbox.
-var Argv = []string{Path}
-
-// Env returns the environment the fake agent needs: none, it has no model provider.
-func Env(gatewayURL string) []string { return nil }
+// Adapter returns the fake adapter: it needs no environment (it has no model provider), no login
+// and no install (the daemon provides it).
+func Adapter() adapter.Adapter {
+	return adapter.Adapter{
+		Name: Name,
+		Argv: []string{Path},
+		Env:  func(adapter.Env) []string { return nil },
+	}
+}
 
 // StateEnv names the environment variable that overrides the state directory.
 const StateEnv = "HILOOP_FAKE_STATE"

@@ -1,0 +1,42 @@
+// Package adapter defines what a harness adapter is: how to start a coding-agent harness in ACP
+// mode inside a sandbox, the environment it needs (never secret values), the logins it supports
+// and the script that installs it into an image. It is the leaf that the adapter packages
+// (internal/harness/<name>) and the registry (internal/harness) share, so it must import nothing
+// of hiloop's.
+package adapter
+
+// Env is what the daemon knows when it starts a harness.
+type Env struct {
+	// GatewayURL is the egress gateway's base URL as a sandbox reaches it, e.g.
+	// "http://10.0.0.1:8080"; empty until the gateway exists.
+	//
+	// TODO(gateway issue): the daemon sets it (internal/daemon passes the session service's
+	// Config.Gateway), and an image definition runs the adapters' Install scripts, so claude-code,
+	// codex and opencode run for real; until then only the fake harness can answer a prompt.
+	GatewayURL string
+}
+
+// Login is one way a harness can authenticate to its model provider.
+type Login struct {
+	// Name is the login's name, e.g. "api-key".
+	Name string
+	// Description says what it needs, e.g. "an Anthropic API key, swapped in by the gateway".
+	Description string
+}
+
+// Adapter says how to run one harness. An adapter package returns a new one on every call, so
+// the caller may change its slices.
+type Adapter struct {
+	// Name is the name sessions use, e.g. "claude-code".
+	Name string
+	// Argv starts the harness in ACP mode (ACP on stdin/stdout, logs on stderr).
+	Argv []string
+	// Env returns the environment the harness needs on top of a login environment, as
+	// KEY=value strings; values are placeholders or addresses, never secrets.
+	Env func(Env) []string
+	// Logins are the login methods the harness supports.
+	Logins []Login
+	// Install is a shell script, run as root in the image's root filesystem at build time, that
+	// installs the harness; empty when the daemon provides it (fake).
+	Install string
+}

@@ -1,0 +1,58 @@
+package adapter
+
+import "strings"
+
+// NPMPrelude is how the Install script of every harness installed with npm begins: it stops at
+// the first failure and takes npm from Debian when the image has none.
+const NPMPrelude = `set -euo pipefail
+if ! command -v npm >/dev/null 2>&1; then
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+`
+
+// NPM is a harness installed from the npm registry into a directory of its own.
+type NPM struct {
+	// Harness is the harness's name, for error messages, e.g. "codex".
+	Harness string
+	// Dir is the directory it is installed into (node_modules is Dir/node_modules); the script
+	// sets $dir to it.
+	Dir string
+	// Package is the npm package, e.g. "@agentclientprotocol/codex-acp".
+	Package string
+	// Version is Package's exact version: without a pin, npm installs whatever the image's Node
+	// accepts, which can be a much older release.
+	Version string
+	// Node22 installs the npm package node@22 beside Package, for a harness that needs a newer
+	// Node than the image's (node_modules/node/bin/node), and checks that it is Node 22.
+	Node22 bool
+	// Then is shell, run in $dir after the install, that fails when the install is unusable and
+	// finishes it (e.g. writes a launcher).
+	Then string
+}
+
+// Script returns the Install script: NPMPrelude, the pinned npm install into Dir, Then, and
+// permissions that let every user (the agent runs as uid 1000) read and run what was installed.
+func (n NPM) Script() string {
+	var b strings.Builder
+	b.WriteString(NPMPrelude)
+	b.WriteString("dir=" + n.Dir + "\n")
+	b.WriteString(`mkdir -p "$dir"
+cd "$dir"
+[ -f package.json ] || printf '{"private": true}\n' >package.json
+npm install --no-fund --no-audit --no-update-notifier `)
+	if n.Node22 {
+		b.WriteString("node@22 ")
+	}
+	b.WriteString(n.Package + "@" + n.Version + "\n")
+	if n.Node22 {
+		b.WriteString(`case "$("$dir/node_modules/node/bin/node" --version)" in
+v22.*) ;;
+*) echo "` + n.Harness + `: node_modules/node/bin/node is not Node 22" >&2; exit 1 ;;
+esac
+`)
+	}
+	b.WriteString(n.Then)
+	b.WriteString(`chmod -R a+rX "$dir"` + "\n")
+	return b.String()
+}

@@ -1,0 +1,85 @@
+package adapter
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestNPMScriptRuns runs the script against stand-ins for npm and apt-get: npm records its
+// arguments and installs a node that prints the version under test; apt-get must not run, since
+// npm is there.
+func TestNPMScriptRuns(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stubs := t.TempDir()
+	stub := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(stubs, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stub("apt-get", "echo apt-get ran >&2; exit 1\n")
+	stub("npm", `echo "$@" >npm-args
+mkdir -p node_modules/node/bin
+printf '#!/bin/sh\necho %s\n' "$NODE_VERSION" >node_modules/node/bin/node
+chmod +x node_modules/node/bin/node
+`)
+
+	for _, tc := range []struct {
+		name        string
+		node22      bool
+		nodeVersion string
+		wantArgs    string
+		wantErr     string
+	}{
+		{"plain", false, "v18.19.0", "install --no-fund --no-audit --no-update-notifier pkg-a@1.2.3", ""},
+		{"node 22", true, "v22.11.0", "install --no-fund --no-audit --no-update-notifier node@22 pkg-a@1.2.3", ""},
+		{"not node 22", true, "v18.19.0", "", "h: node_modules/node/bin/node is not Node 22"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "opt", "h")
+			script := NPM{Harness: "h", Dir: dir, Package: "pkg-a", Version: "1.2.3", Node22: tc.node22,
+				Then: `touch "$dir/then-ran"` + "\n"}.Script()
+			cmd := exec.Command(bash, "-c", script)
+			cmd.Env = []string{"PATH=" + stubs + ":/usr/bin:/bin", "NODE_VERSION=" + tc.nodeVersion}
+			out, err := cmd.CombinedOutput()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(string(out), tc.wantErr) {
+					t.Fatalf("err %v, output %q: want a failure saying %q", err, out, tc.wantErr)
+				}
+				if _, err := os.Stat(filepath.Join(dir, "then-ran")); err == nil {
+					t.Error("Then ran after a failed check")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("script: %v\n%s", err, out)
+			}
+			args, _ := os.ReadFile(filepath.Join(dir, "npm-args"))
+			if got := strings.TrimSpace(string(args)); got != tc.wantArgs {
+				t.Errorf("npm args %q, want %q", got, tc.wantArgs)
+			}
+			if pkg, err := os.ReadFile(filepath.Join(dir, "package.json")); err != nil || string(pkg) != "{\"private\": true}\n" {
+				t.Errorf("package.json %q, %v", pkg, err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "then-ran")); err != nil {
+				t.Error("Then did not run")
+			}
+		})
+	}
+}
+
+func TestNPMScriptBeginsWithThePrelude(t *testing.T) {
+	script := NPM{Harness: "h", Dir: "/opt/h", Package: "p", Version: "1.0.0", Then: "true\n"}.Script()
+	if !strings.HasPrefix(script, NPMPrelude) {
+		t.Errorf("script does not begin with NPMPrelude:\n%s", script)
+	}
+	if !strings.HasSuffix(script, "true\nchmod -R a+rX \"$dir\"\n") {
+		t.Errorf("script does not run Then, then open Dir to every user:\n%s", script)
+	}
+}
