@@ -452,3 +452,18 @@ func TestReconcileEveryState(t *testing.T) {
 		})
 	}
 }
+
+// setState writes only a state the machine reaches from the current one.
+func TestSetStateRefusesAnEdgeOutsideTheMachine(t *testing.T) {
+	f := newFakeManager(t)
+	rec := f.boxIn(t, api.StateStopped)
+	if err := f.setState(&rec, api.StateRunning, ""); err == nil {
+		t.Fatal("stopped → running was written")
+	}
+	if rec.State != string(api.StateStopped) {
+		t.Errorf("the record in memory moved to %s", rec.State)
+	}
+	if got := f.stateOf(t); got != api.StateStopped {
+		t.Errorf("the stored record moved to %s", got)
+	}
+}
