@@ -40,14 +40,7 @@ const gone api.SandboxState = "(gone)"
 func (f *fakeManager) boxIn(t *testing.T, state api.SandboxState) store.Sandbox {
 	t.Helper()
 	ctx := context.Background()
-	p := api.SandboxesPost{Name: "box", Image: "minimal", NoStart: true, WorkspaceGiB: 1}
-	if err := p.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := f.Create(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "box", Image: "minimal", NoStart: true, WorkspaceGiB: 1})
 	if _, err := f.Snapshot(ctx, "box", api.SnapshotsPost{Name: "snap"}); err != nil {
 		t.Fatal(err)
 	}
@@ -386,13 +379,7 @@ func TestCreate(t *testing.T) {
 func TestEphemeralStopDropsTheWorkspace(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeManager(t)
-	p := api.SandboxesPost{Name: "box", Image: "minimal", StorageClass: api.StorageEphemeral}
-	if err := p.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "box", Image: "minimal", StorageClass: api.StorageEphemeral})
 	f.calls.take()
 	if _, err := f.Stop(ctx, "box"); err != nil {
 		t.Fatal(err)
