@@ -16,8 +16,9 @@ import (
 //
 // Only the daemon writes states, one transition of a sandbox at a time (Manager.lock), and every
 // transition ends in a resting state (stopped, running, failed) or removes the record. So an
-// operation meets creating, starting, stopping or deleting only where a crash cut a transition
-// short and Reconcile has not yet run; the rows still say what happens there.
+// operation that takes the lock meets creating, starting, stopping or deleting only where a
+// crash or a failed store write cut a transition short; the rows still say what happens there.
+// Exec takes no lock and sees them while a transition runs: it is refused in all of them.
 
 // operation is something a client asks of one sandbox.
 type operation string
