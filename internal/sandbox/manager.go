@@ -229,8 +229,11 @@ func (m *Manager) Start(ctx context.Context, name string) (api.Sandbox, error) {
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	switch api.SandboxState(rec.State) {
-	case api.StateRunning:
+	v, err := admit(opStart, rec)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if v == alreadyIfLive {
 		if m.runtime.Running(rec.ID) {
 			return m.view(ctx, rec), nil
 		}
@@ -238,9 +241,6 @@ func (m *Manager) Start(ctx context.Context, name string) (api.Sandbox, error) {
 		if err := m.stop(ctx, &rec); err != nil {
 			return api.Sandbox{}, err
 		}
-	case api.StateStopped, api.StateFailed:
-	default:
-		return api.Sandbox{}, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", name, rec.State)
 	}
 	if err := m.start(ctx, &rec); err != nil {
 		return api.Sandbox{}, err
@@ -303,12 +303,12 @@ func (m *Manager) Stop(ctx context.Context, name string) (api.Sandbox, error) {
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	switch api.SandboxState(rec.State) {
-	case api.StateStopped:
+	v, err := admit(opStop, rec)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if v == already {
 		return m.view(ctx, rec), nil
-	case api.StateRunning, api.StateFailed, api.StateStarting, api.StateStopping:
-	default:
-		return api.Sandbox{}, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", name, rec.State)
 	}
 	if err := m.stop(ctx, &rec); err != nil {
 		return api.Sandbox{}, err
@@ -351,6 +351,9 @@ func (m *Manager) Delete(ctx context.Context, name string, withSnapshots bool) e
 	if err != nil {
 		return err
 	}
+	if _, err := admit(opDelete, rec); err != nil {
+		return err
+	}
 	if err := m.delete(ctx, &rec); err != nil {
 		return err
 	}
@@ -389,8 +392,8 @@ func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) 
 // runningRecord returns the record of a sandbox that is running, else sandbox_not_running.
 func (m *Manager) runningRecord(name string) (store.Sandbox, error) {
 	rec, err := m.record(name)
-	if err == nil && api.SandboxState(rec.State) != api.StateRunning {
-		err = notRunning(rec)
+	if err == nil {
+		_, err = admit(opExec, rec)
 	}
 	return rec, err
 }
@@ -425,9 +428,19 @@ func (m *Manager) image(name string) (images.Image, error) {
 	return img, nil
 }
 
+// setState moves rec to state along an edge of the state machine and records it.
 func (m *Manager) setState(rec *store.Sandbox, state api.SandboxState, msg string) error {
+	if err := checkTransition(*rec, state); err != nil {
+		m.log.Error("refused a state change", "err", err)
+		return err
+	}
 	rec.State = string(state)
 	rec.Error = msg
+	return m.save(rec)
+}
+
+// save records rec as it is.
+func (m *Manager) save(rec *store.Sandbox) error {
 	_, err := m.store.UpdateSandbox(rec.Name, func(s *store.Sandbox) error {
 		*s = *rec
 		return nil

@@ -65,17 +65,19 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 
 func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 	log := m.log.With("sandbox", rec.Name, "state", rec.State)
+	plan := machine[api.SandboxState(rec.State)].recover
 	var err error
-	switch api.SandboxState(rec.State) {
-	case api.StateCreating:
+	// A state this daemon does not know has no recovery: it is left alone.
+	switch plan {
+	case reconcileUndoCreate:
 		log.Info("undoing interrupted create")
 		m.undoCreate(ctx, rec)
 		return
-	case api.StateDeleting:
+	case reconcileFinishDelete:
 		log.Info("finishing interrupted delete")
 		err = m.delete(ctx, &rec)
-	case api.StateRunning, api.StateStarting:
-		if m.runtime.Running(rec.ID) && rec.State == string(api.StateRunning) {
+	case reconcileKeepIfLive, reconcileRestart:
+		if plan == reconcileKeepIfLive && m.runtime.Running(rec.ID) {
 			// Still running from before the restart: the workspace stays mounted with it.
 			log.Info("sandbox still running")
 			return
@@ -84,11 +86,11 @@ func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 		if err = m.stopContainer(ctx, &rec); err == nil {
 			err = m.start(ctx, &rec)
 		}
-	case api.StateStopping:
+	case reconcileFinishStop:
 		log.Info("finishing interrupted stop")
 		err = m.stop(ctx, &rec)
-	case api.StateStopped, api.StateFailed:
-		// Nothing of a stopped sandbox runs or stays mounted.
+	case reconcileRelease:
+		// Nothing of a stopped or failed sandbox runs or stays mounted.
 		err = m.stopContainer(ctx, &rec)
 	}
 	if err != nil {

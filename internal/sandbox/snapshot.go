@@ -58,10 +58,8 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 	if int64(sizeGiB)*gib <= current {
 		return api.Sandbox{}, api.Errorf(api.CodeGrowNotLarger, "the workspace of %q is already %d GiB: growth is one-way, choose more than that", name, current/gib)
 	}
-	switch api.SandboxState(rec.State) {
-	case api.StateRunning, api.StateStopped, api.StateFailed:
-	default:
-		return api.Sandbox{}, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", name, rec.State)
+	if _, err := admit(opGrow, rec); err != nil {
+		return api.Sandbox{}, err
 	}
 	// An ephemeral workspace that is not there now is made at the new size at the next start.
 	if _, err := m.volumes.Info(ctx, rec.ID); err == nil {
@@ -70,7 +68,7 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 		}
 	}
 	rec.WorkspaceGiB = sizeGiB
-	if err := m.setState(&rec, api.SandboxState(rec.State), rec.Error); err != nil {
+	if err := m.save(&rec); err != nil {
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil
@@ -98,10 +96,8 @@ func (m *Manager) Snapshot(ctx context.Context, name string, p api.SnapshotsPost
 	if rec.StorageClass != string(api.StorageDurable) {
 		return api.Snapshot{}, api.Errorf(api.CodeInvalidArgument, "sandbox %q has an ephemeral workspace: only durable workspaces can be snapshotted", name)
 	}
-	switch api.SandboxState(rec.State) {
-	case api.StateRunning, api.StateStopped, api.StateFailed:
-	default:
-		return api.Snapshot{}, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", name, rec.State)
+	if _, err := admit(opSnapshot, rec); err != nil {
+		return api.Snapshot{}, err
 	}
 	sn := store.Snapshot{
 		ID:        newID(),
@@ -233,15 +229,15 @@ func (m *Manager) Restore(ctx context.Context, name, snapName string) (api.Sandb
 	if rec.StorageClass != string(api.StorageDurable) {
 		return api.Sandbox{}, api.Errorf(api.CodeInvalidArgument, "sandbox %q has an ephemeral workspace: restore needs a durable one", name)
 	}
-	if api.SandboxState(rec.State) != api.StateStopped {
-		return api.Sandbox{}, api.Errorf(api.CodeInvalidState, "sandbox %q is %s: stop it before restoring (`hiloop sandbox stop %s`)", name, rec.State, name)
+	if _, err := admit(opRestore, rec); err != nil {
+		return api.Sandbox{}, err
 	}
 	info, err := snapper.Restore(ctx, rec.ID, sn.ID, nil)
 	if err != nil {
 		return api.Sandbox{}, storageError("restore the workspace", err)
 	}
 	rec.WorkspaceGiB = int(info.CapacityBytes / gib)
-	if err := m.setState(&rec, api.StateStopped, ""); err != nil {
+	if err := m.save(&rec); err != nil {
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil

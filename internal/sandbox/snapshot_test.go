@@ -99,13 +99,7 @@ func wantCode(t *testing.T, err error, code api.ErrorCode) {
 func TestSnapshotInProgress(t *testing.T) {
 	m, vol := newTestManager(t)
 	ctx := context.Background()
-	p := api.SandboxesPost{Name: "src", Image: "minimal", NoStart: true, WorkspaceGiB: 1}
-	if err := p.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Create(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	mustCreate(t, m, api.SandboxesPost{Name: "src", Image: "minimal", NoStart: true, WorkspaceGiB: 1})
 
 	done := make(chan error, 1)
 	go func() {
@@ -147,14 +141,7 @@ func TestReconcileRemovesInterruptedSeals(t *testing.T) {
 	close(vol.sealing)
 	close(vol.release)
 	ctx := context.Background()
-	p := api.SandboxesPost{Name: "src", Image: "minimal", NoStart: true, WorkspaceGiB: 1}
-	if err := p.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := m.Create(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := mustCreate(t, m, api.SandboxesPost{Name: "src", Image: "minimal", NoStart: true, WorkspaceGiB: 1})
 	// What a kill -9 mid-seal leaves: the record says sealing, the copy exists.
 	if _, err := vol.XFS.Snapshot(ctx, sb.ID, "cut1", nil); err != nil {
 		t.Fatal(err)
@@ -176,6 +163,19 @@ func TestReconcileRemovesInterruptedSeals(t *testing.T) {
 	if err != nil || len(ids) != 0 {
 		t.Errorf("snapshot copies left: %v %v", ids, err)
 	}
+}
+
+// mustCreate fills p's defaults and creates the sandbox; either failing fails the test.
+func mustCreate(t *testing.T, m *Manager, p api.SandboxesPost) api.Sandbox {
+	t.Helper()
+	if err := p.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m.Create(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
 }
 
 func isCode(err error, code api.ErrorCode) bool {

@@ -1,0 +1,456 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// These tests drive the manager against fakes that count calls, without root.
+
+// allStates lists every sandbox state, in the order of the want rows below.
+var allStates = [...]api.SandboxState{
+	api.StateCreating, api.StateStopped, api.StateStarting, api.StateRunning,
+	api.StateStopping, api.StateDeleting, api.StateFailed,
+}
+
+// The outcomes of an operation in a state: it proceeds, it succeeds and changes nothing, or it
+// is refused with an error code.
+const (
+	does   = "does"
+	noop   = "noop"
+	inval  = string(api.CodeInvalidState)
+	notRun = string(api.CodeSandboxNotRunning)
+)
+
+// gone is the "state" of a sandbox whose record was removed.
+const gone api.SandboxState = "(gone)"
+
+// boxIn makes a durable 1 GiB sandbox "box" with a ready snapshot "snap" and leaves its record in
+// state, as a daemon would find it: a container runs and the workspace is mounted in the states
+// whose transition may have started one. It forgets the calls that took.
+func (f *fakeManager) boxIn(t *testing.T, state api.SandboxState) store.Sandbox {
+	t.Helper()
+	ctx := context.Background()
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "box", Image: "minimal", NoStart: true, WorkspaceGiB: 1})
+	if _, err := f.Snapshot(ctx, "box", api.SnapshotsPost{Name: "snap"}); err != nil {
+		t.Fatal(err)
+	}
+	switch state {
+	case api.StateStarting, api.StateRunning, api.StateStopping:
+		f.rt.setRunning(sb.ID, true)
+		f.vol.setMounted(sb.ID)
+	}
+	rec, err := f.store.UpdateSandbox("box", func(s *store.Sandbox) error {
+		s.State = string(state)
+		if state == api.StateFailed {
+			s.Error = "boom"
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.calls.take()
+	f.takeStopped()
+	return rec
+}
+
+// stateOf returns the recorded state of "box", or gone.
+func (f *fakeManager) stateOf(t *testing.T) api.SandboxState {
+	t.Helper()
+	rec, err := f.store.GetSandbox("box")
+	if errors.Is(err, store.ErrNotFound) {
+		return gone
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api.SandboxState(rec.State)
+}
+
+func wantCalls(t *testing.T, got, want map[string]int) {
+	t.Helper()
+	if want == nil {
+		want = map[string]int{}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("calls = %v, want %v", got, want)
+	}
+}
+
+// Every operation in every state: whether it proceeds, succeeds doing nothing, or is refused
+// with which error; what it calls; where it leaves the sandbox.
+func TestOperationInEveryState(t *testing.T) {
+	ctx := context.Background()
+	ops := []struct {
+		name string
+		do   func(*fakeManager) error
+		// want is the outcome in each state, in allStates order.
+		want [len(allStates)]string
+		// calls are what the operation calls when it proceeds; a refusal or a no-op calls nothing.
+		calls map[string]int
+		// ends is where a proceeding operation leaves the sandbox; empty is where it was.
+		ends api.SandboxState
+		// refusal is the message of a refusal, with %s for the state.
+		refusal string
+	}{{
+		name:    "start",
+		do:      func(f *fakeManager) error { _, err := f.Start(ctx, "box"); return err },
+		want:    [...]string{inval, does, inval, noop, inval, inval, does},
+		calls:   map[string]int{"volume.Mount": 1, "runtime.Start": 1},
+		ends:    api.StateRunning,
+		refusal: `sandbox "box" is %s`,
+	}, {
+		name:    "stop",
+		do:      func(f *fakeManager) error { _, err := f.Stop(ctx, "box"); return err },
+		want:    [...]string{inval, noop, does, does, does, inval, does},
+		calls:   map[string]int{"runtime.Stop": 1, "volume.Unmount": 1},
+		ends:    api.StateStopped,
+		refusal: `sandbox "box" is %s`,
+	}, {
+		name:  "delete",
+		do:    func(f *fakeManager) error { return f.Delete(ctx, "box", false) },
+		want:  [...]string{does, does, does, does, does, does, does},
+		calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1},
+		ends:  gone,
+	}, {
+		name: "exec",
+		do: func(f *fakeManager) error {
+			_, err := f.Exec(ctx, "box", runtime.ExecSpec{Argv: []string{"true"}})
+			return err
+		},
+		want:    [...]string{notRun, notRun, notRun, does, notRun, notRun, notRun},
+		calls:   map[string]int{"runtime.Exec": 1},
+		refusal: "sandbox \"box\" is %s: start it with `hiloop sandbox start box`",
+	}, {
+		name:    "dial",
+		do:      func(f *fakeManager) error { _, err := f.DialLoopback(ctx, "box", "127.0.0.1:80"); return err },
+		want:    [...]string{notRun, notRun, notRun, does, notRun, notRun, notRun},
+		calls:   map[string]int{"runtime.DialLoopback": 1},
+		refusal: "sandbox \"box\" is %s: start it with `hiloop sandbox start box`",
+	}, {
+		name:    "grow",
+		do:      func(f *fakeManager) error { _, err := f.Grow(ctx, "box", 2); return err },
+		want:    [...]string{inval, does, inval, does, inval, inval, does},
+		calls:   map[string]int{"volume.Grow": 1},
+		refusal: `sandbox "box" is %s`,
+	}, {
+		name: "snapshot",
+		do: func(f *fakeManager) error {
+			_, err := f.Snapshot(ctx, "box", api.SnapshotsPost{Name: "s2"})
+			return err
+		},
+		want:    [...]string{inval, does, inval, does, inval, inval, does},
+		calls:   map[string]int{"volume.Snapshot": 1},
+		refusal: `sandbox "box" is %s`,
+	}, {
+		name:    "restore",
+		do:      func(f *fakeManager) error { _, err := f.Restore(ctx, "box", "snap"); return err },
+		want:    [...]string{inval, does, inval, inval, inval, inval, inval},
+		calls:   map[string]int{"volume.Restore": 1},
+		refusal: "sandbox \"box\" is %s: stop it before restoring (`hiloop sandbox stop box`)",
+	}}
+	for _, op := range ops {
+		for i, state := range allStates {
+			want := op.want[i]
+			t.Run(fmt.Sprintf("%s/%s", op.name, state), func(t *testing.T) {
+				f := newFakeManager(t)
+				f.boxIn(t, state)
+				err := op.do(f)
+				calls := f.calls.take()
+				after := f.stateOf(t)
+				switch want {
+				case does:
+					if err != nil {
+						t.Fatalf("refused: %v", err)
+					}
+					wantCalls(t, calls, op.calls)
+					ends := op.ends
+					if ends == "" {
+						ends = state
+					}
+					if after != ends {
+						t.Errorf("left the sandbox %s, want %s", after, ends)
+					}
+				case noop:
+					if err != nil {
+						t.Fatalf("refused: %v", err)
+					}
+					wantCalls(t, calls, nil)
+					if after != state {
+						t.Errorf("left the sandbox %s, want it unchanged", after)
+					}
+				default:
+					var apiErr *api.Error
+					if !errors.As(err, &apiErr) || string(apiErr.Code) != want {
+						t.Fatalf("got %v, want a refusal with %s", err, want)
+					}
+					if msg := fmt.Sprintf(op.refusal, state); apiErr.Message != msg {
+						t.Errorf("refusal says %q, want %q", apiErr.Message, msg)
+					}
+					wantCalls(t, calls, nil)
+					if after != state {
+						t.Errorf("a refusal left the sandbox %s, want it unchanged", after)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A stop ends the sandbox's sessions once; a stop that finds it stopped, and a refused one, none.
+func TestStopNotifiesOnce(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		state api.SandboxState
+		want  []string
+	}{
+		{api.StateRunning, []string{"box"}},
+		{api.StateStopped, nil},
+		{api.StateDeleting, nil},
+	} {
+		t.Run(string(tc.state), func(t *testing.T) {
+			f := newFakeManager(t)
+			f.boxIn(t, tc.state)
+			_, _ = f.Stop(ctx, "box")
+			if got := f.takeStopped(); !slices.Equal(got, tc.want) {
+				t.Errorf("stop notifications = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A sandbox recorded running whose init died reads as failed; a start cleans up, ends its
+// sessions and starts it afresh; an exec meanwhile says it is not answering.
+func TestStartRestartsADeadInit(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeManager(t)
+	rec := f.boxIn(t, api.StateRunning)
+	f.rt.setRunning(rec.ID, false)
+
+	if sb, err := f.Get(ctx, "box"); err != nil || sb.State != api.StateFailed {
+		t.Fatalf("Get = %s, %v; want failed", sb.State, err)
+	}
+	_, err := f.Exec(ctx, "box", runtime.ExecSpec{Argv: []string{"true"}})
+	wantCode(t, err, api.CodeSandboxNotRunning)
+	if !strings.Contains(err.Error(), "is not answering") {
+		t.Errorf("exec into a dead init: %v", err)
+	}
+	f.calls.take()
+
+	sb, err := f.Start(ctx, "box")
+	if err != nil || sb.State != api.StateRunning {
+		t.Fatalf("Start = %s, %v", sb.State, err)
+	}
+	wantCalls(t, f.calls.take(), map[string]int{"runtime.Stop": 1, "volume.Unmount": 1, "volume.Mount": 1, "runtime.Start": 1})
+	if got := f.takeStopped(); !slices.Equal(got, []string{"box"}) {
+		t.Errorf("stop notifications = %v, want [box]", got)
+	}
+}
+
+// A start the runtime fails is cleaned up and leaves the sandbox failed with the reason; the
+// next start tries again.
+func TestFailedStartLeavesSandboxFailed(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeManager(t)
+	f.boxIn(t, api.StateStopped)
+	f.calls.failNext("runtime.Start", errors.New("no cgroup for you"))
+
+	if _, err := f.Start(ctx, "box"); err == nil || !strings.Contains(err.Error(), "no cgroup for you") {
+		t.Fatalf("Start = %v, want the runtime's error", err)
+	}
+	wantCalls(t, f.calls.take(), map[string]int{"volume.Mount": 1, "runtime.Start": 1, "runtime.Stop": 1, "volume.Unmount": 1})
+	rec, err := f.store.GetSandbox("box")
+	if err != nil || rec.State != string(api.StateFailed) || !strings.Contains(rec.Error, "no cgroup for you") {
+		t.Fatalf("after a failed start: %s %q, %v", rec.State, rec.Error, err)
+	}
+
+	f.calls.failNext("runtime.Start", nil)
+	if sb, err := f.Start(ctx, "box"); err != nil || sb.State != api.StateRunning || sb.Error != "" {
+		t.Fatalf("Start after a failure = %s %q, %v", sb.State, sb.Error, err)
+	}
+}
+
+// A stop the runtime fails leaves the sandbox failed; its sessions end all the same.
+func TestFailedStopLeavesSandboxFailed(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeManager(t)
+	f.boxIn(t, api.StateRunning)
+	f.calls.failNext("runtime.Stop", errors.New("stuck"))
+
+	if _, err := f.Stop(ctx, "box"); err == nil || !strings.Contains(err.Error(), "stuck") {
+		t.Fatalf("Stop = %v, want the runtime's error", err)
+	}
+	wantCalls(t, f.calls.take(), map[string]int{"runtime.Stop": 1})
+	if got := f.stateOf(t); got != api.StateFailed {
+		t.Errorf("after a failed stop: %s, want failed", got)
+	}
+	if got := f.takeStopped(); !slices.Equal(got, []string{"box"}) {
+		t.Errorf("stop notifications = %v, want [box]", got)
+	}
+}
+
+// Create makes the workspace the storage class asks for and starts the sandbox unless told not
+// to; a create whose start fails leaves nothing behind.
+func TestCreate(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		post      api.SandboxesPost
+		startFail bool
+		calls     map[string]int
+		ends      api.SandboxState
+	}{{
+		name:  "durable",
+		post:  api.SandboxesPost{Name: "new"},
+		calls: map[string]int{"volume.Create": 1, "volume.Mount": 1, "runtime.Start": 1},
+		ends:  api.StateRunning,
+	}, {
+		name:  "no start",
+		post:  api.SandboxesPost{Name: "new", NoStart: true},
+		calls: map[string]int{"volume.Create": 1},
+		ends:  api.StateStopped,
+	}, {
+		name:  "ephemeral: the workspace is made at the start",
+		post:  api.SandboxesPost{Name: "new", StorageClass: api.StorageEphemeral},
+		calls: map[string]int{"volume.Create": 1, "volume.Mount": 1, "runtime.Start": 1},
+		ends:  api.StateRunning,
+	}, {
+		name:  "ephemeral, no start: no workspace yet",
+		post:  api.SandboxesPost{Name: "new", StorageClass: api.StorageEphemeral, NoStart: true},
+		calls: nil,
+		ends:  api.StateStopped,
+	}, {
+		name:  "fork",
+		post:  api.SandboxesPost{Name: "new", FromSnapshot: "snap"},
+		calls: map[string]int{"volume.CreateFromSnapshot": 1, "volume.Mount": 1, "runtime.Start": 1},
+		ends:  api.StateRunning,
+	}, {
+		name:  "fork grown",
+		post:  api.SandboxesPost{Name: "new", FromSnapshot: "snap", WorkspaceGiB: 3},
+		calls: map[string]int{"volume.CreateFromSnapshot": 1, "volume.Grow": 1, "volume.Mount": 1, "runtime.Start": 1},
+		ends:  api.StateRunning,
+	}, {
+		name:      "failed start",
+		post:      api.SandboxesPost{Name: "new"},
+		startFail: true,
+		// The failed start's clean-up, then the create's: container, workspace, layers.
+		calls: map[string]int{"volume.Create": 1, "volume.Mount": 1, "runtime.Start": 1, "runtime.Stop": 2, "volume.Unmount": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1},
+		ends:  gone,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeManager(t)
+			f.boxIn(t, api.StateStopped) // the snapshot to fork from
+			if tc.startFail {
+				f.calls.failNext("runtime.Start", errors.New("no"))
+			}
+			p := tc.post
+			p.Image = "minimal"
+			if err := p.Normalize(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := f.Create(ctx, p)
+			if tc.startFail != (err != nil) {
+				t.Fatalf("Create: %v", err)
+			}
+			wantCalls(t, f.calls.take(), tc.calls)
+			rec, err := f.store.GetSandbox("new")
+			got := api.SandboxState(rec.State)
+			if errors.Is(err, store.ErrNotFound) {
+				got = gone
+			}
+			if got != tc.ends {
+				t.Errorf("left the sandbox %s, want %s", got, tc.ends)
+			}
+		})
+	}
+}
+
+// An ephemeral workspace goes at every stop.
+func TestEphemeralStopDropsTheWorkspace(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeManager(t)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "box", Image: "minimal", StorageClass: api.StorageEphemeral})
+	f.calls.take()
+	if _, err := f.Stop(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, f.calls.take(), map[string]int{"runtime.Stop": 1, "volume.Delete": 1})
+}
+
+// Reconcile finishes or undoes what a crash cut short, by the state it finds.
+func TestReconcileEveryState(t *testing.T) {
+	restart := map[string]int{"runtime.Stop": 1, "volume.Unmount": 1, "volume.Mount": 1, "runtime.Start": 1}
+	release := map[string]int{"runtime.Stop": 1, "volume.Unmount": 1}
+	teardown := map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1}
+	for _, tc := range []struct {
+		state api.SandboxState
+		dead  bool // the container did not survive the restart
+		fail  string
+		calls map[string]int
+		ends  api.SandboxState
+	}{
+		{state: api.StateCreating, calls: teardown, ends: gone},
+		{state: api.StateStopped, calls: release, ends: api.StateStopped},
+		{state: api.StateStarting, calls: restart, ends: api.StateRunning},
+		{state: api.StateRunning, calls: nil, ends: api.StateRunning},
+		{state: api.StateRunning, dead: true, calls: restart, ends: api.StateRunning},
+		{state: api.StateStopping, calls: release, ends: api.StateStopped},
+		{state: api.StateDeleting, calls: teardown, ends: gone},
+		{state: api.StateFailed, calls: release, ends: api.StateFailed},
+		// What the recovery fails leaves the sandbox failed.
+		{state: api.StateStopped, fail: "volume.Unmount", calls: map[string]int{"runtime.Stop": 1, "volume.Unmount": 1}, ends: api.StateFailed},
+		{state: api.StateRunning, dead: true, fail: "runtime.Start", calls: map[string]int{"runtime.Stop": 2, "volume.Unmount": 2, "volume.Mount": 1, "runtime.Start": 1}, ends: api.StateFailed},
+		{state: api.StateStopping, fail: "runtime.Stop", calls: map[string]int{"runtime.Stop": 1}, ends: api.StateFailed},
+		{state: api.StateDeleting, fail: "volume.Delete", calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1}, ends: api.StateFailed},
+	} {
+		name := string(tc.state)
+		if tc.dead {
+			name += "/dead"
+		}
+		if tc.fail != "" {
+			name += "/" + tc.fail + " fails"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFakeManager(t)
+			rec := f.boxIn(t, tc.state)
+			if tc.dead {
+				f.rt.setRunning(rec.ID, false)
+			}
+			if tc.fail != "" {
+				f.calls.failNext(tc.fail, errors.New("injected"))
+			}
+			if err := f.Reconcile(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			wantCalls(t, f.calls.take(), tc.calls)
+			if got := f.stateOf(t); got != tc.ends {
+				t.Errorf("left the sandbox %s, want %s", got, tc.ends)
+			}
+		})
+	}
+}
+
+// setState writes only a state the machine reaches from the current one.
+func TestSetStateRefusesAnEdgeOutsideTheMachine(t *testing.T) {
+	f := newFakeManager(t)
+	rec := f.boxIn(t, api.StateStopped)
+	if err := f.setState(&rec, api.StateRunning, ""); err == nil {
+		t.Fatal("stopped → running was written")
+	}
+	if rec.State != string(api.StateStopped) {
+		t.Errorf("the record in memory moved to %s", rec.State)
+	}
+	if got := f.stateOf(t); got != api.StateStopped {
+		t.Errorf("the stored record moved to %s", got)
+	}
+}
