@@ -61,12 +61,14 @@ const (
 	MaxNameLen          = 63
 )
 
-// SandboxPut holds the fields of a sandbox a client chooses.
+// SandboxPut holds a sandbox's resource limits: chosen in the create request (SandboxesPost),
+// reported back in Sandbox. omitempty lets a create request leave a limit to its default; a
+// Sandbox always has both set (Normalize fills them), so its JSON always carries them.
 type SandboxPut struct {
-	// CPUs is the CPU limit in cores, e.g. 2 or 0.5.
-	CPUs float64 `json:"cpus"`
-	// MemoryMB is the memory limit in MiB, e.g. 2048.
-	MemoryMB int `json:"memory_mb"`
+	// CPUs is the CPU limit in cores, e.g. 2 or 0.5 (default 2).
+	CPUs float64 `json:"cpus,omitempty"`
+	// MemoryMB is the memory limit in MiB, e.g. 2048 (default 2048).
+	MemoryMB int `json:"memory_mb,omitempty"`
 }
 
 // SandboxesPost is the body of POST /v1/sandboxes.
@@ -79,10 +81,8 @@ type SandboxesPost struct {
 	StorageClass StorageClass `json:"storage_class,omitempty"`
 	// WorkspaceGiB is the workspace capacity in GiB (default 10; the dir driver takes none).
 	WorkspaceGiB int `json:"workspace_gib,omitempty"`
-	// CPUs is the CPU limit in cores (default 2).
-	CPUs float64 `json:"cpus,omitempty"`
-	// MemoryMB is the memory limit in MiB (default 2048).
-	MemoryMB int `json:"memory_mb,omitempty"`
+	// SandboxPut holds the resource limits; it sits here to keep the body's field order.
+	SandboxPut
 	// NoStart leaves the new sandbox stopped instead of starting it.
 	NoStart bool `json:"no_start,omitempty"`
 	// FromSnapshot starts the new sandbox's /workspace as a copy of this snapshot (durable only).

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateName(t *testing.T) {
@@ -46,9 +48,9 @@ func TestSandboxesPostNormalize(t *testing.T) {
 		p    SandboxesPost
 		want string
 	}{
-		{SandboxesPost{Name: "w", CPUs: 0.05}, "invalid cpus 0.05: use 0.1 to 256"},
-		{SandboxesPost{Name: "w", CPUs: 300}, "invalid cpus 300"},
-		{SandboxesPost{Name: "w", MemoryMB: 1}, "invalid memory_mb 1: use 64 to"},
+		{SandboxesPost{Name: "w", SandboxPut: SandboxPut{CPUs: 0.05}}, "invalid cpus 0.05: use 0.1 to 256"},
+		{SandboxesPost{Name: "w", SandboxPut: SandboxPut{CPUs: 300}}, "invalid cpus 300"},
+		{SandboxesPost{Name: "w", SandboxPut: SandboxPut{MemoryMB: 1}}, "invalid memory_mb 1: use 64 to"},
 		{SandboxesPost{Name: "w", WorkspaceGiB: -1}, "invalid workspace_gib -1: use 1 to 16383"},
 		{SandboxesPost{Name: "w", WorkspaceGiB: 20000}, "invalid workspace_gib 20000"},
 		{SandboxesPost{Name: "w", StorageClass: "tmp"}, `invalid storage_class "tmp"`},
@@ -94,5 +96,35 @@ func TestEveryCodeHasAStatus(t *testing.T) {
 	}
 	if ErrorCode("nope").HTTPStatus() != 500 {
 		t.Error("unknown code should be 500")
+	}
+}
+
+// TestSandboxWire pins the JSON of a create request and of a sandbox: the Go types may be
+// rearranged, the wire may not.
+func TestSandboxWire(t *testing.T) {
+	started := time.Date(2026, 11, 29, 10, 15, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{SandboxesPost{Name: "web"}, `{"name":"web"}`},
+		{func() SandboxesPost {
+			p := SandboxesPost{Name: "web", Image: "base", StorageClass: StorageDurable, WorkspaceGiB: 50,
+				NoStart: true, FromSnapshot: "snap", PermissionPolicy: PolicyAsk}
+			p.CPUs, p.MemoryMB = 0.5, 4096
+			return p
+		}(), `{"name":"web","image":"base","storage_class":"durable","workspace_gib":50,"cpus":0.5,"memory_mb":4096,"no_start":true,"from_snapshot":"snap","permission_policy":"ask"}`},
+		{func() Sandbox {
+			sb := Sandbox{Name: "web", ID: "i1", Image: "base", State: StateRunning, PermissionPolicy: PolicyAutoApprove,
+				Workspace: Workspace{StorageClass: StorageEphemeral, CapacityBytes: 1 << 30, Resizable: true, Driver: "xfs"},
+				CreatedAt: started, StartedAt: &started}
+			sb.CPUs, sb.MemoryMB = 2, 2048
+			return sb
+		}(), `{"cpus":2,"memory_mb":2048,"name":"web","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"permission_policy":"auto-approve","created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
+	} {
+		b, err := json.Marshal(tc.v)
+		if err != nil || string(b) != tc.want {
+			t.Errorf("%T encodes as\n%s, %v\nwant\n%s", tc.v, b, err, tc.want)
+		}
 	}
 }
