@@ -112,11 +112,3 @@ func execRun(ctx context.Context, f *Factory, opts *ExecOptions) error {
 	}
 	return nil
 }
-
-// exitMessage is an exit code with a sentence for stderr.
-type exitMessage struct {
-	code int
-	msg  string
-}
-
-func (e *exitMessage) Error() string { return e.msg }

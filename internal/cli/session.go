@@ -22,9 +22,6 @@ import (
 	"github.com/hiloop/hiloop/pkg/client"
 )
 
-// ExitInterrupted is the exit code of a `session prompt` left with a second Ctrl-C.
-const ExitInterrupted = 130
-
 func newCmdSession(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "session <verb>",

@@ -69,11 +69,6 @@ Everything after -- goes to ssh: options such as -L, -N or -t, and a remote comm
 	return cmd
 }
 
-// plainUsageError is a usage error whose message is printed as it is.
-type plainUsageError struct{ msg string }
-
-func (e *plainUsageError) Error() string { return e.msg }
-
 // runSSH runs the system ssh with args on the CLI's streams and passes its exit code on. Where
 // it can, hiloop becomes ssh (exec in place), so signals and the terminal are ssh's alone and
 // no ssh outlives a hiloop that was killed.
