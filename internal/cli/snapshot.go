@@ -45,7 +45,7 @@ Growth is one-way: N must exceed the capacity shown by ` + "`hiloop sandbox get 
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&sizeGiB, "workspace-gib", 0, "the new workspace capacity in GiB")
+	cmd.Flags().IntVar(&sizeGiB, "workspace-gib", 0, fmt.Sprintf("the new workspace capacity in GiB, at most %d", api.MaxWorkspaceGiB))
 	addOutputFlag(cmd, &output)
 	return cmd
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -118,5 +119,27 @@ func TestCLIDocsListEveryExitCode(t *testing.T) {
 		if !declared[code] {
 			t.Errorf("docs/cli.md's exit codes name %q, which is no error code", code)
 		}
+	}
+}
+
+// TestCLIDocsGiveTheLimits checks the limits docs/cli.md gives against the ones the API enforces.
+func TestCLIDocsGiveTheLimits(t *testing.T) {
+	flags := map[string][]string{}
+	for _, row := range docTable(t, "../../docs/cli.md", "## hiloop sandbox create NAME") {
+		flags[row[0]] = row[1:]
+	}
+	for _, tc := range []struct{ flag, def, limits string }{
+		{"`--workspace-gib N`", strconv.Itoa(DefaultWorkspaceGiB), fmt.Sprintf("(%d-%d)", MinWorkspaceGiB, MaxWorkspaceGiB)},
+		{"`--cpus N`", fmt.Sprint(DefaultCPUs), fmt.Sprintf("(%g-%g)", MinCPUs, MaxCPUs)},
+		{"`--memory-mb N`", strconv.Itoa(DefaultMemoryMB), fmt.Sprintf("(%d-%d)", MinMemoryMB, MaxMemoryMB)},
+	} {
+		row, ok := flags[tc.flag]
+		if !ok || len(row) < 2 || row[0] != tc.def || !strings.Contains(row[1], tc.limits) {
+			t.Errorf("docs/cli.md: create's %s row is %q; want default %s and %s", tc.flag, row, tc.def, tc.limits)
+		}
+	}
+	grow := strings.Join(docSection(t, "../../docs/cli.md", "## hiloop sandbox grow NAME --workspace-gib N"), " ")
+	if want := fmt.Sprintf("at most %d", MaxWorkspaceGiB); !strings.Contains(grow, want) {
+		t.Errorf("docs/cli.md's grow section does not say %q", want)
 	}
 }
