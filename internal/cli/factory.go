@@ -1,6 +1,7 @@
-// Package cli is the hiloop command tree. Each command parses flags into an options struct and
-// does its work in a plain function; streams and the API client come from the Factory. Errors
-// become exit codes in exactly one place, Main.
+// Package cli is the hiloop command tree. Each command's constructor, newCmdX(f, runF), parses
+// flags and arguments into an options struct and hands it to a plain function that does the work,
+// or to runF when a test passes one; streams and the API client come from the Factory. Errors
+// become exit codes in exactly one place, exitCode.
 package cli
 
 import (
@@ -42,15 +43,6 @@ type Factory struct {
 func (f *Factory) Client() (*client.Client, error) {
 	f.once.Do(func() { f.client, f.err = client.New(f.Host, f.Token) })
 	return f.client, f.err
-}
-
-// clientFor checks a read command's --output value before anything is asked of the daemon,
-// then returns the client.
-func (f *Factory) clientFor(output string) (*client.Client, error) {
-	if err := checkOutput(output); err != nil {
-		return nil, err
-	}
-	return f.Client()
 }
 
 // NewFactory returns a Factory on the process's streams and environment.

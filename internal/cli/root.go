@@ -77,7 +77,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&f.Host, "host", f.Host, "daemon address: unix:///path or http://host:port (env HILOOP_HOST)")
 	root.SetFlagErrorFunc(flagUsageError)
-	root.AddCommand(newCmdSandbox(f), newCmdSession(f), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f), newCmdVersion(f))
+	root.AddCommand(newCmdSandbox(f), newCmdSession(f), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
 	return root
 }
 
@@ -91,33 +91,54 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 	}
 }
 
-func newCmdVersion(f *Factory) *cobra.Command {
-	var output string
+// runCommand does a command's work with the options its flags and arguments parsed into, or,
+// in a test, hands them to runF instead.
+func runCommand[T any](cmd *cobra.Command, f *Factory, opts *T, runF func(*T) error, run func(context.Context, *Factory, *T) error) error {
+	if runF != nil {
+		return runF(opts)
+	}
+	return run(cmd.Context(), f, opts)
+}
+
+// VersionOptions are the flags of `hiloop version`.
+type VersionOptions struct {
+	Output string
+}
+
+func newCmdVersion(f *Factory, runF func(*VersionOptions) error) *cobra.Command {
+	opts := &VersionOptions{}
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Show the CLI's and the daemon's versions",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.Client()
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			v, err := c.Version(cmd.Context())
-			if err != nil {
-				return err
-			}
-			out := struct {
-				Client string          `json:"client"`
-				Daemon api.VersionInfo `json:"daemon"`
-			}{Version, v}
-			return printOutput(f.IO.Out, output, out, func(t *table) {
-				t.row("client", Version)
-				t.row("daemon", v.Version)
-				t.row("api", v.API)
-				t.row("volume driver", v.VolumeDriver)
-			})
+			return runCommand(cmd, f, opts, runF, versionRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func versionRun(ctx context.Context, f *Factory, opts *VersionOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	v, err := c.Version(ctx)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Client string          `json:"client"`
+		Daemon api.VersionInfo `json:"daemon"`
+	}{Version, v}
+	return printOutput(f.IO.Out, opts.Output, out, func(t *table) {
+		t.row("client", Version)
+		t.row("daemon", v.Version)
+		t.row("api", v.API)
+		t.row("volume driver", v.VolumeDriver)
+	})
 }
