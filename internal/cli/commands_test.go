@@ -47,7 +47,7 @@ func refused(exit int, args ...string) flagCase {
 }
 
 var defaultCreate = api.SandboxesPost{Image: api.DefaultImage, StorageClass: api.StorageDurable, PermissionPolicy: api.PolicyAutoApprove,
-	SandboxPut: api.SandboxPut{CPUs: api.DefaultCPUs, MemoryMB: api.DefaultMemoryMB}}
+	CPUs: api.DefaultCPUs, MemoryMB: api.DefaultMemoryMB}
 
 func withName(p api.SandboxesPost, name string) api.SandboxesPost { p.Name = name; return p }
 
@@ -70,7 +70,7 @@ var commandFlagCases = []struct {
 	{"hiloop sandbox create", parser(newCmdSandboxCreate), []flagCase{
 		ok(&SandboxCreateOptions{Post: withName(defaultCreate, "web"), Output: "table"}, "web"),
 		ok(&SandboxCreateOptions{Post: api.SandboxesPost{Name: "web", Image: "dev", StorageClass: api.StorageEphemeral,
-			WorkspaceGiB: 50, SandboxPut: api.SandboxPut{CPUs: 0.5, MemoryMB: 8192}, NoStart: true, FromSnapshot: "s1",
+			WorkspaceGiB: 50, CPUs: 0.5, MemoryMB: 8192, NoStart: true, FromSnapshot: "s1",
 			PermissionPolicy: api.PolicyAsk}, Output: "json"},
 			"web", "--cpus", "0.5", "--memory-mb", "8192", "--workspace-gib", "50", "--storage-class", "ephemeral",
 			"--image", "dev", "--no-start", "--from-snapshot", "s1", "--permission-policy", "ask", "-o", "json"),

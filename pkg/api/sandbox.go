@@ -61,16 +61,6 @@ const (
 	MaxNameLen          = 63
 )
 
-// SandboxPut holds a sandbox's resource limits: chosen in the create request (SandboxesPost),
-// reported back in Sandbox. omitempty lets a create request leave a limit to its default; a
-// Sandbox always has both set (Normalize fills them), so its JSON always carries them.
-type SandboxPut struct {
-	// CPUs is the CPU limit in cores, e.g. 2 or 0.5 (default 2).
-	CPUs float64 `json:"cpus,omitempty"`
-	// MemoryMB is the memory limit in MiB, e.g. 2048 (default 2048).
-	MemoryMB int `json:"memory_mb,omitempty"`
-}
-
 // SandboxesPost is the body of POST /v1/sandboxes.
 type SandboxesPost struct {
 	// Name is 1-63 chars of [a-z0-9-] starting with a letter, e.g. "web".
@@ -81,8 +71,10 @@ type SandboxesPost struct {
 	StorageClass StorageClass `json:"storage_class,omitempty"`
 	// WorkspaceGiB is the workspace capacity in GiB (default 10; the dir driver takes none).
 	WorkspaceGiB int `json:"workspace_gib,omitempty"`
-	// SandboxPut holds the resource limits; it sits here to keep the body's field order.
-	SandboxPut
+	// CPUs is the CPU limit in cores (default 2).
+	CPUs float64 `json:"cpus,omitempty"`
+	// MemoryMB is the memory limit in MiB (default 2048).
+	MemoryMB int `json:"memory_mb,omitempty"`
 	// NoStart leaves the new sandbox stopped instead of starting it.
 	NoStart bool `json:"no_start,omitempty"`
 	// FromSnapshot starts the new sandbox's /workspace as a copy of this snapshot (durable only).
@@ -106,7 +98,11 @@ type Workspace struct {
 
 // Sandbox is a sandbox as the API reports it.
 type Sandbox struct {
-	SandboxPut
+	// CPUs is the CPU limit in cores, e.g. 2 or 0.5. The limits lead the JSON object, as they
+	// always have.
+	CPUs float64 `json:"cpus"`
+	// MemoryMB is the memory limit in MiB, e.g. 2048.
+	MemoryMB int `json:"memory_mb"`
 	// Name is the sandbox's name, also its hostname.
 	Name string `json:"name"`
 	// ID is the daemon's internal id, stable for the sandbox's life.

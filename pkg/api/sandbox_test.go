@@ -48,9 +48,9 @@ func TestSandboxesPostNormalize(t *testing.T) {
 		p    SandboxesPost
 		want string
 	}{
-		{SandboxesPost{Name: "w", SandboxPut: SandboxPut{CPUs: 0.05}}, "invalid cpus 0.05: use 0.1 to 256"},
-		{SandboxesPost{Name: "w", SandboxPut: SandboxPut{CPUs: 300}}, "invalid cpus 300"},
-		{SandboxesPost{Name: "w", SandboxPut: SandboxPut{MemoryMB: 1}}, "invalid memory_mb 1: use 64 to"},
+		{SandboxesPost{Name: "w", CPUs: 0.05}, "invalid cpus 0.05: use 0.1 to 256"},
+		{SandboxesPost{Name: "w", CPUs: 300}, "invalid cpus 300"},
+		{SandboxesPost{Name: "w", MemoryMB: 1}, "invalid memory_mb 1: use 64 to"},
 		{SandboxesPost{Name: "w", WorkspaceGiB: -1}, "invalid workspace_gib -1: use 1 to 16383"},
 		{SandboxesPost{Name: "w", WorkspaceGiB: 20000}, "invalid workspace_gib 20000"},
 		{SandboxesPost{Name: "w", StorageClass: "tmp"}, `invalid storage_class "tmp"`},
@@ -97,19 +97,16 @@ func TestSandboxWire(t *testing.T) {
 		want string
 	}{
 		{SandboxesPost{Name: "web"}, `{"name":"web"}`},
-		{func() SandboxesPost {
-			p := SandboxesPost{Name: "web", Image: "base", StorageClass: StorageDurable, WorkspaceGiB: 50,
-				NoStart: true, FromSnapshot: "snap", PermissionPolicy: PolicyAsk}
-			p.CPUs, p.MemoryMB = 0.5, 4096
-			return p
-		}(), `{"name":"web","image":"base","storage_class":"durable","workspace_gib":50,"cpus":0.5,"memory_mb":4096,"no_start":true,"from_snapshot":"snap","permission_policy":"ask"}`},
-		{func() Sandbox {
-			sb := Sandbox{Name: "web", ID: "i1", Image: "base", State: StateRunning, PermissionPolicy: PolicyAutoApprove,
-				Workspace: Workspace{StorageClass: StorageEphemeral, CapacityBytes: 1 << 30, Resizable: true, Driver: "xfs"},
-				CreatedAt: started, StartedAt: &started}
-			sb.CPUs, sb.MemoryMB = 2, 2048
-			return sb
-		}(), `{"cpus":2,"memory_mb":2048,"name":"web","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"permission_policy":"auto-approve","created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
+		{SandboxesPost{Name: "web", Image: "base", StorageClass: StorageDurable, WorkspaceGiB: 50, CPUs: 0.5, MemoryMB: 4096,
+			NoStart: true, FromSnapshot: "snap", PermissionPolicy: PolicyAsk},
+			`{"name":"web","image":"base","storage_class":"durable","workspace_gib":50,"cpus":0.5,"memory_mb":4096,"no_start":true,"from_snapshot":"snap","permission_policy":"ask"}`},
+		{Sandbox{CPUs: 2, MemoryMB: 2048, Name: "web", ID: "i1", Image: "base", State: StateRunning, PermissionPolicy: PolicyAutoApprove,
+			Workspace: Workspace{StorageClass: StorageEphemeral, CapacityBytes: 1 << 30, Resizable: true, Driver: "xfs"},
+			CreatedAt: started, StartedAt: &started},
+			`{"cpus":2,"memory_mb":2048,"name":"web","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"permission_policy":"auto-approve","created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
+		// A sandbox reports its limits even when zero (a create request leaves them out).
+		{Sandbox{Name: "web", CreatedAt: started},
+			`{"cpus":0,"memory_mb":0,"name":"web","id":"","image":"","state":"","workspace":{"storage_class":"","capacity_bytes":0,"resizable":false,"driver":""},"permission_policy":"","created_at":"2026-11-29T10:15:00Z"}`},
 	} {
 		b, err := json.Marshal(tc.v)
 		if err != nil || string(b) != tc.want {
