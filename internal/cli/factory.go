@@ -45,6 +45,15 @@ func (f *Factory) Client() (*client.Client, error) {
 	return f.client, f.err
 }
 
+// idempotencyKey returns the call options that send key with a mutating call, so that repeating
+// the command repeats the request; none for "", and the client sends a fresh key of its own.
+func idempotencyKey(key string) []client.CallOption {
+	if key == "" {
+		return nil
+	}
+	return []client.CallOption{client.WithIdempotencyKey(key)}
+}
+
 // NewFactory returns a Factory on the process's streams and environment.
 func NewFactory() *Factory {
 	host := os.Getenv("HILOOP_HOST")

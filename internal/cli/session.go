@@ -107,11 +107,7 @@ func sessionNewRun(ctx context.Context, f *Factory, opts *SessionNewOptions) err
 	if err != nil {
 		return err
 	}
-	var callOpts []client.CallOption
-	if opts.IdempotencyKey != "" {
-		callOpts = append(callOpts, client.WithIdempotencyKey(opts.IdempotencyKey))
-	}
-	s, err := c.CreateSession(ctx, opts.Post, callOpts...)
+	s, err := c.CreateSession(ctx, opts.Post, idempotencyKey(opts.IdempotencyKey)...)
 	if err != nil {
 		return err
 	}
@@ -306,11 +302,7 @@ func sessionPromptRun(ctx context.Context, f *Factory, opts *SessionPromptOption
 	if err != nil {
 		return err
 	}
-	var callOpts []client.CallOption
-	if opts.IdempotencyKey != "" {
-		callOpts = append(callOpts, client.WithIdempotencyKey(opts.IdempotencyKey))
-	}
-	accepted, err := c.Prompt(ctx, opts.Session, api.PromptPost{Text: opts.Text}, callOpts...)
+	accepted, err := c.Prompt(ctx, opts.Session, api.PromptPost{Text: opts.Text}, idempotencyKey(opts.IdempotencyKey)...)
 	if err != nil {
 		return busyHint(err, opts.Session)
 	}

@@ -158,16 +158,12 @@ func snapshotCreateRun(ctx context.Context, f *Factory, opts *SnapshotCreateOpti
 			p.Name = snapshotNameFor(opts.Sandbox, hex.EncodeToString(sum[:4]))
 		}
 	}
-	var callOpts []client.CallOption
-	if opts.IdempotencyKey != "" {
-		callOpts = append(callOpts, client.WithIdempotencyKey(opts.IdempotencyKey))
-	}
 	progressCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	if IsTerminal(f.IO.ErrOut) {
 		go showProgress(progressCtx, c, p.Name, f.IO.ErrOut)
 	}
-	sn, err := c.CreateSnapshot(ctx, opts.Sandbox, p, callOpts...)
+	sn, err := c.CreateSnapshot(ctx, opts.Sandbox, p, idempotencyKey(opts.IdempotencyKey)...)
 	stop()
 	if err != nil {
 		return err
