@@ -65,7 +65,7 @@ func printOutput(w io.Writer, format string, v any, fill func(*table)) error {
 		}
 		return tw.Flush()
 	}
-	return &usageError{fmt.Errorf("invalid --output %q: use table, json or yaml", format)}
+	return checkOutput(format)
 }
 
 // formatBytes prints a size in binary units, e.g. "10.0 GiB".
