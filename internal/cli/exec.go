@@ -13,15 +13,15 @@ import (
 	"github.com/hiloop/hiloop/pkg/client"
 )
 
-// ExecOptions are the flags and arguments of `hiloop sandbox exec`.
-type ExecOptions struct {
+// SandboxExecOptions are the flags and arguments of `hiloop sandbox exec`.
+type SandboxExecOptions struct {
 	Name    string
 	Request api.ExecRequest
 	Timeout time.Duration
 }
 
-func newCmdSandboxExec(f *Factory, runF func(*ExecOptions) error) *cobra.Command {
-	opts := &ExecOptions{}
+func newCmdSandboxExec(f *Factory, runF func(*SandboxExecOptions) error) *cobra.Command {
+	opts := &SandboxExecOptions{}
 	cmd := &cobra.Command{
 		Use:   "exec NAME [flags] -- CMD [ARGS...]",
 		Short: "Run a command in a running sandbox",
@@ -52,10 +52,7 @@ The command runs as agent in /workspace with a login environment unless told oth
 			if opts.Timeout > 0 && opts.Request.TimeoutMS == 0 {
 				opts.Request.TimeoutMS = 1
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return execRun(cmd.Context(), f, opts)
+			return runCommand(cmd, f, opts, runF, sandboxExecRun)
 		},
 	}
 	fl := cmd.Flags()
@@ -68,7 +65,7 @@ The command runs as agent in /workspace with a login environment unless told oth
 	return cmd
 }
 
-func execRun(ctx context.Context, f *Factory, opts *ExecOptions) error {
+func sandboxExecRun(ctx context.Context, f *Factory, opts *SandboxExecOptions) error {
 	c, err := f.Client()
 	if err != nil {
 		return err
@@ -112,11 +109,3 @@ func execRun(ctx context.Context, f *Factory, opts *ExecOptions) error {
 	}
 	return nil
 }
-
-// exitMessage is an exit code with a sentence for stderr.
-type exitMessage struct {
-	code int
-	msg  string
-}
-
-func (e *exitMessage) Error() string { return e.msg }

@@ -1,6 +1,7 @@
-// Package cli is the hiloop command tree. Each command parses flags into an options struct and
-// does its work in a plain function; streams and the API client come from the Factory. Errors
-// become exit codes in exactly one place, Main.
+// Package cli is the hiloop command tree. Each command's constructor, newCmdX(f, runF), parses
+// flags and arguments into an options struct and hands it to a plain function that does the work,
+// or to runF when a test passes one; streams and the API client come from the Factory. Errors
+// become exit codes in exactly one place, exitCode.
 package cli
 
 import (
@@ -44,13 +45,13 @@ func (f *Factory) Client() (*client.Client, error) {
 	return f.client, f.err
 }
 
-// clientFor checks a read command's --output value before anything is asked of the daemon,
-// then returns the client.
-func (f *Factory) clientFor(output string) (*client.Client, error) {
-	if err := checkOutput(output); err != nil {
-		return nil, err
+// idempotencyKey returns the call options that send key with a mutating call, so that repeating
+// the command repeats the request; none for "", and the client sends a fresh key of its own.
+func idempotencyKey(key string) []client.CallOption {
+	if key == "" {
+		return nil
 	}
-	return f.Client()
+	return []client.CallOption{client.WithIdempotencyKey(key)}
 }
 
 // NewFactory returns a Factory on the process's streams and environment.

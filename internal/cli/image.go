@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -15,13 +16,19 @@ func newCmdImage(f *Factory) *cobra.Command {
 		Aliases: []string{"images"},
 		Short:   "Build and list sandbox images",
 	}
-	cmd.AddCommand(newCmdImageBuild(f), newCmdImageList(f))
+	cmd.AddCommand(newCmdImageBuild(f, nil), newCmdImageList(f, nil))
 	return cmd
 }
 
-func newCmdImageBuild(f *Factory) *cobra.Command {
-	var p api.ImageBuildPost
-	var output string
+// ImageBuildOptions are the argument and flags of `hiloop image build`.
+type ImageBuildOptions struct {
+	Name   string
+	Post   api.ImageBuildPost
+	Output string
+}
+
+func newCmdImageBuild(f *Factory, runF func(*ImageBuildOptions) error) *cobra.Command {
+	opts := &ImageBuildOptions{}
 	cmd := &cobra.Command{
 		Use:   "build NAME",
 		Short: "Build an image from its definition (progress on stderr)",
@@ -32,63 +39,83 @@ does nothing unless --force is given. Sandboxes pick up a rebuilt image at their
 		Example: "  hiloop image build base",
 		Args:    exactArgs(1, "one image NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			opts.Name = args[0]
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			start := time.Now()
-			img, err := c.BuildImage(cmd.Context(), args[0], p, func(line string) {
-				fmt.Fprintf(f.IO.ErrOut, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
-			})
-			if err != nil {
-				return err
-			}
-			return printOutput(f.IO.Out, output, img, func(t *table) {
-				t.row("NAME", "SIZE", "DIGEST", "BUILT")
-				t.row(img.Name, formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339))
-			})
+			return runCommand(cmd, f, opts, runF, imageBuildRun)
 		},
 	}
-	cmd.Flags().BoolVar(&p.Force, "force", false, "rebuild even if the definition has not changed")
-	addOutputFlag(cmd, &output)
+	cmd.Flags().BoolVar(&opts.Post.Force, "force", false, "rebuild even if the definition has not changed")
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdImageList(f *Factory) *cobra.Command {
-	var output string
+func imageBuildRun(ctx context.Context, f *Factory, opts *ImageBuildOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	img, err := c.BuildImage(ctx, opts.Name, opts.Post, func(line string) {
+		fmt.Fprintf(f.IO.ErrOut, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
+	})
+	if err != nil {
+		return err
+	}
+	return printOutput(f.IO.Out, opts.Output, img, func(t *table) {
+		t.row("NAME", "SIZE", "DIGEST", "BUILT")
+		t.row(img.Name, formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339))
+	})
+}
+
+// ImageListOptions are the flags of `hiloop image list`.
+type ImageListOptions struct {
+	Output string
+}
+
+func newCmdImageList(f *Factory, runF func(*ImageListOptions) error) *cobra.Command {
+	opts := &ImageListOptions{}
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List built images and the definitions the daemon can build",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			list, err := c.ListImages(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printOutput(f.IO.Out, output, list, func(t *table) {
-				t.row("NAME", "STATUS", "SIZE", "DIGEST", "BUILT")
-				built := map[string]api.Image{}
-				for _, img := range list.Images {
-					built[img.Name] = img
-				}
-				for _, name := range list.Definitions {
-					img, ok := built[name]
-					if !ok {
-						t.row(name, "not built", "-", "-", "-")
-						continue
-					}
-					t.row(name, "built", formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339))
-				}
-			})
+			return runCommand(cmd, f, opts, runF, imageListRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func imageListRun(ctx context.Context, f *Factory, opts *ImageListOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	list, err := c.ListImages(ctx)
+	if err != nil {
+		return err
+	}
+	return printOutput(f.IO.Out, opts.Output, list, func(t *table) {
+		t.row("NAME", "STATUS", "SIZE", "DIGEST", "BUILT")
+		built := map[string]api.Image{}
+		for _, img := range list.Images {
+			built[img.Name] = img
+		}
+		for _, name := range list.Definitions {
+			img, ok := built[name]
+			if !ok {
+				t.row(name, "not built", "-", "-", "-")
+				continue
+			}
+			t.row(name, "built", formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339))
+		}
+	})
 }
 
 func shortDigest(d string) string {

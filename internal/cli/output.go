@@ -16,6 +16,27 @@ func addOutputFlag(cmd *cobra.Command, output *string) {
 	cmd.Flags().StringVarP(output, "output", "o", "table", "output format: table, json or yaml")
 }
 
+// checkOutput checks a -o value before anything is asked of the daemon.
+func checkOutput(format string) error {
+	switch format {
+	case "table", "json", "yaml":
+		return nil
+	}
+	return &usageError{fmt.Errorf("invalid --output %q: use table, json or yaml", format)}
+}
+
+// summaryUnlessOutput checks a command's -o value, then empties it unless -o was given: such a
+// command answers with one line by default.
+func summaryUnlessOutput(cmd *cobra.Command, output *string) error {
+	if err := checkOutput(*output); err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("output") {
+		*output = ""
+	}
+	return nil
+}
+
 // table collects rows for tab-aligned output.
 type table struct{ rows [][]string }
 
@@ -44,7 +65,7 @@ func printOutput(w io.Writer, format string, v any, fill func(*table)) error {
 		}
 		return tw.Flush()
 	}
-	return &usageError{fmt.Errorf("invalid --output %q: use table, json or yaml", format)}
+	return checkOutput(format)
 }
 
 // formatBytes prints a size in binary units, e.g. "10.0 GiB".

@@ -9,35 +9,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hiloop/hiloop/pkg/api"
-	"github.com/hiloop/hiloop/pkg/client"
 )
 
 // Version is set at build time with -ldflags "-X github.com/hiloop/hiloop/internal/cli.Version=...".
 var Version = "dev"
-
-// Exit codes of hiloop (documented in docs/cli.md). `sandbox exec` exits with the remote
-// command's code once the command has run.
-const (
-	ExitOK          = 0
-	ExitError       = 1 // any other failure
-	ExitUsage       = 2 // bad flags or arguments, or the daemon refused a value
-	ExitUnreachable = 3 // the daemon could not be reached
-	ExitNotFound    = 4 // no such sandbox, image, snapshot, key, session or permission request
-	ExitConflict    = 5 // the sandbox's or session's state, or a name, forbids the call
-	ExitUnsupported = 6 // this deployment cannot do that
-	ExitTimeout     = api.ExitCodeTimeout
-)
-
-// exitError carries an exit code with no message to print (the command said all it had to).
-type exitError struct{ code int }
-
-func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
-// usageError marks a mistake in the command line.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
 
 // Main runs hiloop with the process's arguments and returns its exit code.
 func Main() int {
@@ -83,41 +58,6 @@ func warnVersionSkew(f *Factory) {
 	}
 }
 
-// exitCode maps an error to hiloop's documented exit codes.
-func exitCode(err error) int {
-	var ee *exitError
-	var em *exitMessage
-	var ue *usageError
-	var unreachable *client.UnreachableError
-	var apiErr *api.Error
-	switch {
-	case errors.As(err, &ee):
-		return ee.code
-	case errors.As(err, &em):
-		return em.code
-	case errors.As(err, &ue), errors.As(err, new(*plainUsageError)):
-		return ExitUsage
-	case errors.As(err, &unreachable):
-		return ExitUnreachable
-	case errors.As(err, &apiErr):
-		switch apiErr.Code {
-		case api.CodeBadRequest, api.CodeInvalidArgument, api.CodeInvalidName, api.CodeBodyTooLarge,
-			api.CodeGrowNotLarger, api.CodeHarnessNotFound:
-			return ExitUsage
-		case api.CodeSandboxNotFound, api.CodeImageNotFound, api.CodeSnapshotNotFound, api.CodeSSHKeyNotFound,
-			api.CodeNotFound, api.CodeSessionNotFound, api.CodePermissionNotFound:
-			return ExitNotFound
-		case api.CodeSandboxExists, api.CodeSandboxNotRunning, api.CodeInvalidState,
-			api.CodeIdempotencyKeyReused, api.CodeBuildInProgress, api.CodeSnapshotExists,
-			api.CodeSnapshotInProgress, api.CodeSSHKeyExists, api.CodeTurnInProgress, api.CodePermissionDecided:
-			return ExitConflict
-		case api.CodeUnsupported:
-			return ExitUnsupported
-		}
-	}
-	return ExitError
-}
-
 func commandPath(root *cobra.Command, args []string) string {
 	if c, _, err := root.Find(args); err == nil {
 		return c.CommandPath()
@@ -136,8 +76,8 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 		Version:       Version,
 	}
 	root.PersistentFlags().StringVar(&f.Host, "host", f.Host, "daemon address: unix:///path or http://host:port (env HILOOP_HOST)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(newCmdSandbox(f), newCmdSession(f), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f), newCmdVersion(f))
+	root.SetFlagErrorFunc(flagUsageError)
+	root.AddCommand(newCmdSandbox(f), newCmdSession(f), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
 	return root
 }
 
@@ -151,33 +91,54 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 	}
 }
 
-func newCmdVersion(f *Factory) *cobra.Command {
-	var output string
+// runCommand does a command's work with the options its flags and arguments parsed into, or,
+// in a test, hands them to runF instead.
+func runCommand[T any](cmd *cobra.Command, f *Factory, opts *T, runF func(*T) error, run func(context.Context, *Factory, *T) error) error {
+	if runF != nil {
+		return runF(opts)
+	}
+	return run(cmd.Context(), f, opts)
+}
+
+// VersionOptions are the flags of `hiloop version`.
+type VersionOptions struct {
+	Output string
+}
+
+func newCmdVersion(f *Factory, runF func(*VersionOptions) error) *cobra.Command {
+	opts := &VersionOptions{}
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Show the CLI's and the daemon's versions",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.Client()
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			v, err := c.Version(cmd.Context())
-			if err != nil {
-				return err
-			}
-			out := struct {
-				Client string          `json:"client"`
-				Daemon api.VersionInfo `json:"daemon"`
-			}{Version, v}
-			return printOutput(f.IO.Out, output, out, func(t *table) {
-				t.row("client", Version)
-				t.row("daemon", v.Version)
-				t.row("api", v.API)
-				t.row("volume driver", v.VolumeDriver)
-			})
+			return runCommand(cmd, f, opts, runF, versionRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func versionRun(ctx context.Context, f *Factory, opts *VersionOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	v, err := c.Version(ctx)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Client string          `json:"client"`
+		Daemon api.VersionInfo `json:"daemon"`
+	}{Version, v}
+	return printOutput(f.IO.Out, opts.Output, out, func(t *table) {
+		t.row("client", Version)
+		t.row("daemon", v.Version)
+		t.row("api", v.API)
+		t.row("volume driver", v.VolumeDriver)
+	})
 }

@@ -20,35 +20,28 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 	}
 	cmd.AddCommand(
 		newCmdSandboxCreate(f, nil),
-		newCmdSandboxGet(f),
-		newCmdSandboxList(f),
-		newCmdSandboxLifecycle(f, "start", "Start a stopped sandbox (a fresh root filesystem, the same /workspace)",
-			func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
-				return c.StartSandbox(ctx, name)
-			}),
-		newCmdSandboxLifecycle(f, "stop", "Stop a sandbox: every process ends; a durable /workspace stays",
-			func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
-				return c.StopSandbox(ctx, name)
-			}),
-		newCmdSandboxDelete(f),
+		newCmdSandboxGet(f, nil),
+		newCmdSandboxList(f, nil),
+		newCmdSandboxStart(f, nil),
+		newCmdSandboxStop(f, nil),
+		newCmdSandboxDelete(f, nil),
 		newCmdSandboxExec(f, nil),
-		newCmdSandboxSSH(f),
-		newCmdSandboxGrow(f),
-		newCmdSandboxRestore(f),
+		newCmdSandboxSSH(f, nil),
+		newCmdSandboxGrow(f, nil),
+		newCmdSandboxRestore(f, nil),
 		newCmdSnapshot(f),
 	)
 	return cmd
 }
 
-// CreateOptions are the flags of `hiloop sandbox create`.
-type CreateOptions struct {
+// SandboxCreateOptions are the flags and argument of `hiloop sandbox create`.
+type SandboxCreateOptions struct {
 	Post   api.SandboxesPost
 	Output string
 }
 
-func newCmdSandboxCreate(f *Factory, runF func(*CreateOptions) error) *cobra.Command {
-	opts := &CreateOptions{}
-	var storageClass string
+func newCmdSandboxCreate(f *Factory, runF func(*SandboxCreateOptions) error) *cobra.Command {
+	opts := &SandboxCreateOptions{}
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a sandbox and start it",
@@ -61,18 +54,14 @@ Everything outside /workspace comes back from the image on every start.`,
 		Args:    exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Post.Name = args[0]
-			opts.Post.StorageClass = api.StorageClass(storageClass)
 			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return createRun(cmd.Context(), f, opts)
+			return runCommand(cmd, f, opts, runF, sandboxCreateRun)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&storageClass, "storage-class", "durable", "lifetime of /workspace: durable or ephemeral")
+	fl.StringVar((*string)(&opts.Post.StorageClass), "storage-class", string(api.StorageDurable), "lifetime of /workspace: durable or ephemeral")
 	fl.IntVar(&opts.Post.WorkspaceGiB, "workspace-gib", 0, fmt.Sprintf("workspace capacity in GiB, %d-%d (default %d)", api.MinWorkspaceGiB, api.MaxWorkspaceGiB, api.DefaultWorkspaceGiB))
 	fl.Float64Var(&opts.Post.CPUs, "cpus", api.DefaultCPUs, "CPU limit in cores")
 	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", api.DefaultMemoryMB, "memory limit in MiB")
@@ -84,7 +73,7 @@ Everything outside /workspace comes back from the image on every start.`,
 	return cmd
 }
 
-func createRun(ctx context.Context, f *Factory, opts *CreateOptions) error {
+func sandboxCreateRun(ctx context.Context, f *Factory, opts *SandboxCreateOptions) error {
 	c, err := f.Client()
 	if err != nil {
 		return err
@@ -96,26 +85,40 @@ func createRun(ctx context.Context, f *Factory, opts *CreateOptions) error {
 	return printSandbox(f, opts.Output, sb)
 }
 
-func newCmdSandboxGet(f *Factory) *cobra.Command {
-	var output string
+// SandboxGetOptions are the argument and flags of `hiloop sandbox get`.
+type SandboxGetOptions struct {
+	Name   string
+	Output string
+}
+
+func newCmdSandboxGet(f *Factory, runF func(*SandboxGetOptions) error) *cobra.Command {
+	opts := &SandboxGetOptions{}
 	cmd := &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show one sandbox",
 		Args:  exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			opts.Name = args[0]
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			sb, err := c.GetSandbox(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printSandbox(f, output, sb)
+			return runCommand(cmd, f, opts, runF, sandboxGetRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func sandboxGetRun(ctx context.Context, f *Factory, opts *SandboxGetOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	sb, err := c.GetSandbox(ctx, opts.Name)
+	if err != nil {
+		return err
+	}
+	return printSandbox(f, opts.Output, sb)
 }
 
 func printSandbox(f *Factory, output string, sb api.Sandbox) error {
@@ -152,35 +155,47 @@ func growth(w api.Workspace) string {
 	return "fixed size"
 }
 
-func newCmdSandboxList(f *Factory) *cobra.Command {
-	var output string
+// SandboxListOptions are the flags of `hiloop sandbox list`.
+type SandboxListOptions struct {
+	Output string
+}
+
+func newCmdSandboxList(f *Factory, runF func(*SandboxListOptions) error) *cobra.Command {
+	opts := &SandboxListOptions{}
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List sandboxes",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			list, err := c.ListSandboxes(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printOutput(f.IO.Out, output, api.SandboxList{Sandboxes: list}, func(t *table) {
-				t.row("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
-				for _, sb := range list {
-					t.row(sb.Name, string(sb.State), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
-						fmt.Sprintf("%d MiB", sb.MemoryMB),
-						fmt.Sprintf("%s %s", capacity(sb.Workspace), sb.Workspace.StorageClass),
-						age(sb.CreatedAt))
-				}
-			})
+			return runCommand(cmd, f, opts, runF, sandboxListRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func sandboxListRun(ctx context.Context, f *Factory, opts *SandboxListOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	list, err := c.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	return printOutput(f.IO.Out, opts.Output, api.SandboxList{Sandboxes: list}, func(t *table) {
+		t.row("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
+		for _, sb := range list {
+			t.row(sb.Name, string(sb.State), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
+				fmt.Sprintf("%d MiB", sb.MemoryMB),
+				fmt.Sprintf("%s %s", capacity(sb.Workspace), sb.Workspace.StorageClass),
+				age(sb.CreatedAt))
+		}
+	})
 }
 
 func age(t time.Time) string {
@@ -196,59 +211,90 @@ func age(t time.Time) string {
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
-func newCmdSandboxLifecycle(f *Factory, verb, short string, call func(context.Context, *client.Client, string) (api.Sandbox, error)) *cobra.Command {
-	var output string
+// SandboxLifecycleOptions are the argument and flags of `hiloop sandbox start` and `stop`.
+type SandboxLifecycleOptions struct {
+	Name string
+	// Output is the -o format, or "" for the one-line answer "NAME STATE".
+	Output string
+}
+
+func newCmdSandboxStart(f *Factory, runF func(*SandboxLifecycleOptions) error) *cobra.Command {
+	return newCmdSandboxLifecycle(f, runF, "start", "Start a stopped sandbox (a fresh root filesystem, the same /workspace)",
+		func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
+			return c.StartSandbox(ctx, name)
+		})
+}
+
+func newCmdSandboxStop(f *Factory, runF func(*SandboxLifecycleOptions) error) *cobra.Command {
+	return newCmdSandboxLifecycle(f, runF, "stop", "Stop a sandbox: every process ends; a durable /workspace stays",
+		func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
+			return c.StopSandbox(ctx, name)
+		})
+}
+
+func newCmdSandboxLifecycle(f *Factory, runF func(*SandboxLifecycleOptions) error, verb, short string,
+	call func(context.Context, *client.Client, string) (api.Sandbox, error)) *cobra.Command {
+	opts := &SandboxLifecycleOptions{}
 	cmd := &cobra.Command{
 		Use:   verb + " NAME",
 		Short: short,
 		Args:  exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			opts.Name = args[0]
+			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
-			sb, err := call(cmd.Context(), c, args[0])
-			if err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("output") {
-				return printSandbox(f, output, sb)
-			}
-			fmt.Fprintf(f.IO.Out, "%s %s\n", sb.Name, sb.State)
-			return nil
+			return runCommand(cmd, f, opts, runF, func(ctx context.Context, f *Factory, opts *SandboxLifecycleOptions) error {
+				c, err := f.Client()
+				if err != nil {
+					return err
+				}
+				sb, err := call(ctx, c, opts.Name)
+				if err != nil {
+					return err
+				}
+				if opts.Output != "" {
+					return printSandbox(f, opts.Output, sb)
+				}
+				fmt.Fprintf(f.IO.Out, "%s %s\n", sb.Name, sb.State)
+				return nil
+			})
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSandboxDelete(f *Factory) *cobra.Command {
-	var withSnapshots bool
+// SandboxDeleteOptions are the argument and flags of `hiloop sandbox delete`.
+type SandboxDeleteOptions struct {
+	Name          string
+	WithSnapshots bool
+}
+
+func newCmdSandboxDelete(f *Factory, runF func(*SandboxDeleteOptions) error) *cobra.Command {
+	opts := &SandboxDeleteOptions{}
 	cmd := &cobra.Command{
 		Use:     "delete NAME",
 		Aliases: []string{"rm"},
 		Short:   "Stop a sandbox and delete it with its workspace (its snapshots stay)",
 		Args:    exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteSandbox(cmd.Context(), args[0], withSnapshots); err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "%s deleted\n", args[0])
-			return nil
+			opts.Name = args[0]
+			return runCommand(cmd, f, opts, runF, sandboxDeleteRun)
 		},
 	}
-	cmd.Flags().BoolVar(&withSnapshots, "with-snapshots", false, "also delete the snapshots taken of the sandbox")
+	cmd.Flags().BoolVar(&opts.WithSnapshots, "with-snapshots", false, "also delete the snapshots taken of the sandbox")
 	return cmd
 }
 
-func checkOutput(format string) error {
-	switch format {
-	case "table", "json", "yaml":
-		return nil
+func sandboxDeleteRun(ctx context.Context, f *Factory, opts *SandboxDeleteOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
 	}
-	return &usageError{fmt.Errorf("invalid --output %q: use table, json or yaml", format)}
+	if err := c.DeleteSandbox(ctx, opts.Name, opts.WithSnapshots); err != nil {
+		return err
+	}
+	fmt.Fprintf(f.IO.Out, "%s deleted\n", opts.Name)
+	return nil
 }

@@ -22,9 +22,6 @@ import (
 	"github.com/hiloop/hiloop/pkg/client"
 )
 
-// ExitInterrupted is the exit code of a `session prompt` left with a second Ctrl-C.
-const ExitInterrupted = 130
-
 func newCmdSession(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "session <verb>",
@@ -44,24 +41,29 @@ ask waits for an operator's ` + "`session approve`" + ` or ` + "`session deny`" 
   hiloop session events "$id" --follow`,
 	}
 	cmd.AddCommand(
-		newCmdSessionNew(f),
-		newCmdSessionList(f),
-		newCmdSessionGet(f),
+		newCmdSessionNew(f, nil),
+		newCmdSessionList(f, nil),
+		newCmdSessionGet(f, nil),
 		newCmdSessionPrompt(f, nil),
 		newCmdSessionEvents(f, nil),
-		newCmdSessionAnswer(f, "approve", "Allow a tool call the agent asked permission for",
-			api.OptionAllowOnce, api.OptionAllowAlways),
-		newCmdSessionAnswer(f, "deny", "Refuse a tool call the agent asked permission for",
-			api.OptionRejectOnce, api.OptionRejectAlways),
-		newCmdSessionCancel(f),
-		newCmdSessionDelete(f),
+		newCmdSessionApprove(f, nil),
+		newCmdSessionDeny(f, nil),
+		newCmdSessionCancel(f, nil),
+		newCmdSessionDelete(f, nil),
 	)
 	return cmd
 }
 
-func newCmdSessionNew(f *Factory) *cobra.Command {
-	var p api.SessionsPost
-	var policy, key, output string
+// SessionNewOptions are the argument and flags of `hiloop session new`.
+type SessionNewOptions struct {
+	Post           api.SessionsPost
+	IdempotencyKey string
+	// Output is the -o format, or "" to print the new session's id alone.
+	Output string
+}
+
+func newCmdSessionNew(f *Factory, runF func(*SessionNewOptions) error) *cobra.Command {
+	opts := &SessionNewOptions{}
 	cmd := &cobra.Command{
 		Use:     "new SANDBOX [--harness NAME] [--policy auto-approve|ask] [--cwd DIR]",
 		Aliases: []string{"create"},
@@ -78,44 +80,52 @@ With --idempotency-key, repeating the command returns the same session.`,
   id=$(hiloop session new web --idempotency-key ci-run-42)`,
 		Args: exactArgs(1, "one SANDBOX name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p.Sandbox = args[0]
-			p.PermissionPolicy = api.PermissionPolicy(policy)
-			if err := api.ValidatePolicy("--policy", p.PermissionPolicy); err != nil {
+			opts.Post.Sandbox = args[0]
+			if err := api.ValidatePolicy("--policy", opts.Post.PermissionPolicy); err != nil {
 				return &usageError{err}
 			}
-			if p.Cwd != "" && !strings.HasPrefix(p.Cwd, "/") {
-				return &usageError{fmt.Errorf("invalid --cwd %q: use an absolute path in the sandbox, e.g. %s", p.Cwd, api.DefaultSessionCwd)}
+			if opts.Post.Cwd != "" && !strings.HasPrefix(opts.Post.Cwd, "/") {
+				return &usageError{fmt.Errorf("invalid --cwd %q: use an absolute path in the sandbox, e.g. %s", opts.Post.Cwd, api.DefaultSessionCwd)}
 			}
-			c, err := f.clientFor(output)
-			if err != nil {
+			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
-			var opts []client.CallOption
-			if key != "" {
-				opts = append(opts, client.WithIdempotencyKey(key))
-			}
-			s, err := c.CreateSession(cmd.Context(), p, opts...)
-			if err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("output") {
-				return printSession(f, output, s)
-			}
-			fmt.Fprintln(f.IO.Out, s.ID)
-			return nil
+			return runCommand(cmd, f, opts, runF, sessionNewRun)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&p.Harness, "harness", "", "the harness to run: claude-code, codex, opencode or fake (default "+api.DefaultHarness+")")
-	fl.StringVar(&policy, "policy", "", "who answers permission requests: auto-approve or ask (default: the sandbox's policy)")
-	fl.StringVar(&p.Cwd, "cwd", "", "the harness's working directory in the sandbox (default "+api.DefaultSessionCwd+")")
-	fl.StringVar(&key, "idempotency-key", "", "make the request safe to repeat: the same key returns the same session")
-	addOutputFlag(cmd, &output)
+	fl.StringVar(&opts.Post.Harness, "harness", "", "the harness to run: claude-code, codex, opencode or fake (default "+api.DefaultHarness+")")
+	fl.StringVar((*string)(&opts.Post.PermissionPolicy), "policy", "", "who answers permission requests: auto-approve or ask (default: the sandbox's policy)")
+	fl.StringVar(&opts.Post.Cwd, "cwd", "", "the harness's working directory in the sandbox (default "+api.DefaultSessionCwd+")")
+	fl.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "make the request safe to repeat: the same key returns the same session")
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSessionList(f *Factory) *cobra.Command {
-	var output string
+func sessionNewRun(ctx context.Context, f *Factory, opts *SessionNewOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	s, err := c.CreateSession(ctx, opts.Post, idempotencyKey(opts.IdempotencyKey)...)
+	if err != nil {
+		return err
+	}
+	if opts.Output != "" {
+		return printSession(f, opts.Output, s)
+	}
+	fmt.Fprintln(f.IO.Out, s.ID)
+	return nil
+}
+
+// SessionListOptions are the argument and flags of `hiloop session list`.
+type SessionListOptions struct {
+	Sandbox string // "" for the sessions of every sandbox
+	Output  string
+}
+
+func newCmdSessionList(f *Factory, runF func(*SessionListOptions) error) *cobra.Command {
+	opts := &SessionListOptions{}
 	cmd := &cobra.Command{
 		Use:     "list [SANDBOX]",
 		Aliases: []string{"ls"},
@@ -128,33 +138,45 @@ func newCmdSessionList(f *Factory) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
-				return err
-			}
-			sandbox := ""
 			if len(args) == 1 {
-				sandbox = args[0]
+				opts.Sandbox = args[0]
 			}
-			list, err := c.ListSessions(cmd.Context(), sandbox)
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			return printOutput(f.IO.Out, output, api.SessionList{Sessions: list}, func(t *table) {
-				t.row("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "CREATED")
-				for _, s := range list {
-					t.row(s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
-						strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt)+" ago")
-				}
-			})
+			return runCommand(cmd, f, opts, runF, sessionListRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSessionGet(f *Factory) *cobra.Command {
-	var output string
+func sessionListRun(ctx context.Context, f *Factory, opts *SessionListOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	list, err := c.ListSessions(ctx, opts.Sandbox)
+	if err != nil {
+		return err
+	}
+	return printOutput(f.IO.Out, opts.Output, api.SessionList{Sessions: list}, func(t *table) {
+		t.row("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "CREATED")
+		for _, s := range list {
+			t.row(s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
+				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt)+" ago")
+		}
+	})
+}
+
+// SessionGetOptions are the argument and flags of `hiloop session get`.
+type SessionGetOptions struct {
+	Session string
+	Output  string
+}
+
+func newCmdSessionGet(f *Factory, runF func(*SessionGetOptions) error) *cobra.Command {
+	opts := &SessionGetOptions{}
 	cmd := &cobra.Command{
 		Use:     "get SESSION",
 		Short:   "Show one session",
@@ -164,19 +186,27 @@ func newCmdSessionGet(f *Factory) *cobra.Command {
 			if err := api.ValidateSessionID(args[0]); err != nil {
 				return err
 			}
-			c, err := f.clientFor(output)
-			if err != nil {
+			opts.Session = args[0]
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			s, err := c.GetSession(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printSession(f, output, s)
+			return runCommand(cmd, f, opts, runF, sessionGetRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func sessionGetRun(ctx context.Context, f *Factory, opts *SessionGetOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	s, err := c.GetSession(ctx, opts.Session)
+	if err != nil {
+		return err
+	}
+	return printSession(f, opts.Output, s)
 }
 
 func printSession(f *Factory, output string, s api.Session) error {
@@ -195,8 +225,8 @@ func printSession(f *Factory, output string, s api.Session) error {
 	})
 }
 
-// PromptOptions are the flags and arguments of `hiloop session prompt`.
-type PromptOptions struct {
+// SessionPromptOptions are the flags and arguments of `hiloop session prompt`.
+type SessionPromptOptions struct {
 	Session        string
 	Text           string
 	Thoughts       bool
@@ -207,8 +237,8 @@ type PromptOptions struct {
 	interrupts <-chan os.Signal
 }
 
-func newCmdSessionPrompt(f *Factory, runF func(*PromptOptions) error) *cobra.Command {
-	opts := &PromptOptions{}
+func newCmdSessionPrompt(f *Factory, runF func(*SessionPromptOptions) error) *cobra.Command {
+	opts := &SessionPromptOptions{}
 	cmd := &cobra.Command{
 		Use:   "prompt SESSION (TEXT... | -)",
 		Short: "Send the agent a prompt and follow its turn to the end",
@@ -257,10 +287,7 @@ With --idempotency-key, repeating the command sends the prompt once and follows 
 			if strings.TrimSpace(opts.Text) == "" {
 				return &usageError{fmt.Errorf("the prompt is empty")}
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return promptRun(cmd.Context(), f, opts)
+			return runCommand(cmd, f, opts, runF, sessionPromptRun)
 		},
 	}
 	fl := cmd.Flags()
@@ -270,16 +297,12 @@ With --idempotency-key, repeating the command sends the prompt once and follows 
 	return cmd
 }
 
-func promptRun(ctx context.Context, f *Factory, opts *PromptOptions) error {
+func sessionPromptRun(ctx context.Context, f *Factory, opts *SessionPromptOptions) error {
 	c, err := f.Client()
 	if err != nil {
 		return err
 	}
-	var callOpts []client.CallOption
-	if opts.IdempotencyKey != "" {
-		callOpts = append(callOpts, client.WithIdempotencyKey(opts.IdempotencyKey))
-	}
-	accepted, err := c.Prompt(ctx, opts.Session, api.PromptPost{Text: opts.Text}, callOpts...)
+	accepted, err := c.Prompt(ctx, opts.Session, api.PromptPost{Text: opts.Text}, idempotencyKey(opts.IdempotencyKey)...)
 	if err != nil {
 		return busyHint(err, opts.Session)
 	}
@@ -379,7 +402,7 @@ type turnPrinter struct {
 	lastError  *api.ErrorData
 }
 
-func newTurnPrinter(out, errOut io.Writer, opts *PromptOptions) *turnPrinter {
+func newTurnPrinter(out, errOut io.Writer, opts *SessionPromptOptions) *turnPrinter {
 	format := opts.Output
 	if format == "" {
 		format = "table"
@@ -578,16 +601,16 @@ func (p *turnPrinter) line(s string) {
 	p.writeErr(s + "\n")
 }
 
-// EventsOptions are the flags and arguments of `hiloop session events`.
-type EventsOptions struct {
+// SessionEventsOptions are the flags and arguments of `hiloop session events`.
+type SessionEventsOptions struct {
 	Session string
 	After   uint64
 	Follow  bool
 	Output  string
 }
 
-func newCmdSessionEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Command {
-	opts := &EventsOptions{}
+func newCmdSessionEvents(f *Factory, runF func(*SessionEventsOptions) error) *cobra.Command {
+	opts := &SessionEventsOptions{}
 	cmd := &cobra.Command{
 		Use:   "events SESSION [--after N] [--follow]",
 		Short: "Show a session's events, and with --follow keep watching for new ones",
@@ -610,16 +633,14 @@ daemon is picked up where it left off, so no event is shown twice or missed.`,
 			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			ctx := cmd.Context()
-			if opts.Follow {
-				var stop context.CancelFunc
-				ctx, stop = signal.NotifyContext(ctx, os.Interrupt)
-				defer stop()
-			}
-			return eventsRun(ctx, f, opts)
+			return runCommand(cmd, f, opts, runF, func(ctx context.Context, f *Factory, opts *SessionEventsOptions) error {
+				if opts.Follow {
+					var stop context.CancelFunc
+					ctx, stop = signal.NotifyContext(ctx, os.Interrupt)
+					defer stop()
+				}
+				return sessionEventsRun(ctx, f, opts)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -629,10 +650,10 @@ daemon is picked up where it left off, so no event is shown twice or missed.`,
 	return cmd
 }
 
-// eventsRun prints a session's events; with opts.Follow it runs until ctx ends, and that is
-// success.
-func eventsRun(ctx context.Context, f *Factory, opts *EventsOptions) error {
-	c, err := f.clientFor(opts.Output)
+// sessionEventsRun prints a session's events; with opts.Follow it runs until ctx ends, and that
+// is success.
+func sessionEventsRun(ctx context.Context, f *Factory, opts *SessionEventsOptions) error {
+	c, err := f.Client()
 	if err != nil {
 		return err
 	}
@@ -858,8 +879,27 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func newCmdSessionAnswer(f *Factory, verb, short, defaultKind, otherKind string) *cobra.Command {
-	var kind, output string
+// SessionAnswerOptions are the arguments and flags of `hiloop session approve` and `deny`.
+type SessionAnswerOptions struct {
+	Session string
+	Request string // the tool call id
+	Kind    string // the option kind to select, e.g. allow_once
+	// Output is the -o format, or "" for the one-line answer.
+	Output string
+}
+
+func newCmdSessionApprove(f *Factory, runF func(*SessionAnswerOptions) error) *cobra.Command {
+	return newCmdSessionAnswer(f, runF, "approve", "Allow a tool call the agent asked permission for",
+		api.OptionAllowOnce, api.OptionAllowAlways)
+}
+
+func newCmdSessionDeny(f *Factory, runF func(*SessionAnswerOptions) error) *cobra.Command {
+	return newCmdSessionAnswer(f, runF, "deny", "Refuse a tool call the agent asked permission for",
+		api.OptionRejectOnce, api.OptionRejectAlways)
+}
+
+func newCmdSessionAnswer(f *Factory, runF func(*SessionAnswerOptions) error, verb, short, defaultKind, otherKind string) *cobra.Command {
+	opts := &SessionAnswerOptions{}
 	cmd := &cobra.Command{
 		Use:   verb + " SESSION REQUEST [--option " + defaultKind + "|" + otherKind + "]",
 		Short: short,
@@ -875,37 +915,52 @@ decision; answering differently is permission_decided (exit 5).`,
 			if err := api.ValidateSessionID(args[0]); err != nil {
 				return err
 			}
-			if kind != defaultKind && kind != otherKind {
-				return &usageError{fmt.Errorf("invalid --option %q: %s takes %s or %s", kind, verb, defaultKind, otherKind)}
+			opts.Session, opts.Request = args[0], args[1]
+			if opts.Kind != defaultKind && opts.Kind != otherKind {
+				return &usageError{fmt.Errorf("invalid --option %q: %s takes %s or %s", opts.Kind, verb, defaultKind, otherKind)}
 			}
-			c, err := f.clientFor(output)
-			if err != nil {
+			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
-			d, err := c.AnswerPermission(cmd.Context(), args[0], args[1], api.PermissionAnswer{Kind: kind})
-			if err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("output") {
-				return printOutput(f.IO.Out, output, d, func(t *table) {
-					t.row("request:", d.ToolCallID)
-					t.row("outcome:", d.Outcome)
-					t.row("kind:", d.Kind)
-					t.row("by:", d.By)
-				})
-			}
-			fmt.Fprintln(f.IO.Out, resolvedLine(api.PermissionResolvedData{
-				ToolCallID: d.ToolCallID, Outcome: d.Outcome, OptionID: d.OptionID, Kind: d.Kind, By: d.By}, ""))
-			return nil
+			return runCommand(cmd, f, opts, runF, sessionAnswerRun)
 		},
 	}
-	cmd.Flags().StringVar(&kind, "option", defaultKind, "the kind of answer: "+defaultKind+" or "+otherKind)
-	addOutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&opts.Kind, "option", defaultKind, "the kind of answer: "+defaultKind+" or "+otherKind)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSessionCancel(f *Factory) *cobra.Command {
-	var output string
+func sessionAnswerRun(ctx context.Context, f *Factory, opts *SessionAnswerOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	d, err := c.AnswerPermission(ctx, opts.Session, opts.Request, api.PermissionAnswer{Kind: opts.Kind})
+	if err != nil {
+		return err
+	}
+	if opts.Output != "" {
+		return printOutput(f.IO.Out, opts.Output, d, func(t *table) {
+			t.row("request:", d.ToolCallID)
+			t.row("outcome:", d.Outcome)
+			t.row("kind:", d.Kind)
+			t.row("by:", d.By)
+		})
+	}
+	fmt.Fprintln(f.IO.Out, resolvedLine(api.PermissionResolvedData{
+		ToolCallID: d.ToolCallID, Outcome: d.Outcome, OptionID: d.OptionID, Kind: d.Kind, By: d.By}, ""))
+	return nil
+}
+
+// SessionCancelOptions are the argument and flags of `hiloop session cancel`.
+type SessionCancelOptions struct {
+	Session string
+	// Output is the -o format, or "" for the one-line answer "ID STATE".
+	Output string
+}
+
+func newCmdSessionCancel(f *Factory, runF func(*SessionCancelOptions) error) *cobra.Command {
+	opts := &SessionCancelOptions{}
 	cmd := &cobra.Command{
 		Use:   "cancel SESSION",
 		Short: "Cancel a session's running turn (a no-op on an idle session)",
@@ -918,26 +973,40 @@ id and state.`,
 			if err := api.ValidateSessionID(args[0]); err != nil {
 				return err
 			}
-			c, err := f.clientFor(output)
-			if err != nil {
+			opts.Session = args[0]
+			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
-			s, err := c.CancelSession(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("output") {
-				return printSession(f, output, s)
-			}
-			fmt.Fprintf(f.IO.Out, "%s %s\n", s.ID, s.State)
-			return nil
+			return runCommand(cmd, f, opts, runF, sessionCancelRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSessionDelete(f *Factory) *cobra.Command {
+func sessionCancelRun(ctx context.Context, f *Factory, opts *SessionCancelOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	s, err := c.CancelSession(ctx, opts.Session)
+	if err != nil {
+		return err
+	}
+	if opts.Output != "" {
+		return printSession(f, opts.Output, s)
+	}
+	fmt.Fprintf(f.IO.Out, "%s %s\n", s.ID, s.State)
+	return nil
+}
+
+// SessionDeleteOptions are the argument of `hiloop session delete`.
+type SessionDeleteOptions struct {
+	Session string
+}
+
+func newCmdSessionDelete(f *Factory, runF func(*SessionDeleteOptions) error) *cobra.Command {
+	opts := &SessionDeleteOptions{}
 	return &cobra.Command{
 		Use:     "delete SESSION",
 		Aliases: []string{"rm"},
@@ -951,15 +1020,20 @@ sessions too, keeps running. A session whose turn is running cannot be deleted
 			if err := api.ValidateSessionID(args[0]); err != nil {
 				return err
 			}
-			c, err := f.Client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteSession(cmd.Context(), args[0]); err != nil {
-				return busyHint(err, args[0])
-			}
-			fmt.Fprintf(f.IO.Out, "%s deleted\n", args[0])
-			return nil
+			opts.Session = args[0]
+			return runCommand(cmd, f, opts, runF, sessionDeleteRun)
 		},
 	}
+}
+
+func sessionDeleteRun(ctx context.Context, f *Factory, opts *SessionDeleteOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	if err := c.DeleteSession(ctx, opts.Session); err != nil {
+		return busyHint(err, opts.Session)
+	}
+	fmt.Fprintf(f.IO.Out, "%s deleted\n", opts.Session)
+	return nil
 }

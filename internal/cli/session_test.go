@@ -391,10 +391,10 @@ func TestSessionPromptCtrlC(t *testing.T) {
 		})
 		sig := make(chan os.Signal, 2)
 		go func() { <-started; time.Sleep(20 * time.Millisecond); sig <- os.Interrupt }()
-		err := promptRun(context.Background(), f, &PromptOptions{Session: "s1", Text: "hi", Output: "table", interrupts: sig})
+		err := sessionPromptRun(context.Background(), f, &SessionPromptOptions{Session: "s1", Text: "hi", Output: "table", interrupts: sig})
 		var em *exitMessage
 		if !errors.As(err, &em) || em.msg != "turn cancelled" || exitCode(err) != ExitError {
-			t.Errorf("promptRun = %v, want exit 1 with turn cancelled", err)
+			t.Errorf("sessionPromptRun = %v, want exit 1 with turn cancelled", err)
 		}
 		if d.cancels != 1 || out.String() != "working\n" {
 			t.Errorf("%d cancels, stdout %q", d.cancels, out)
@@ -416,12 +416,12 @@ func TestSessionPromptCtrlC(t *testing.T) {
 		go func() { <-started; sig <- os.Interrupt; sig <- os.Interrupt }()
 		done := make(chan error, 1)
 		go func() {
-			done <- promptRun(context.Background(), f, &PromptOptions{Session: "s1", Text: "hi", Output: "table", interrupts: sig})
+			done <- sessionPromptRun(context.Background(), f, &SessionPromptOptions{Session: "s1", Text: "hi", Output: "table", interrupts: sig})
 		}()
 		select {
 		case err := <-done:
 			if exitCode(err) != ExitInterrupted {
-				t.Errorf("promptRun = %v (exit %d), want exit 130", err, exitCode(err))
+				t.Errorf("sessionPromptRun = %v (exit %d), want exit 130", err, exitCode(err))
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("a second Ctrl-C did not quit")
@@ -484,7 +484,9 @@ func TestSessionEventsFollow(t *testing.T) {
 	d.add(api.EventPrompt, api.PromptData{Text: "hi"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- eventsRun(ctx, f, &EventsOptions{Session: "s1", Follow: true, Output: "json"}) }()
+	go func() {
+		done <- sessionEventsRun(ctx, f, &SessionEventsOptions{Session: "s1", Follow: true, Output: "json"})
+	}()
 	d.update(chunk("agent_message_chunk", "live"))
 	d.add(api.EventTurnEnd, turnEnd("end_turn"))
 	deadline := time.Now().Add(5 * time.Second)

@@ -15,9 +15,16 @@ import (
 	"github.com/hiloop/hiloop/pkg/client"
 )
 
-func newCmdSandboxGrow(f *Factory) *cobra.Command {
-	var sizeGiB int
-	var output string
+// SandboxGrowOptions are the argument and flags of `hiloop sandbox grow`.
+type SandboxGrowOptions struct {
+	Name         string
+	WorkspaceGiB int
+	// Output is the -o format, or "" for the one-line answer.
+	Output string
+}
+
+func newCmdSandboxGrow(f *Factory, runF func(*SandboxGrowOptions) error) *cobra.Command {
+	opts := &SandboxGrowOptions{}
 	cmd := &cobra.Command{
 		Use:   "grow NAME --workspace-gib N",
 		Short: "Grow a sandbox's workspace, online if it runs (one-way)",
@@ -27,48 +34,68 @@ Growth is one-way: N must exceed the capacity shown by ` + "`hiloop sandbox get 
 		Example: "  hiloop sandbox grow web --workspace-gib 50",
 		Args:    exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Name = args[0]
 			if !cmd.Flags().Changed("workspace-gib") {
 				return &usageError{fmt.Errorf("grow needs --workspace-gib N, the new capacity in GiB")}
 			}
-			c, err := f.clientFor(output)
-			if err != nil {
+			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
-			sb, err := c.GrowSandbox(cmd.Context(), args[0], sizeGiB)
-			if err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("output") {
-				return printSandbox(f, output, sb)
-			}
-			fmt.Fprintf(f.IO.Out, "%s workspace %s\n", sb.Name, capacity(sb.Workspace))
-			return nil
+			return runCommand(cmd, f, opts, runF, sandboxGrowRun)
 		},
 	}
-	cmd.Flags().IntVar(&sizeGiB, "workspace-gib", 0, "the new workspace capacity in GiB")
-	addOutputFlag(cmd, &output)
+	cmd.Flags().IntVar(&opts.WorkspaceGiB, "workspace-gib", 0, fmt.Sprintf("the new workspace capacity in GiB, at most %d", api.MaxWorkspaceGiB))
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSandboxRestore(f *Factory) *cobra.Command {
+func sandboxGrowRun(ctx context.Context, f *Factory, opts *SandboxGrowOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	sb, err := c.GrowSandbox(ctx, opts.Name, opts.WorkspaceGiB)
+	if err != nil {
+		return err
+	}
+	if opts.Output != "" {
+		return printSandbox(f, opts.Output, sb)
+	}
+	fmt.Fprintf(f.IO.Out, "%s workspace %s\n", sb.Name, capacity(sb.Workspace))
+	return nil
+}
+
+// SandboxRestoreOptions are the arguments of `hiloop sandbox restore`.
+type SandboxRestoreOptions struct {
+	Name     string
+	Snapshot string
+}
+
+func newCmdSandboxRestore(f *Factory, runF func(*SandboxRestoreOptions) error) *cobra.Command {
+	opts := &SandboxRestoreOptions{}
 	return &cobra.Command{
 		Use:     "restore NAME SNAPSHOT",
 		Short:   "Roll a stopped sandbox's workspace back to a snapshot",
 		Example: "  hiloop sandbox stop web && hiloop sandbox restore web web-20261129-101500",
 		Args:    exactArgs(2, "a sandbox NAME and a SNAPSHOT"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
-			}
-			sb, err := c.RestoreSandbox(cmd.Context(), args[0], args[1])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "%s restored from %s\n", sb.Name, args[1])
-			return nil
+			opts.Name, opts.Snapshot = args[0], args[1]
+			return runCommand(cmd, f, opts, runF, sandboxRestoreRun)
 		},
 	}
+}
+
+func sandboxRestoreRun(ctx context.Context, f *Factory, opts *SandboxRestoreOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	sb, err := c.RestoreSandbox(ctx, opts.Name, opts.Snapshot)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f.IO.Out, "%s restored from %s\n", sb.Name, opts.Snapshot)
+	return nil
 }
 
 func newCmdSnapshot(f *Factory) *cobra.Command {
@@ -77,13 +104,21 @@ func newCmdSnapshot(f *Factory) *cobra.Command {
 		Aliases: []string{"snapshots"},
 		Short:   "Seal, list and delete snapshots of sandbox workspaces",
 	}
-	cmd.AddCommand(newCmdSnapshotCreate(f), newCmdSnapshotList(f), newCmdSnapshotGet(f), newCmdSnapshotDelete(f))
+	cmd.AddCommand(newCmdSnapshotCreate(f, nil), newCmdSnapshotList(f, nil), newCmdSnapshotGet(f, nil), newCmdSnapshotDelete(f, nil))
 	return cmd
 }
 
-func newCmdSnapshotCreate(f *Factory) *cobra.Command {
-	var p api.SnapshotsPost
-	var key, output string
+// SnapshotCreateOptions are the argument and flags of `hiloop sandbox snapshot create`.
+type SnapshotCreateOptions struct {
+	Sandbox string
+	// Post.Name is "" unless --name was given: the name is chosen when the snapshot is taken.
+	Post           api.SnapshotsPost
+	IdempotencyKey string
+	Output         string
+}
+
+func newCmdSnapshotCreate(f *Factory, runF func(*SnapshotCreateOptions) error) *cobra.Command {
+	opts := &SnapshotCreateOptions{}
 	cmd := &cobra.Command{
 		Use:   "create NAME [--name SNAPSHOT] [--idempotency-key KEY]",
 		Short: "Seal a point-in-time snapshot of a sandbox's workspace while it keeps running",
@@ -95,40 +130,45 @@ different request is refused (idempotency_key_reused).`,
 		Example: "  hiloop sandbox snapshot create web --name before-upgrade --idempotency-key upgrade-42",
 		Args:    exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			opts.Sandbox = args[0]
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			if p.Name == "" {
-				// Named here so the progress of this seal can be looked up; with a key, named
-				// after the key so that repeating the command is the same request.
-				p.Name = api.DefaultSnapshotName(args[0], time.Now())
-				if key != "" {
-					sum := sha256.Sum256([]byte(key))
-					p.Name = snapshotNameFor(args[0], hex.EncodeToString(sum[:4]))
-				}
-			}
-			var opts []client.CallOption
-			if key != "" {
-				opts = append(opts, client.WithIdempotencyKey(key))
-			}
-			ctx, stop := context.WithCancel(cmd.Context())
-			defer stop()
-			if IsTerminal(f.IO.ErrOut) {
-				go showProgress(ctx, c, p.Name, f.IO.ErrOut)
-			}
-			sn, err := c.CreateSnapshot(cmd.Context(), args[0], p, opts...)
-			stop()
-			if err != nil {
-				return err
-			}
-			return printSnapshot(f, output, sn)
+			return runCommand(cmd, f, opts, runF, snapshotCreateRun)
 		},
 	}
-	cmd.Flags().StringVar(&p.Name, "name", "", "the snapshot's name (default NAME-YYYYMMDD-HHMMSS)")
-	cmd.Flags().StringVar(&key, "idempotency-key", "", "make the request safe to repeat: the same key returns the same snapshot")
-	addOutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&opts.Post.Name, "name", "", "the snapshot's name (default NAME-YYYYMMDD-HHMMSS)")
+	cmd.Flags().StringVar(&opts.IdempotencyKey, "idempotency-key", "", "make the request safe to repeat: the same key returns the same snapshot")
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func snapshotCreateRun(ctx context.Context, f *Factory, opts *SnapshotCreateOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	p := opts.Post
+	if p.Name == "" {
+		// Named here so the progress of this seal can be looked up; with a key, named
+		// after the key so that repeating the command is the same request.
+		p.Name = api.DefaultSnapshotName(opts.Sandbox, time.Now())
+		if opts.IdempotencyKey != "" {
+			sum := sha256.Sum256([]byte(opts.IdempotencyKey))
+			p.Name = snapshotNameFor(opts.Sandbox, hex.EncodeToString(sum[:4]))
+		}
+	}
+	progressCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if IsTerminal(f.IO.ErrOut) {
+		go showProgress(progressCtx, c, p.Name, f.IO.ErrOut)
+	}
+	sn, err := c.CreateSnapshot(ctx, opts.Sandbox, p, idempotencyKey(opts.IdempotencyKey)...)
+	stop()
+	if err != nil {
+		return err
+	}
+	return printSnapshot(f, opts.Output, sn)
 }
 
 // snapshotNameFor is "<sandbox>-<suffix>", the sandbox part cut to keep within the name limit.
@@ -168,8 +208,14 @@ func progressBar(done, total int64, width int) string {
 	return fmt.Sprintf("[%s%s] %s / %s", strings.Repeat("#", n), strings.Repeat(".", width-n), formatBytes(done), formatBytes(total))
 }
 
-func newCmdSnapshotList(f *Factory) *cobra.Command {
-	var output string
+// SnapshotListOptions are the argument and flags of `hiloop sandbox snapshot list`.
+type SnapshotListOptions struct {
+	Sandbox string // "" for every sandbox's snapshots
+	Output  string
+}
+
+func newCmdSnapshotList(f *Factory, runF func(*SnapshotListOptions) error) *cobra.Command {
+	opts := &SnapshotListOptions{}
 	cmd := &cobra.Command{
 		Use:     "list [NAME]",
 		Aliases: []string{"ls"},
@@ -181,50 +227,70 @@ func newCmdSnapshotList(f *Factory) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
-				return err
-			}
-			sandbox := ""
 			if len(args) == 1 {
-				sandbox = args[0]
+				opts.Sandbox = args[0]
 			}
-			list, err := c.ListSnapshots(cmd.Context(), sandbox)
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			return printOutput(f.IO.Out, output, api.SnapshotList{Snapshots: list}, func(t *table) {
-				t.row("NAME", "SANDBOX", "STATE", "CAPACITY", "DATA", "AGE")
-				for _, sn := range list {
-					t.row(sn.Name, sn.Sandbox, string(sn.State), formatBytes(sn.CapacityBytes), formatBytes(sn.AllocatedBytes), age(sn.CreatedAt))
-				}
-			})
+			return runCommand(cmd, f, opts, runF, snapshotListRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSnapshotGet(f *Factory) *cobra.Command {
-	var output string
+func snapshotListRun(ctx context.Context, f *Factory, opts *SnapshotListOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	list, err := c.ListSnapshots(ctx, opts.Sandbox)
+	if err != nil {
+		return err
+	}
+	return printOutput(f.IO.Out, opts.Output, api.SnapshotList{Snapshots: list}, func(t *table) {
+		t.row("NAME", "SANDBOX", "STATE", "CAPACITY", "DATA", "AGE")
+		for _, sn := range list {
+			t.row(sn.Name, sn.Sandbox, string(sn.State), formatBytes(sn.CapacityBytes), formatBytes(sn.AllocatedBytes), age(sn.CreatedAt))
+		}
+	})
+}
+
+// SnapshotGetOptions are the argument and flags of `hiloop sandbox snapshot get`.
+type SnapshotGetOptions struct {
+	Name   string
+	Output string
+}
+
+func newCmdSnapshotGet(f *Factory, runF func(*SnapshotGetOptions) error) *cobra.Command {
+	opts := &SnapshotGetOptions{}
 	cmd := &cobra.Command{
 		Use:   "get SNAPSHOT",
 		Short: "Show one snapshot",
 		Args:  exactArgs(1, "one SNAPSHOT name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			opts.Name = args[0]
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			sn, err := c.GetSnapshot(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printSnapshot(f, output, sn)
+			return runCommand(cmd, f, opts, runF, snapshotGetRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func snapshotGetRun(ctx context.Context, f *Factory, opts *SnapshotGetOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	sn, err := c.GetSnapshot(ctx, opts.Name)
+	if err != nil {
+		return err
+	}
+	return printSnapshot(f, opts.Output, sn)
 }
 
 func printSnapshot(f *Factory, output string, sn api.Snapshot) error {
@@ -238,22 +304,33 @@ func printSnapshot(f *Factory, output string, sn api.Snapshot) error {
 	})
 }
 
-func newCmdSnapshotDelete(f *Factory) *cobra.Command {
+// SnapshotDeleteOptions are the argument of `hiloop sandbox snapshot delete`.
+type SnapshotDeleteOptions struct {
+	Name string
+}
+
+func newCmdSnapshotDelete(f *Factory, runF func(*SnapshotDeleteOptions) error) *cobra.Command {
+	opts := &SnapshotDeleteOptions{}
 	return &cobra.Command{
 		Use:     "delete SNAPSHOT",
 		Aliases: []string{"rm"},
 		Short:   "Delete a snapshot and free the space only it holds",
 		Args:    exactArgs(1, "one SNAPSHOT name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
-			}
-			if err := c.DeleteSnapshot(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "%s deleted\n", args[0])
-			return nil
+			opts.Name = args[0]
+			return runCommand(cmd, f, opts, runF, snapshotDeleteRun)
 		},
 	}
+}
+
+func snapshotDeleteRun(ctx context.Context, f *Factory, opts *SnapshotDeleteOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	if err := c.DeleteSnapshot(ctx, opts.Name); err != nil {
+		return err
+	}
+	fmt.Fprintf(f.IO.Out, "%s deleted\n", opts.Name)
+	return nil
 }

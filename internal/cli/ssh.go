@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,8 +15,16 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-func newCmdSandboxSSH(f *Factory) *cobra.Command {
-	var start bool
+// SandboxSSHOptions are the arguments and flags of `hiloop sandbox ssh`.
+type SandboxSSHOptions struct {
+	Name  string
+	Start bool
+	// SSHArgs are the arguments after --, for ssh.
+	SSHArgs []string
+}
+
+func newCmdSandboxSSH(f *Factory, runF func(*SandboxSSHOptions) error) *cobra.Command {
+	opts := &SandboxSSHOptions{}
 	cmd := &cobra.Command{
 		Use:   "ssh NAME [--start] [-- SSH_ARGS...]",
 		Short: "Open a shell, run a command or forward ports into a sandbox with the system ssh",
@@ -38,24 +47,11 @@ Everything after -- goes to ssh: options such as -L, -N or -t, and a remote comm
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
-			}
-			name := args[0]
-			if start {
-				if _, err := c.StartSandbox(cmd.Context(), name); err != nil {
-					return err
-				}
-			}
-			cfg, err := sshConfigFor(cmd.Context(), c, name)
-			if err != nil {
-				return err
-			}
-			return runSSH(f, append([]string{"-F", cfg, name + ".hiloop"}, args[1:]...))
+			opts.Name, opts.SSHArgs = args[0], args[1:]
+			return runCommand(cmd, f, opts, runF, sandboxSSHRun)
 		},
 	}
-	cmd.Flags().BoolVar(&start, "start", false, "start the sandbox first if it is stopped")
+	cmd.Flags().BoolVar(&opts.Start, "start", false, "start the sandbox first if it is stopped")
 	// ssh's flags are not ours: name the first one the way a user recognises.
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		arg := strings.TrimPrefix(err.Error(), "unknown shorthand flag: ")
@@ -69,10 +65,22 @@ Everything after -- goes to ssh: options such as -L, -N or -t, and a remote comm
 	return cmd
 }
 
-// plainUsageError is a usage error whose message is printed as it is.
-type plainUsageError struct{ msg string }
-
-func (e *plainUsageError) Error() string { return e.msg }
+func sandboxSSHRun(ctx context.Context, f *Factory, opts *SandboxSSHOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	if opts.Start {
+		if _, err := c.StartSandbox(ctx, opts.Name); err != nil {
+			return err
+		}
+	}
+	cfg, err := sshConfigFor(ctx, c, opts.Name)
+	if err != nil {
+		return err
+	}
+	return runSSH(f, append([]string{"-F", cfg, opts.Name + ".hiloop"}, opts.SSHArgs...))
+}
 
 // runSSH runs the system ssh with args on the CLI's streams and passes its exit code on. Where
 // it can, hiloop becomes ssh (exec in place), so signals and the terminal are ssh's alone and
@@ -97,7 +105,13 @@ func runSSH(f *Factory, args []string) error {
 	return err
 }
 
-func newCmdSSHConfig(f *Factory) *cobra.Command {
+// SSHConfigOptions are the arguments of `hiloop ssh-config`.
+type SSHConfigOptions struct {
+	Names []string // none for every sandbox
+}
+
+func newCmdSSHConfig(f *Factory, runF func(*SSHConfigOptions) error) *cobra.Command {
+	opts := &SSHConfigOptions{}
 	return &cobra.Command{
 		Use:   "ssh-config [NAME...]",
 		Short: "Print ssh_config Host blocks so plain `ssh NAME.hiloop` and editors reach sandboxes",
@@ -108,40 +122,45 @@ func newCmdSSHConfig(f *Factory) *cobra.Command {
 The blocks use the CLI's own key (created and registered on first use) and a known_hosts file
 pinning the endpoint's host key.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
-			}
-			names := args
-			if len(names) == 0 {
-				list, err := c.ListSandboxes(cmd.Context())
-				if err != nil {
-					return err
-				}
-				for _, sb := range list {
-					names = append(names, sb.Name)
-				}
-			}
-			dir, err := sshDir()
-			if err != nil {
-				return err
-			}
-			keyPath, err := ensureCLIKey(cmd.Context(), c, dir)
-			if err != nil {
-				return err
-			}
-			var blocks []string
-			for _, name := range names {
-				block, err := hostBlock(cmd.Context(), c, dir, keyPath, name, name+".hiloop")
-				if err != nil {
-					return err
-				}
-				blocks = append(blocks, block)
-			}
-			fmt.Fprint(f.IO.Out, strings.Join(blocks, "\n"))
-			return nil
+			opts.Names = args
+			return runCommand(cmd, f, opts, runF, sshConfigRun)
 		},
 	}
+}
+
+func sshConfigRun(ctx context.Context, f *Factory, opts *SSHConfigOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	names := opts.Names
+	if len(names) == 0 {
+		list, err := c.ListSandboxes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, sb := range list {
+			names = append(names, sb.Name)
+		}
+	}
+	dir, err := sshDir()
+	if err != nil {
+		return err
+	}
+	keyPath, err := ensureCLIKey(ctx, c, dir)
+	if err != nil {
+		return err
+	}
+	var blocks []string
+	for _, name := range names {
+		block, err := hostBlock(ctx, c, dir, keyPath, name, name+".hiloop")
+		if err != nil {
+			return err
+		}
+		blocks = append(blocks, block)
+	}
+	fmt.Fprint(f.IO.Out, strings.Join(blocks, "\n"))
+	return nil
 }
 
 func newCmdSSHKey(f *Factory) *cobra.Command {
@@ -150,12 +169,19 @@ func newCmdSSHKey(f *Factory) *cobra.Command {
 		Aliases: []string{"ssh-keys"},
 		Short:   "Manage the public keys that may log in over the SSH endpoint",
 	}
-	cmd.AddCommand(newCmdSSHKeyAdd(f), newCmdSSHKeyList(f), newCmdSSHKeyRemove(f))
+	cmd.AddCommand(newCmdSSHKeyAdd(f, nil), newCmdSSHKeyList(f, nil), newCmdSSHKeyRemove(f, nil))
 	return cmd
 }
 
-func newCmdSSHKeyAdd(f *Factory) *cobra.Command {
-	var name, output string
+// SSHKeyAddOptions are the argument and flags of `hiloop ssh-key add`.
+type SSHKeyAddOptions struct {
+	File   string // "" for the CLI's own key
+	Name   string // "" to name the key after its file, or the CLI's key after its fingerprint
+	Output string
+}
+
+func newCmdSSHKeyAdd(f *Factory, runF func(*SSHKeyAddOptions) error) *cobra.Command {
+	opts := &SSHKeyAddOptions{}
 	cmd := &cobra.Command{
 		Use:   "add [PUBLIC_KEY_FILE] [--name NAME]",
 		Short: "Register a public key (without a file: the CLI's own key, created if needed)",
@@ -168,49 +194,57 @@ func newCmdSSHKeyAdd(f *Factory) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
-			}
-			var line []byte
 			if len(args) == 1 {
-				data, err := os.ReadFile(args[0])
-				if err != nil {
-					return err
-				}
-				line = data
-				if name == "" {
-					name = keyNameFromFile(args[0])
-				}
-			} else {
-				dir, err := sshDir()
-				if err != nil {
-					return err
-				}
-				_, pub, err := cliKey(dir)
-				if err != nil {
-					return err
-				}
-				line = gossh.MarshalAuthorizedKey(pub)
-				if name == "" {
-					name = cliKeyName(pub)
-				}
+				opts.File = args[0]
 			}
-			c, err := f.Client()
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			k, err := c.AddSSHKey(cmd.Context(), api.SSHKeysPost{Name: name, PublicKey: strings.TrimSpace(string(line))})
-			if err != nil {
-				return err
-			}
-			return printOutput(f.IO.Out, output, k, func(t *table) {
-				t.row(k.Name, k.Type, k.Fingerprint)
-			})
+			return runCommand(cmd, f, opts, runF, sshKeyAddRun)
 		},
 	}
-	cmd.Flags().StringVar(&name, "name", "", "the key's name (default: from the file name, or hiloop-cli-… for the CLI's key)")
-	addOutputFlag(cmd, &output)
+	cmd.Flags().StringVar(&opts.Name, "name", "", "the key's name (default: from the file name, or hiloop-cli-… for the CLI's key)")
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+func sshKeyAddRun(ctx context.Context, f *Factory, opts *SSHKeyAddOptions) error {
+	var line []byte
+	name := opts.Name
+	if opts.File != "" {
+		data, err := os.ReadFile(opts.File)
+		if err != nil {
+			return err
+		}
+		line = data
+		if name == "" {
+			name = keyNameFromFile(opts.File)
+		}
+	} else {
+		dir, err := sshDir()
+		if err != nil {
+			return err
+		}
+		_, pub, err := cliKey(dir)
+		if err != nil {
+			return err
+		}
+		line = gossh.MarshalAuthorizedKey(pub)
+		if name == "" {
+			name = cliKeyName(pub)
+		}
+	}
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	k, err := c.AddSSHKey(ctx, api.SSHKeysPost{Name: name, PublicKey: strings.TrimSpace(string(line))})
+	if err != nil {
+		return err
+	}
+	return printOutput(f.IO.Out, opts.Output, k, func(t *table) {
+		t.row(k.Name, k.Type, k.Fingerprint)
+	})
 }
 
 // keyNameFromFile turns ~/.ssh/id_ed25519.pub into "id-ed25519".
@@ -232,50 +266,73 @@ func keyNameFromFile(path string) string {
 	return name
 }
 
-func newCmdSSHKeyList(f *Factory) *cobra.Command {
-	var output string
+// SSHKeyListOptions are the flags of `hiloop ssh-key list`.
+type SSHKeyListOptions struct {
+	Output string
+}
+
+func newCmdSSHKeyList(f *Factory, runF func(*SSHKeyListOptions) error) *cobra.Command {
+	opts := &SSHKeyListOptions{}
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List the registered public keys",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.clientFor(output)
-			if err != nil {
+			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			keys, err := c.ListSSHKeys(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printOutput(f.IO.Out, output, api.SSHKeyList{Keys: keys}, func(t *table) {
-				t.row("NAME", "TYPE", "FINGERPRINT", "AGE")
-				for _, k := range keys {
-					t.row(k.Name, k.Type, k.Fingerprint, age(k.CreatedAt))
-				}
-			})
+			return runCommand(cmd, f, opts, runF, sshKeyListRun)
 		},
 	}
-	addOutputFlag(cmd, &output)
+	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
 
-func newCmdSSHKeyRemove(f *Factory) *cobra.Command {
+func sshKeyListRun(ctx context.Context, f *Factory, opts *SSHKeyListOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	keys, err := c.ListSSHKeys(ctx)
+	if err != nil {
+		return err
+	}
+	return printOutput(f.IO.Out, opts.Output, api.SSHKeyList{Keys: keys}, func(t *table) {
+		t.row("NAME", "TYPE", "FINGERPRINT", "AGE")
+		for _, k := range keys {
+			t.row(k.Name, k.Type, k.Fingerprint, age(k.CreatedAt))
+		}
+	})
+}
+
+// SSHKeyRemoveOptions are the argument of `hiloop ssh-key remove`.
+type SSHKeyRemoveOptions struct {
+	Name string
+}
+
+func newCmdSSHKeyRemove(f *Factory, runF func(*SSHKeyRemoveOptions) error) *cobra.Command {
+	opts := &SSHKeyRemoveOptions{}
 	return &cobra.Command{
 		Use:     "remove NAME",
 		Aliases: []string{"rm"},
 		Short:   "Remove a registered public key",
 		Args:    exactArgs(1, "one key NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.Client()
-			if err != nil {
-				return err
-			}
-			if err := c.RemoveSSHKey(cmd.Context(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(f.IO.Out, "%s removed\n", args[0])
-			return nil
+			opts.Name = args[0]
+			return runCommand(cmd, f, opts, runF, sshKeyRemoveRun)
 		},
 	}
+}
+
+func sshKeyRemoveRun(ctx context.Context, f *Factory, opts *SSHKeyRemoveOptions) error {
+	c, err := f.Client()
+	if err != nil {
+		return err
+	}
+	if err := c.RemoveSSHKey(ctx, opts.Name); err != nil {
+		return err
+	}
+	fmt.Fprintf(f.IO.Out, "%s removed\n", opts.Name)
+	return nil
 }

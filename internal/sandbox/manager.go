@@ -465,7 +465,8 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		ws.Resizable = info.Resizable
 	}
 	return api.Sandbox{
-		SandboxPut:       api.SandboxPut{CPUs: rec.CPUs, MemoryMB: rec.MemoryMB},
+		CPUs:             rec.CPUs,
+		MemoryMB:         rec.MemoryMB,
 		Name:             rec.Name,
 		ID:               rec.ID,
 		Image:            rec.Image,

@@ -5,81 +5,115 @@ import (
 	"net/http"
 )
 
-// ErrorCode is a stable, snake_case error code. Codes are added, never renamed.
+// ErrorCode is a stable, snake_case error code. Codes are added, never renamed. Each one has a
+// row in codeClasses giving its HTTP status and hiloop's exit code.
 type ErrorCode string
 
-// The error codes the API returns, with the HTTP status each one always travels with.
+// The error codes the API returns.
 const (
-	CodeBadRequest           ErrorCode = "bad_request"            // 400: malformed body or unknown field
-	CodeInvalidArgument      ErrorCode = "invalid_argument"       // 400: a field's value is out of range
-	CodeInvalidName          ErrorCode = "invalid_name"           // 400: a name breaks the naming rule
-	CodeUnauthorized         ErrorCode = "unauthorized"           // 401: missing or wrong bearer token
-	CodeNotFound             ErrorCode = "not_found"              // 404: no such route
-	CodeSandboxNotFound      ErrorCode = "sandbox_not_found"      // 404
-	CodeImageNotFound        ErrorCode = "image_not_found"        // 404: unknown or not yet built image
-	CodeSnapshotNotFound     ErrorCode = "snapshot_not_found"     // 404
-	CodeSnapshotExists       ErrorCode = "snapshot_exists"        // 409: snapshot name already taken
-	CodeSnapshotInProgress   ErrorCode = "snapshot_in_progress"   // 409: a seal has not reached a durable outcome
-	CodeGrowNotLarger        ErrorCode = "grow_not_larger"        // 400: growth is one-way
-	CodeSSHKeyNotFound       ErrorCode = "ssh_key_not_found"      // 404
-	CodeSSHKeyExists         ErrorCode = "ssh_key_exists"         // 409: the name or the key is registered already
-	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // 405
-	CodeSessionNotFound      ErrorCode = "session_not_found"      // 404
-	CodeHarnessNotFound      ErrorCode = "harness_not_found"      // 400: no harness adapter by that name
-	CodeTurnInProgress       ErrorCode = "turn_in_progress"       // 409: the session's turn is still running
-	CodePermissionNotFound   ErrorCode = "permission_not_found"   // 404: no such request in the session
-	CodePermissionDecided    ErrorCode = "permission_decided"     // 409: answered already, differently
-	CodeSandboxExists        ErrorCode = "sandbox_exists"         // 409: name already taken
-	CodeSandboxNotRunning    ErrorCode = "sandbox_not_running"    // 409: the call needs a running sandbox
-	CodeInvalidState         ErrorCode = "invalid_state"          // 409: the sandbox is busy in another transition
-	CodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused" // 409: same key, different request
-	CodeBuildInProgress      ErrorCode = "build_in_progress"      // 409: the image is being built
-	CodeBodyTooLarge         ErrorCode = "body_too_large"         // 413
-	CodeInsufficientStorage  ErrorCode = "insufficient_storage"   // 507: the host has no room for it
-	CodeUnsupported          ErrorCode = "unsupported_capability" // 501: this deployment cannot do that
-	CodeInternal             ErrorCode = "internal"               // 500
-	CodeUnavailable          ErrorCode = "unavailable"            // 503: the daemon is shutting down
+	CodeBadRequest           ErrorCode = "bad_request"            // malformed body or unknown field
+	CodeInvalidArgument      ErrorCode = "invalid_argument"       // a field's value is out of range
+	CodeInvalidName          ErrorCode = "invalid_name"           // a name breaks the naming rule
+	CodeUnauthorized         ErrorCode = "unauthorized"           // missing or wrong bearer token
+	CodeNotFound             ErrorCode = "not_found"              // no such route
+	CodeSandboxNotFound      ErrorCode = "sandbox_not_found"      // no sandbox by that name
+	CodeImageNotFound        ErrorCode = "image_not_found"        // unknown or not yet built image
+	CodeSnapshotNotFound     ErrorCode = "snapshot_not_found"     // no snapshot by that name
+	CodeSnapshotExists       ErrorCode = "snapshot_exists"        // snapshot name already taken
+	CodeSnapshotInProgress   ErrorCode = "snapshot_in_progress"   // a seal has not reached a durable outcome
+	CodeGrowNotLarger        ErrorCode = "grow_not_larger"        // growth is one-way
+	CodeSSHKeyNotFound       ErrorCode = "ssh_key_not_found"      // no key by that name
+	CodeSSHKeyExists         ErrorCode = "ssh_key_exists"         // the name or the key is registered already
+	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // the route has no such method
+	CodeSessionNotFound      ErrorCode = "session_not_found"      // no session by that id
+	CodeHarnessNotFound      ErrorCode = "harness_not_found"      // no harness adapter by that name
+	CodeTurnInProgress       ErrorCode = "turn_in_progress"       // the session's turn is still running
+	CodePermissionNotFound   ErrorCode = "permission_not_found"   // no such request in the session
+	CodePermissionDecided    ErrorCode = "permission_decided"     // answered already, differently
+	CodeSandboxExists        ErrorCode = "sandbox_exists"         // name already taken
+	CodeSandboxNotRunning    ErrorCode = "sandbox_not_running"    // the call needs a running sandbox
+	CodeInvalidState         ErrorCode = "invalid_state"          // the sandbox is busy in another transition
+	CodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused" // same key, different request
+	CodeBuildInProgress      ErrorCode = "build_in_progress"      // the image is being built
+	CodeBodyTooLarge         ErrorCode = "body_too_large"         // a body over MaxBodyBytes
+	CodeInsufficientStorage  ErrorCode = "insufficient_storage"   // the host has no room for it
+	CodeUnsupported          ErrorCode = "unsupported_capability" // this deployment cannot do that
+	CodeInternal             ErrorCode = "internal"               // a bug or a host failure
+	CodeUnavailable          ErrorCode = "unavailable"            // the daemon is shutting down
 )
 
-// statusOf maps each code to its one HTTP status.
-var statusOf = map[ErrorCode]int{
-	CodeBadRequest:           http.StatusBadRequest,
-	CodeInvalidArgument:      http.StatusBadRequest,
-	CodeInvalidName:          http.StatusBadRequest,
-	CodeUnauthorized:         http.StatusUnauthorized,
-	CodeNotFound:             http.StatusNotFound,
-	CodeSandboxNotFound:      http.StatusNotFound,
-	CodeImageNotFound:        http.StatusNotFound,
-	CodeSnapshotNotFound:     http.StatusNotFound,
-	CodeSnapshotExists:       http.StatusConflict,
-	CodeSnapshotInProgress:   http.StatusConflict,
-	CodeGrowNotLarger:        http.StatusBadRequest,
-	CodeSSHKeyNotFound:       http.StatusNotFound,
-	CodeSSHKeyExists:         http.StatusConflict,
-	CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
-	CodeSessionNotFound:      http.StatusNotFound,
-	CodeHarnessNotFound:      http.StatusBadRequest,
-	CodeTurnInProgress:       http.StatusConflict,
-	CodePermissionNotFound:   http.StatusNotFound,
-	CodePermissionDecided:    http.StatusConflict,
-	CodeSandboxExists:        http.StatusConflict,
-	CodeSandboxNotRunning:    http.StatusConflict,
-	CodeInvalidState:         http.StatusConflict,
-	CodeIdempotencyKeyReused: http.StatusConflict,
-	CodeBuildInProgress:      http.StatusConflict,
-	CodeBodyTooLarge:         http.StatusRequestEntityTooLarge,
-	CodeInsufficientStorage:  http.StatusInsufficientStorage,
-	CodeUnsupported:          http.StatusNotImplemented,
-	CodeInternal:             http.StatusInternalServerError,
-	CodeUnavailable:          http.StatusServiceUnavailable,
+// Exit codes of hiloop, documented in docs/cli.md. They are part of the contract, so that a
+// script can tell one kind of failure from another; an error code's exit code is in codeClasses.
+// `sandbox exec` exits with the remote command's code once the command has run.
+const (
+	ExitCodeOK           = 0
+	ExitCodeError        = 1   // any other failure
+	ExitCodeUsage        = 2   // bad flags or arguments, or the daemon refused a value
+	ExitCodeUnreachable  = 3   // the daemon could not be reached or is shutting down (one retry covers both)
+	ExitCodeNotFound     = 4   // no such sandbox, image, snapshot, key, session or permission request
+	ExitCodeConflict     = 5   // the sandbox's or session's state, or a name, forbids the call
+	ExitCodeUnsupported  = 6   // this deployment cannot do that
+	ExitCodeUnauthorized = 7   // the daemon refused the token
+	ExitCodeNoCapacity   = 8   // the host lacks the capacity for it
+	ExitCodeTimeout      = 124 // an exec ended by its timeout (as timeout(1) does)
+	ExitCodeInterrupted  = 130 // `session prompt` left with a second Ctrl-C; the turn runs on
+)
+
+// codeClass is what an error code means outside the daemon.
+type codeClass struct {
+	status int // the HTTP status it always travels with
+	exit   int // hiloop's exit code
+}
+
+// codeClasses is the one table of error codes: HTTPStatus and ExitCode read it, and a test fails
+// when a declared code has no row.
+var codeClasses = map[ErrorCode]codeClass{
+	CodeBadRequest:           {http.StatusBadRequest, ExitCodeUsage},
+	CodeInvalidArgument:      {http.StatusBadRequest, ExitCodeUsage},
+	CodeInvalidName:          {http.StatusBadRequest, ExitCodeUsage},
+	CodeUnauthorized:         {http.StatusUnauthorized, ExitCodeUnauthorized},
+	CodeNotFound:             {http.StatusNotFound, ExitCodeNotFound},
+	CodeSandboxNotFound:      {http.StatusNotFound, ExitCodeNotFound},
+	CodeImageNotFound:        {http.StatusNotFound, ExitCodeNotFound},
+	CodeSnapshotNotFound:     {http.StatusNotFound, ExitCodeNotFound},
+	CodeSnapshotExists:       {http.StatusConflict, ExitCodeConflict},
+	CodeSnapshotInProgress:   {http.StatusConflict, ExitCodeConflict},
+	CodeGrowNotLarger:        {http.StatusBadRequest, ExitCodeUsage},
+	CodeSSHKeyNotFound:       {http.StatusNotFound, ExitCodeNotFound},
+	CodeSSHKeyExists:         {http.StatusConflict, ExitCodeConflict},
+	CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, ExitCodeError},
+	CodeSessionNotFound:      {http.StatusNotFound, ExitCodeNotFound},
+	CodeHarnessNotFound:      {http.StatusBadRequest, ExitCodeUsage},
+	CodeTurnInProgress:       {http.StatusConflict, ExitCodeConflict},
+	CodePermissionNotFound:   {http.StatusNotFound, ExitCodeNotFound},
+	CodePermissionDecided:    {http.StatusConflict, ExitCodeConflict},
+	CodeSandboxExists:        {http.StatusConflict, ExitCodeConflict},
+	CodeSandboxNotRunning:    {http.StatusConflict, ExitCodeConflict},
+	CodeInvalidState:         {http.StatusConflict, ExitCodeConflict},
+	CodeIdempotencyKeyReused: {http.StatusConflict, ExitCodeConflict},
+	CodeBuildInProgress:      {http.StatusConflict, ExitCodeConflict},
+	CodeBodyTooLarge:         {http.StatusRequestEntityTooLarge, ExitCodeUsage},
+	CodeInsufficientStorage:  {http.StatusInsufficientStorage, ExitCodeNoCapacity},
+	CodeUnsupported:          {http.StatusNotImplemented, ExitCodeUnsupported},
+	CodeInternal:             {http.StatusInternalServerError, ExitCodeError},
+	CodeUnavailable:          {http.StatusServiceUnavailable, ExitCodeUnreachable},
 }
 
 // HTTPStatus returns the HTTP status the code travels with (500 for an unknown code).
 func (c ErrorCode) HTTPStatus() int {
-	if s, ok := statusOf[c]; ok {
-		return s
+	if cl, ok := codeClasses[c]; ok {
+		return cl.status
 	}
 	return http.StatusInternalServerError
+}
+
+// ExitCode returns the exit code hiloop gives the code (ExitCodeError for an unknown code, such
+// as one a newer daemon added).
+func (c ErrorCode) ExitCode() int {
+	if cl, ok := codeClasses[c]; ok {
+		return cl.exit
+	}
+	return ExitCodeError
 }
 
 // Error is the API's error, on the wire as {"error": {"code": ..., "message": ...}}.

@@ -18,9 +18,6 @@ const (
 	StreamStderr byte = 2
 )
 
-// ExitCodeTimeout is the exit code of an exec ended by its timeout (as timeout(1) does).
-const ExitCodeTimeout = 124
-
 // MaxExecTimeout bounds ExecRequest.TimeoutMS.
 const MaxExecTimeout = 7 * 24 * time.Hour
 

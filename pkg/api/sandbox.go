@@ -61,14 +61,6 @@ const (
 	MaxNameLen          = 63
 )
 
-// SandboxPut holds the fields of a sandbox a client chooses.
-type SandboxPut struct {
-	// CPUs is the CPU limit in cores, e.g. 2 or 0.5.
-	CPUs float64 `json:"cpus"`
-	// MemoryMB is the memory limit in MiB, e.g. 2048.
-	MemoryMB int `json:"memory_mb"`
-}
-
 // SandboxesPost is the body of POST /v1/sandboxes.
 type SandboxesPost struct {
 	// Name is 1-63 chars of [a-z0-9-] starting with a letter, e.g. "web".
@@ -106,7 +98,11 @@ type Workspace struct {
 
 // Sandbox is a sandbox as the API reports it.
 type Sandbox struct {
-	SandboxPut
+	// CPUs is the CPU limit in cores, e.g. 2 or 0.5. The limits lead the JSON object, as they
+	// always have.
+	CPUs float64 `json:"cpus"`
+	// MemoryMB is the memory limit in MiB, e.g. 2048.
+	MemoryMB int `json:"memory_mb"`
 	// Name is the sandbox's name, also its hostname.
 	Name string `json:"name"`
 	// ID is the daemon's internal id, stable for the sandbox's life.

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateName(t *testing.T) {
@@ -86,13 +88,29 @@ func TestExecRequestValidate(t *testing.T) {
 	}
 }
 
-func TestEveryCodeHasAStatus(t *testing.T) {
-	for code, status := range statusOf {
-		if status < 400 || status > 599 {
-			t.Errorf("%s maps to %d", code, status)
+// TestSandboxWire pins the JSON of a create request and of a sandbox: the Go types may be
+// rearranged, the wire may not.
+func TestSandboxWire(t *testing.T) {
+	started := time.Date(2026, 11, 29, 10, 15, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{SandboxesPost{Name: "web"}, `{"name":"web"}`},
+		{SandboxesPost{Name: "web", Image: "base", StorageClass: StorageDurable, WorkspaceGiB: 50, CPUs: 0.5, MemoryMB: 4096,
+			NoStart: true, FromSnapshot: "snap", PermissionPolicy: PolicyAsk},
+			`{"name":"web","image":"base","storage_class":"durable","workspace_gib":50,"cpus":0.5,"memory_mb":4096,"no_start":true,"from_snapshot":"snap","permission_policy":"ask"}`},
+		{Sandbox{CPUs: 2, MemoryMB: 2048, Name: "web", ID: "i1", Image: "base", State: StateRunning, PermissionPolicy: PolicyAutoApprove,
+			Workspace: Workspace{StorageClass: StorageEphemeral, CapacityBytes: 1 << 30, Resizable: true, Driver: "xfs"},
+			CreatedAt: started, StartedAt: &started},
+			`{"cpus":2,"memory_mb":2048,"name":"web","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"permission_policy":"auto-approve","created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
+		// A sandbox reports its limits even when zero (a create request leaves them out).
+		{Sandbox{Name: "web", CreatedAt: started},
+			`{"cpus":0,"memory_mb":0,"name":"web","id":"","image":"","state":"","workspace":{"storage_class":"","capacity_bytes":0,"resizable":false,"driver":""},"permission_policy":"","created_at":"2026-11-29T10:15:00Z"}`},
+	} {
+		b, err := json.Marshal(tc.v)
+		if err != nil || string(b) != tc.want {
+			t.Errorf("%T encodes as\n%s, %v\nwant\n%s", tc.v, b, err, tc.want)
 		}
-	}
-	if ErrorCode("nope").HTTPStatus() != 500 {
-		t.Error("unknown code should be 500")
 	}
 }

@@ -1,0 +1,303 @@
+package cli
+
+import (
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// parser returns a function that builds a command with newCmd and a runF that keeps the
+// options, runs it on args, and returns the command's name, those options (nil when runF was
+// not reached) and the command's error.
+func parser[T any](newCmd func(*Factory, func(*T) error) *cobra.Command) func(*Factory, []string) (string, any, error) {
+	return func(f *Factory, args []string) (string, any, error) {
+		var got *T
+		cmd := newCmd(f, func(opts *T) error { got = opts; return nil })
+		root := &cobra.Command{Use: "hiloop", SilenceErrors: true, SilenceUsage: true}
+		root.SetFlagErrorFunc(flagUsageError)
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		root.AddCommand(cmd)
+		root.SetArgs(append([]string{cmd.Name()}, args...))
+		err := root.Execute()
+		if got == nil {
+			return cmd.Name(), nil, err
+		}
+		return cmd.Name(), got, err
+	}
+}
+
+// flagCase is one command line: the options runF must get, or the exit code it must fail with
+// before anything runs.
+type flagCase struct {
+	args []string
+	want any // nil when the line is refused
+	exit int
+}
+
+func ok(want any, args ...string) flagCase { return flagCase{args: args, want: want} }
+func refused(exit int, args ...string) flagCase {
+	return flagCase{args: args, exit: exit}
+}
+
+var defaultCreate = api.SandboxesPost{Image: api.DefaultImage, StorageClass: api.StorageDurable, PermissionPolicy: api.PolicyAutoApprove,
+	CPUs: api.DefaultCPUs, MemoryMB: api.DefaultMemoryMB}
+
+func withName(p api.SandboxesPost, name string) api.SandboxesPost { p.Name = name; return p }
+
+var defaultExec = api.ExecRequest{WorkDir: api.DefaultExecWorkDir, User: api.DefaultExecUser}
+
+func withCommand(r api.ExecRequest, cmd ...string) api.ExecRequest { r.Command = cmd; return r }
+
+// commandFlagCases are the command lines of every hiloop command, by command path.
+var commandFlagCases = []struct {
+	path  string
+	parse func(*Factory, []string) (string, any, error)
+	cases []flagCase
+}{
+	{"hiloop version", parser(newCmdVersion), []flagCase{
+		ok(&VersionOptions{Output: "table"}),
+		ok(&VersionOptions{Output: "json"}, "-o", "json"),
+		refused(ExitUsage, "extra"),
+		refused(ExitUsage, "-o", "xml"),
+	}},
+	{"hiloop sandbox create", parser(newCmdSandboxCreate), []flagCase{
+		ok(&SandboxCreateOptions{Post: withName(defaultCreate, "web"), Output: "table"}, "web"),
+		ok(&SandboxCreateOptions{Post: api.SandboxesPost{Name: "web", Image: "dev", StorageClass: api.StorageEphemeral,
+			WorkspaceGiB: 50, CPUs: 0.5, MemoryMB: 8192, NoStart: true, FromSnapshot: "s1",
+			PermissionPolicy: api.PolicyAsk}, Output: "json"},
+			"web", "--cpus", "0.5", "--memory-mb", "8192", "--workspace-gib", "50", "--storage-class", "ephemeral",
+			"--image", "dev", "--no-start", "--from-snapshot", "s1", "--permission-policy", "ask", "-o", "json"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "db"),
+		refused(ExitUsage, "web", "--cpus", "many"),
+		refused(ExitUsage, "web", "--bogus-flag"),
+		refused(ExitUsage, "web", "-o", "xml"),
+	}},
+	{"hiloop sandbox get", parser(newCmdSandboxGet), []flagCase{
+		ok(&SandboxGetOptions{Name: "web", Output: "table"}, "web"),
+		ok(&SandboxGetOptions{Name: "web", Output: "yaml"}, "web", "-o", "yaml"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "-o", "xml"),
+	}},
+	{"hiloop sandbox list", parser(newCmdSandboxList), []flagCase{
+		ok(&SandboxListOptions{Output: "table"}),
+		ok(&SandboxListOptions{Output: "json"}, "-o", "json"),
+		refused(ExitUsage, "web"),
+	}},
+	{"hiloop sandbox start", parser(newCmdSandboxStart), []flagCase{
+		ok(&SandboxLifecycleOptions{Name: "web"}, "web"),
+		ok(&SandboxLifecycleOptions{Name: "web", Output: "table"}, "web", "-o", "table"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "-o", "xml"),
+	}},
+	{"hiloop sandbox stop", parser(newCmdSandboxStop), []flagCase{
+		ok(&SandboxLifecycleOptions{Name: "web"}, "web"),
+		ok(&SandboxLifecycleOptions{Name: "web", Output: "json"}, "web", "-o", "json"),
+		refused(ExitUsage, "web", "db"),
+	}},
+	{"hiloop sandbox delete", parser(newCmdSandboxDelete), []flagCase{
+		ok(&SandboxDeleteOptions{Name: "web"}, "web"),
+		ok(&SandboxDeleteOptions{Name: "web", WithSnapshots: true}, "web", "--with-snapshots"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "-o", "json"),
+	}},
+	{"hiloop sandbox exec", parser(newCmdSandboxExec), []flagCase{
+		ok(&SandboxExecOptions{Name: "web", Request: withCommand(defaultExec, "ls", "-la")}, "web", "--", "ls", "-la"),
+		ok(&SandboxExecOptions{Name: "web", Request: withCommand(defaultExec, "true")}, "web", "true"),
+		ok(&SandboxExecOptions{Name: "web", Timeout: 10 * time.Minute, Request: api.ExecRequest{Command: []string{"make", "test"},
+			Env: []string{"A=1", "B=2"}, WorkDir: "/tmp", User: "root", Stdin: true, TTY: true, TimeoutMS: 600000}},
+			"web", "--timeout", "10m", "-e", "A=1", "-e", "B=2", "-w", "/tmp", "-u", "root", "-it", "--", "make", "test"),
+		// A timeout under a millisecond still times out rather than meaning none.
+		ok(&SandboxExecOptions{Name: "web", Timeout: time.Nanosecond, Request: func() api.ExecRequest {
+			r := withCommand(defaultExec, "true")
+			r.TimeoutMS = 1
+			return r
+		}()}, "web", "--timeout", "1ns", "--", "true"),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "db", "--", "ls"),
+		refused(ExitUsage, "web", "--timeout", "-1s", "--", "ls"),
+		refused(ExitUsage, "web", "--timeout", "soon", "--", "ls"),
+	}},
+	{"hiloop sandbox ssh", parser(newCmdSandboxSSH), []flagCase{
+		ok(&SandboxSSHOptions{Name: "web", SSHArgs: []string{}}, "web"),
+		ok(&SandboxSSHOptions{Name: "web", Start: true, SSHArgs: []string{"-L", "6767:127.0.0.1:6767", "-N"}},
+			"web", "--start", "--", "-L", "6767:127.0.0.1:6767", "-N"),
+		ok(&SandboxSSHOptions{Name: "web", SSHArgs: []string{"uname", "-a"}}, "web", "--", "uname", "-a"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "uname"),
+		refused(ExitUsage, "web", "-L", "6767:127.0.0.1:6767"),
+	}},
+	{"hiloop sandbox grow", parser(newCmdSandboxGrow), []flagCase{
+		ok(&SandboxGrowOptions{Name: "web", WorkspaceGiB: 50}, "web", "--workspace-gib", "50"),
+		ok(&SandboxGrowOptions{Name: "web", WorkspaceGiB: 50, Output: "json"}, "web", "--workspace-gib", "50", "-o", "json"),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "--workspace-gib", "lots"),
+		refused(ExitUsage, "--workspace-gib", "50"),
+	}},
+	{"hiloop sandbox restore", parser(newCmdSandboxRestore), []flagCase{
+		ok(&SandboxRestoreOptions{Name: "web", Snapshot: "web-1"}, "web", "web-1"),
+		refused(ExitUsage, "web"),
+	}},
+	{"hiloop sandbox snapshot create", parser(newCmdSnapshotCreate), []flagCase{
+		ok(&SnapshotCreateOptions{Sandbox: "web", Output: "table"}, "web"),
+		ok(&SnapshotCreateOptions{Sandbox: "web", Post: api.SnapshotsPost{Name: "before"}, IdempotencyKey: "k1", Output: "json"},
+			"web", "--name", "before", "--idempotency-key", "k1", "-o", "json"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "-o", "xml"),
+	}},
+	{"hiloop sandbox snapshot list", parser(newCmdSnapshotList), []flagCase{
+		ok(&SnapshotListOptions{Output: "table"}),
+		ok(&SnapshotListOptions{Sandbox: "web", Output: "json"}, "web", "-o", "json"),
+		refused(ExitUsage, "web", "db"),
+	}},
+	{"hiloop sandbox snapshot get", parser(newCmdSnapshotGet), []flagCase{
+		ok(&SnapshotGetOptions{Name: "web-1", Output: "table"}, "web-1"),
+		refused(ExitUsage),
+	}},
+	{"hiloop sandbox snapshot delete", parser(newCmdSnapshotDelete), []flagCase{
+		ok(&SnapshotDeleteOptions{Name: "web-1"}, "web-1"),
+		refused(ExitUsage, "web-1", "web-2"),
+	}},
+	{"hiloop session new", parser(newCmdSessionNew), []flagCase{
+		ok(&SessionNewOptions{Post: api.SessionsPost{Sandbox: "web"}}, "web"),
+		ok(&SessionNewOptions{Post: api.SessionsPost{Sandbox: "web", Harness: "codex", Cwd: "/workspace/api", PermissionPolicy: api.PolicyAsk},
+			IdempotencyKey: "ci-42", Output: "json"},
+			"web", "--harness", "codex", "--policy", "ask", "--cwd", "/workspace/api", "--idempotency-key", "ci-42", "-o", "json"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "--policy", "sometimes"),
+		refused(ExitUsage, "web", "--cwd", "src"),
+	}},
+	{"hiloop session list", parser(newCmdSessionList), []flagCase{
+		ok(&SessionListOptions{Output: "table"}),
+		ok(&SessionListOptions{Sandbox: "web", Output: "json"}, "web", "-o", "json"),
+		refused(ExitUsage, "web", "db"),
+	}},
+	{"hiloop session get", parser(newCmdSessionGet), []flagCase{
+		ok(&SessionGetOptions{Session: "s1", Output: "table"}, "s1"),
+		refused(ExitUsage),
+		refused(ExitNotFound, "Bad/Id"),
+	}},
+	{"hiloop session prompt", parser(newCmdSessionPrompt), []flagCase{
+		ok(&SessionPromptOptions{Session: "s1", Text: "say hello", Output: "table"}, "s1", "say", "hello"),
+		ok(&SessionPromptOptions{Session: "s1", Text: "fix the tests\n", Output: "table"}, "s1", "-"),
+		ok(&SessionPromptOptions{Session: "s1", Text: "-v is a flag", Thoughts: true, IdempotencyKey: "k", Output: "json"},
+			"--thoughts", "--idempotency-key", "k", "-o", "json", "s1", "--", "-v", "is", "a", "flag"),
+		refused(ExitUsage, "s1"),
+		refused(ExitUsage, "s1", " "),
+		refused(ExitUsage, "s1", strings.Repeat("x", api.MaxPromptBytes+1)),
+		refused(ExitUsage, "-o", "xml", "s1", "hi"),
+		refused(ExitNotFound, "Bad/Id", "hi"),
+	}},
+	{"hiloop session events", parser(newCmdSessionEvents), []flagCase{
+		ok(&SessionEventsOptions{Session: "s1", Output: "table"}, "s1"),
+		ok(&SessionEventsOptions{Session: "s1", After: 120, Follow: true, Output: "json"}, "s1", "--after", "120", "-f", "-o", "json"),
+		refused(ExitUsage),
+		refused(ExitUsage, "s1", "--after", "-1"),
+		refused(ExitNotFound, "Bad/Id"),
+	}},
+	{"hiloop session approve", parser(newCmdSessionApprove), []flagCase{
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowOnce}, "s1", "tc1"),
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowAlways, Output: "json"},
+			"s1", "tc1", "--option", api.OptionAllowAlways, "-o", "json"),
+		refused(ExitUsage, "s1"),
+		refused(ExitUsage, "s1", "tc1", "--option", api.OptionRejectOnce),
+	}},
+	{"hiloop session deny", parser(newCmdSessionDeny), []flagCase{
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionRejectOnce}, "s1", "tc1"),
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionRejectAlways}, "s1", "tc1", "--option", api.OptionRejectAlways),
+		refused(ExitUsage, "s1", "tc1", "--option", api.OptionAllowOnce),
+	}},
+	{"hiloop session cancel", parser(newCmdSessionCancel), []flagCase{
+		ok(&SessionCancelOptions{Session: "s1"}, "s1"),
+		ok(&SessionCancelOptions{Session: "s1", Output: "yaml"}, "s1", "-o", "yaml"),
+		refused(ExitUsage),
+		refused(ExitNotFound, "B@d"),
+	}},
+	{"hiloop session delete", parser(newCmdSessionDelete), []flagCase{
+		ok(&SessionDeleteOptions{Session: "s1"}, "s1"),
+		refused(ExitUsage, "s1", "s2"),
+	}},
+	{"hiloop image build", parser(newCmdImageBuild), []flagCase{
+		ok(&ImageBuildOptions{Name: "base", Output: "table"}, "base"),
+		ok(&ImageBuildOptions{Name: "base", Post: api.ImageBuildPost{Force: true}, Output: "json"}, "base", "--force", "-o", "json"),
+		refused(ExitUsage),
+	}},
+	{"hiloop image list", parser(newCmdImageList), []flagCase{
+		ok(&ImageListOptions{Output: "table"}),
+		refused(ExitUsage, "base"),
+	}},
+	{"hiloop ssh-key add", parser(newCmdSSHKeyAdd), []flagCase{
+		ok(&SSHKeyAddOptions{Output: "table"}),
+		ok(&SSHKeyAddOptions{File: "id.pub", Name: "laptop", Output: "json"}, "id.pub", "--name", "laptop", "-o", "json"),
+		refused(ExitUsage, "a.pub", "b.pub"),
+	}},
+	{"hiloop ssh-key list", parser(newCmdSSHKeyList), []flagCase{
+		ok(&SSHKeyListOptions{Output: "table"}),
+		refused(ExitUsage, "laptop"),
+	}},
+	{"hiloop ssh-key remove", parser(newCmdSSHKeyRemove), []flagCase{
+		ok(&SSHKeyRemoveOptions{Name: "laptop"}, "laptop"),
+		refused(ExitUsage),
+	}},
+	{"hiloop ssh-config", parser(newCmdSSHConfig), []flagCase{
+		ok(&SSHConfigOptions{Names: []string{}}),
+		ok(&SSHConfigOptions{Names: []string{"web", "db"}}, "web", "db"),
+		refused(ExitUsage, "--user", "me"),
+	}},
+}
+
+// TestCommandFlags parses representative command lines of every command into its options, and
+// checks that a bad line is a usage error (or the error the line earns) before anything runs.
+func TestCommandFlags(t *testing.T) {
+	for _, cmd := range commandFlagCases {
+		for _, tc := range cmd.cases {
+			f := &Factory{IO: IOStreams{In: strings.NewReader("fix the tests\n"), Out: io.Discard, ErrOut: io.Discard},
+				Host: "unix:///nonexistent/sandboxd.sock"}
+			name, got, err := cmd.parse(f, tc.args)
+			line := strings.Join(append([]string{cmd.path}, tc.args...), " ")
+			if !strings.HasSuffix(cmd.path, " "+name) {
+				t.Fatalf("the cases of %s build the command %s", cmd.path, name)
+			}
+			if tc.want == nil {
+				if got != nil || exitCode(err) != tc.exit {
+					t.Errorf("%s: ran with %+v (error %v, exit %d); want exit %d before running", line, got, err, exitCode(err), tc.exit)
+				}
+				continue
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("%s:\n got %+v (error %v)\nwant %+v", line, got, err, tc.want)
+			}
+		}
+	}
+}
+
+// TestEveryCommandHasFlagCases walks the command tree: a command without cases above fails.
+func TestEveryCommandHasFlagCases(t *testing.T) {
+	covered := map[string]bool{}
+	for _, cmd := range commandFlagCases {
+		covered[cmd.path] = true
+	}
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && !covered[c.CommandPath()] {
+			t.Errorf("%s has no cases in commandFlagCases", c.CommandPath())
+		}
+		delete(covered, c.CommandPath())
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	root := NewCmdRoot(&Factory{})
+	root.Use = "hiloop"
+	walk(root)
+	for path := range covered {
+		t.Errorf("commandFlagCases has %q, which is no command", path)
+	}
+}

@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
+)
+
+// The exit codes the commands name; pkg/api owns every exit code and its meaning.
+const (
+	ExitOK          = api.ExitCodeOK
+	ExitError       = api.ExitCodeError
+	ExitUsage       = api.ExitCodeUsage
+	ExitUnreachable = api.ExitCodeUnreachable
+	ExitNotFound    = api.ExitCodeNotFound
+	ExitConflict    = api.ExitCodeConflict
+	ExitTimeout     = api.ExitCodeTimeout
+	ExitInterrupted = api.ExitCodeInterrupted
+)
+
+// exitError carries an exit code with no message to print (the command said all it had to).
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// exitMessage is an exit code with a sentence for stderr.
+type exitMessage struct {
+	code int
+	msg  string
+}
+
+func (e *exitMessage) Error() string { return e.msg }
+
+// usageError marks a mistake in the command line.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// plainUsageError is a usage error whose message is printed as it is.
+type plainUsageError struct{ msg string }
+
+func (e *plainUsageError) Error() string { return e.msg }
+
+// flagUsageError makes cobra's flag parsing errors usage errors.
+func flagUsageError(_ *cobra.Command, err error) error { return &usageError{err} }
+
+// exitCode maps an error to hiloop's documented exit codes; an API error's comes from pkg/api.
+func exitCode(err error) int {
+	var ee *exitError
+	var em *exitMessage
+	var apiErr *api.Error
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &em):
+		return em.code
+	case errors.As(err, new(*usageError)), errors.As(err, new(*plainUsageError)):
+		return ExitUsage
+	case errors.As(err, new(*client.UnreachableError)):
+		return ExitUnreachable
+	case errors.As(err, &apiErr):
+		return apiErr.Code.ExitCode()
+	}
+	return ExitError
+}
