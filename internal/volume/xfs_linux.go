@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/atomicfile"
 )
 
 // XFS is the resizable volume driver: every volume is an XFS filesystem (reflink on) in a sparse
@@ -581,12 +583,7 @@ func (x *XFS) growfs(ctx context.Context, dev, mnt string) error {
 }
 
 // syncDir makes a rename or unlink in dir durable; failure only weakens crash safety.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-}
+func syncDir(dir string) { _ = atomicfile.SyncDir(dir) }
 
 // holders names processes whose mount namespace still mounts one of devs, for the busy error.
 func holders(devs []string) string {
