@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
 
@@ -48,7 +49,7 @@ func newTestXFS(t testing.TB) *XFS {
 // assertPoolReleased checks that a closed driver left nothing of its pool in the kernel.
 func assertPoolReleased(t testing.TB, x *XFS) {
 	t.Helper()
-	if under, err := mountsUnder(x.Dir()); err != nil || len(under) > 0 {
+	if under, err := mountinfo.Under(x.Dir()); err != nil || len(under) > 0 {
 		t.Errorf("mounts left at or under %s: %v (err %v)", x.Dir(), under, err)
 	}
 	if x.Pool() == "" {
@@ -62,7 +63,7 @@ func assertPoolReleased(t testing.TB, x *XFS) {
 // assertReleased checks that nothing of volume id is left in the kernel: no mount, no loop device.
 func assertReleased(t *testing.T, x *XFS, id string) {
 	t.Helper()
-	if _, mounted, err := mountAt(x.mountpoint(id)); err != nil || mounted {
+	if _, mounted, err := mountinfo.At(x.mountpoint(id)); err != nil || mounted {
 		t.Errorf("volume %s still mounted (err %v)", id, err)
 	}
 	devs, err := loopDevicesFor(x.image(id), false)
@@ -94,13 +95,13 @@ func assertReflink(t *testing.T, dir string) {
 
 func countMounts(t *testing.T, target string) int {
 	t.Helper()
-	ms, err := mounts()
+	ms, err := mountinfo.Self()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, m := range ms {
-		if m.Target == target {
+		if m.Mountpoint == target {
 			n++
 		}
 	}
@@ -315,6 +316,17 @@ func TestXFSUnmountBusy(t *testing.T) {
 	assertReleased(t, x, id)
 }
 
+// nsMounts reports whether the mount namespace of process pid has a mount at p.
+func nsMounts(pid int, p string) bool {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	ms, _ := mountinfo.Parse(f)
+	return slices.ContainsFunc(ms, func(m *mountinfo.Info) bool { return m.Mountpoint == p })
+}
+
 // A mount namespace made while a workspace is mounted (a container starting, an image build)
 // holds a copy of its mount; the unmount must reach that copy and free the loop device.
 func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
@@ -334,8 +346,7 @@ func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
 	defer func() { holder.Process.Kill(); holder.Wait() }()
 	// Wait until the namespace exists with its copy of the mount.
 	for i := 0; ; i++ {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid))
-		if strings.Contains(string(b), x.mountpoint(id)) {
+		if nsMounts(holder.Process.Pid, x.mountpoint(id)) {
 			break
 		}
 		if i == 200 {
@@ -345,6 +356,47 @@ func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
 	}
 	if err := x.Unmount(ctx, id); err != nil {
 		t.Fatalf("Unmount with a copy in a slave namespace: %v", err)
+	}
+	assertReleased(t, x, id)
+}
+
+// A namespace with a private copy of a workspace's mount keeps its loop device: the unmount is
+// busy, and the error names the process that holds it and where.
+func TestXFSUnmountNamesHolders(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-held"
+	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Mount(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { holder.Process.Kill(); holder.Wait() }()
+	// Once unshare runs sleep, its namespace is set up: made private, with its copy.
+	for i := 0; ; i++ {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", holder.Process.Pid))
+		if string(comm) == "sleep\n" {
+			break
+		}
+		if i == 200 {
+			t.Fatal("the holder never ran sleep")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := x.Unmount(ctx, id)
+	want := fmt.Sprintf("pid %d (sleep) at %s", holder.Process.Pid, x.mountpoint(id))
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Unmount with a copy in a private namespace: %v; want ErrBusy naming %q", err, want)
+	}
+	holder.Process.Kill()
+	holder.Wait()
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Fatalf("Unmount once the holder is gone: %v", err)
 	}
 	assertReleased(t, x, id)
 }
@@ -643,7 +695,7 @@ func TestXFSStaleLoopOfDeletedImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, _, _ := mountAt(mnt); m.Source == stale {
+	if m, _, _ := mountinfo.At(mnt); m.Source == stale {
 		t.Errorf("Mount reused %s, bound to the deleted image", stale)
 	}
 	if err := x.Delete(ctx, id); err != nil {
