@@ -2,13 +2,10 @@ package mountinfo
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -124,22 +121,7 @@ func TestLiveTables(t *testing.T) {
 	}
 
 	// A namespace of its own that keeps a copy of the mount after the host unmounts it.
-	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { holder.Process.Kill(); holder.Wait() }()
-	// Once unshare runs sleep, its namespace is set up: made private, with its copy.
-	for i := 0; ; i++ {
-		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(holder.Process.Pid) + "/comm")
-		if string(comm) == "sleep\n" {
-			break
-		}
-		if i == 200 {
-			t.Fatal("the holder never ran sleep")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	holder, _ := testenv.MountNamespace(t, "private")
 	for range 2 {
 		if err := unix.Unmount(inner, 0); err != nil {
 			t.Fatal(err)
@@ -149,9 +131,9 @@ func TestLiveTables(t *testing.T) {
 	if len(nss) == 0 || nss[0].PID != os.Getpid() || Mentions(nss[0].Mounts, inner) {
 		t.Fatalf("Namespaces()[0] is not this process's, with %s unmounted: %+v", inner, nss)
 	}
-	i := slices.IndexFunc(nss, func(ns Namespace) bool { return ns.PID == holder.Process.Pid })
+	i := slices.IndexFunc(nss, func(ns Namespace) bool { return ns.PID == holder })
 	if i < 0 {
-		t.Fatalf("Namespaces() lacks the holder, pid %d", holder.Process.Pid)
+		t.Fatalf("Namespaces() lacks the holder, pid %d", holder)
 	}
 	if !Mentions(nss[i].Mounts, inner) {
 		t.Errorf("the holder's table lacks %s", inner)

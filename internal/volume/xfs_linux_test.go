@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -316,17 +315,6 @@ func TestXFSUnmountBusy(t *testing.T) {
 	assertReleased(t, x, id)
 }
 
-// nsMounts reports whether the mount namespace of process pid has a mount at p.
-func nsMounts(pid int, p string) bool {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	ms, _ := mountinfo.Parse(f)
-	return slices.ContainsFunc(ms, func(m *mountinfo.Info) bool { return m.Mountpoint == p })
-}
-
 // A mount namespace made while a workspace is mounted (a container starting, an image build)
 // holds a copy of its mount; the unmount must reach that copy and free the loop device.
 func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
@@ -339,21 +327,7 @@ func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
 	if _, err := x.Mount(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	holder := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "60")
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { holder.Process.Kill(); holder.Wait() }()
-	// Wait until the namespace exists with its copy of the mount.
-	for i := 0; ; i++ {
-		if nsMounts(holder.Process.Pid, x.mountpoint(id)) {
-			break
-		}
-		if i == 200 {
-			t.Fatal("the holder namespace never showed the mount")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.MountNamespace(t, "slave")
 	if err := x.Unmount(ctx, id); err != nil {
 		t.Fatalf("Unmount with a copy in a slave namespace: %v", err)
 	}
@@ -372,29 +346,13 @@ func TestXFSUnmountNamesHolders(t *testing.T) {
 	if _, err := x.Mount(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "60")
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { holder.Process.Kill(); holder.Wait() }()
-	// Once unshare runs sleep, its namespace is set up: made private, with its copy.
-	for i := 0; ; i++ {
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", holder.Process.Pid))
-		if string(comm) == "sleep\n" {
-			break
-		}
-		if i == 200 {
-			t.Fatal("the holder never ran sleep")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	holder, stop := testenv.MountNamespace(t, "private")
 	err := x.Unmount(ctx, id)
-	want := fmt.Sprintf("pid %d (sleep) at %s", holder.Process.Pid, x.mountpoint(id))
+	want := fmt.Sprintf("pid %d (sleep) at %s", holder, x.mountpoint(id))
 	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), want) {
 		t.Errorf("Unmount with a copy in a private namespace: %v; want ErrBusy naming %q", err, want)
 	}
-	holder.Process.Kill()
-	holder.Wait()
+	stop()
 	if err := x.Unmount(ctx, id); err != nil {
 		t.Fatalf("Unmount once the holder is gone: %v", err)
 	}
