@@ -316,47 +316,36 @@ func TestXFSUnmountBusy(t *testing.T) {
 }
 
 // A mount namespace made while a workspace is mounted (a container starting, an image build)
-// holds a copy of its mount; the unmount must reach that copy and free the loop device.
-func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
-	ctx := context.Background()
-	x := newTestXFS(t)
-	const id = "sb-ns"
-	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
-		t.Fatal(err)
+// holds a copy of its mount. The unmount reaches a slave copy and frees the loop device; a
+// private copy keeps it, and the busy error names the process that holds it and where.
+func TestXFSUnmountWithNamespaceCopy(t *testing.T) {
+	for _, propagation := range []string{"slave", "private"} {
+		t.Run(propagation, func(t *testing.T) {
+			ctx := context.Background()
+			x := newTestXFS(t)
+			const id = "sb-ns"
+			if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := x.Mount(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			holder, stop := testenv.MountNamespace(t, propagation)
+			err := x.Unmount(ctx, id)
+			if propagation == "private" {
+				want := fmt.Sprintf("pid %d (sleep) at %s", holder, x.mountpoint(id))
+				if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), want) {
+					t.Errorf("Unmount with a private copy: %v; want ErrBusy naming %q", err, want)
+				}
+				stop()
+				err = x.Unmount(ctx, id)
+			}
+			if err != nil {
+				t.Fatalf("Unmount: %v", err)
+			}
+			assertReleased(t, x, id)
+		})
 	}
-	if _, err := x.Mount(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	testenv.MountNamespace(t, "slave")
-	if err := x.Unmount(ctx, id); err != nil {
-		t.Fatalf("Unmount with a copy in a slave namespace: %v", err)
-	}
-	assertReleased(t, x, id)
-}
-
-// A namespace with a private copy of a workspace's mount keeps its loop device: the unmount is
-// busy, and the error names the process that holds it and where.
-func TestXFSUnmountNamesHolders(t *testing.T) {
-	ctx := context.Background()
-	x := newTestXFS(t)
-	const id = "sb-held"
-	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.Mount(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	holder, stop := testenv.MountNamespace(t, "private")
-	err := x.Unmount(ctx, id)
-	want := fmt.Sprintf("pid %d (sleep) at %s", holder, x.mountpoint(id))
-	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), want) {
-		t.Errorf("Unmount with a copy in a private namespace: %v; want ErrBusy naming %q", err, want)
-	}
-	stop()
-	if err := x.Unmount(ctx, id); err != nil {
-		t.Fatalf("Unmount once the holder is gone: %v", err)
-	}
-	assertReleased(t, x, id)
 }
 
 func TestXFSLeftoverLoopDeviceIsDetached(t *testing.T) {
