@@ -371,27 +371,13 @@ func diskUsage(root string) (int64, error) {
 	return total, err
 }
 
-// removeTree removes dir, refusing if anything is mounted inside it: RemoveAll would reach
-// into the mount (a bind-mounted /dev in a crashed chroot build, say).
 // unmountUnder detaches every mount at or below dir in the daemon's mount namespace, deepest
 // first: what a build script (debootstrap's /proc, /sys, /dev/pts) left behind.
 func unmountUnder(dir string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	targets, err := mountinfo.Under(dir)
 	if err != nil {
 		return err
 	}
-	var targets []string
-	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 5 {
-			continue
-		}
-		t := mountinfo.Unescape(fields[4])
-		if t == dir || strings.HasPrefix(t, dir+"/") {
-			targets = append(targets, t)
-		}
-	}
-	slices.SortFunc(targets, func(a, b string) int { return len(b) - len(a) })
 	var errs []error
 	for _, t := range targets {
 		if err := unix.Unmount(t, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
@@ -401,8 +387,14 @@ func unmountUnder(dir string) error {
 	return errors.Join(errs...)
 }
 
+// removeTree removes dir, refusing if anything is mounted inside it: RemoveAll would reach
+// into the mount (a bind-mounted /dev in a crashed chroot build, say).
 func removeTree(dir string) error {
-	if mountedPathsSelf()(dir) {
+	ms, err := mountinfo.Self()
+	if err != nil {
+		return fmt.Errorf("not removing %s: %w", dir, err)
+	}
+	if mountinfo.Mentions(ms, dir) {
 		return fmt.Errorf("not removing %s: something is mounted inside it", dir)
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -414,42 +406,8 @@ func removeTree(dir string) error {
 // mountedPaths returns a test for "is p, or something below p, used by a mount in any mount
 // namespace on the host" (as a mount point, a bind mount's source or an overlay layer).
 func mountedPaths() func(p string) bool {
-	tables := [][]byte{}
-	seen := map[string]bool{}
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, pd := range append([]string{"/proc/self"}, procs...) {
-		ns, err := os.Readlink(pd + "/ns/mnt")
-		if err != nil || seen[ns] {
-			continue
-		}
-		seen[ns] = true
-		if b, err := os.ReadFile(pd + "/mountinfo"); err == nil {
-			tables = append(tables, b)
-		}
-	}
-	return func(p string) bool { return slices.ContainsFunc(tables, func(t []byte) bool { return mentions(t, p) }) }
-}
-
-// mountedPathsSelf is mountedPaths for the daemon's own mount namespace only.
-func mountedPathsSelf() func(p string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	return func(p string) bool { return mentions(b, p) }
-}
-
-// mentions reports whether the mountinfo table names p or a path below it, escaped as the
-// kernel escapes it.
-func mentions(table []byte, p string) bool {
-	esc := strings.NewReplacer(`\`, `\134`, " ", `\040`, "\t", `\011`, "\n", `\012`).Replace(p)
-	needle := []byte(esc)
-	for rest := table; ; {
-		i := bytes.Index(rest, needle)
-		if i < 0 {
-			return false
-		}
-		end := i + len(needle)
-		if end == len(rest) || bytes.IndexByte([]byte("/:, \n"), rest[end]) >= 0 {
-			return true
-		}
-		rest = rest[end:]
+	nss := mountinfo.Namespaces()
+	return func(p string) bool {
+		return slices.ContainsFunc(nss, func(ns mountinfo.Namespace) bool { return mountinfo.Mentions(ns.Mounts, p) })
 	}
 }

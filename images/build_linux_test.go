@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
 
@@ -346,27 +347,6 @@ func TestLineWriter(t *testing.T) {
 	}
 }
 
-func TestMentions(t *testing.T) {
-	table := []byte(`22 1 254:0 / / rw - ext4 /dev/vda rw
-50 22 0:60 / /run/s/rootfs rw - overlay overlay rw,lowerdir=/img/base/rootfs-a:/img/x,upperdir=/u,workdir=/w
-51 22 254:0 /img/base/rootfs-b/etc /mnt/etc rw - ext4 /dev/vda rw
-52 22 254:0 / /img/with\040space rw - ext4 /dev/vda rw
-`)
-	for p, want := range map[string]bool{
-		"/img/base/rootfs-a": true,  // an overlay lower layer
-		"/img/x":             true,  // the last lower layer
-		"/img/base/rootfs-b": true,  // the source of a bind mount below it
-		"/img/with space":    true,  // escaped
-		"/img/base/rootfs-c": false, // unused
-		"/img/base/rootfs":   false, // a prefix of a used name is not used
-		"/u/x":               false,
-	} {
-		if got := mentions(table, p); got != want {
-			t.Errorf("mentions(%q) = %v, want %v", p, got, want)
-		}
-	}
-}
-
 func TestStorePruneKeepsMountedGeneration(t *testing.T) {
 	testenv.RequireRoot(t)
 	ctx := context.Background()
@@ -443,8 +423,8 @@ func TestBuildLeavesNoMounts(t *testing.T) {
 	if !progress.has("I: mounted") {
 		t.Fatalf("the script could not mount:\n%s", progress.String())
 	}
-	if mountedPathsSelf()(s.Dir) {
-		t.Error("a build's mount stayed mounted")
+	if ms, err := mountinfo.Self(); err != nil || mountinfo.Mentions(ms, s.Dir) {
+		t.Errorf("a build's mount stayed mounted (%v)", err)
 	}
 	assertNoBuildDirs(t, s, "fake")
 }

@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/hiloop/hiloop/internal/atomicfile"
 )
 
 // definitions holds every image definition; a new definition directory is added here too.
@@ -229,31 +231,7 @@ func (s *Store) writeMeta(m meta) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(s.imageDir(m.Name), ".image.json-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), s.metaPath(m.Name)); err != nil {
-		return err
-	}
-	syncDir(s.imageDir(m.Name))
-	return nil
+	return atomicfile.WriteFile(s.metaPath(m.Name), append(b, '\n'), 0o644)
 }
 
 // validName accepts what pkg/api accepts for image names (lower-case letters, digits, '-').
@@ -278,12 +256,4 @@ func generationName(digest string, rnd uint32) string {
 
 func validGeneration(s string) bool {
 	return len(s) == len("rootfs-")+12+1+8 && s[:len("rootfs-")] == "rootfs-" && !slices.Contains([]byte(s), '/')
-}
-
-// syncDir makes a rename in dir durable; failing only weakens crash safety.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 }

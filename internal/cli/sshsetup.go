@@ -16,6 +16,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/hiloop/hiloop/internal/atomicfile"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -58,14 +59,14 @@ func cliKey(dir string) (path string, pub gossh.PublicKey, err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if err := writeFileAtomic(path, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
 		return "", nil, err
 	}
 	sshPub, err := gossh.NewPublicKey(pubKey)
 	if err != nil {
 		return "", nil, err
 	}
-	if err := writeFileAtomic(path+".pub", gossh.MarshalAuthorizedKey(sshPub), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path+".pub", gossh.MarshalAuthorizedKey(sshPub), 0o644); err != nil {
 		return "", nil, err
 	}
 	return path, sshPub, nil
@@ -141,7 +142,7 @@ func pinHostKey(dir string, info api.SSHInfo) (string, error) {
 		}
 	}
 	lines = append(lines, alias+" "+info.HostKey)
-	return path, writeFileAtomic(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+	return path, atomicfile.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
 }
 
 // sshConfigFor prepares everything ssh needs to reach sandbox name and returns the path of a
@@ -160,7 +161,7 @@ func sshConfigFor(ctx context.Context, c *client.Client, name string) (string, e
 		return "", err
 	}
 	cfg := filepath.Join(dir, name+".config")
-	return cfg, writeFileAtomic(cfg, []byte(block), 0o600)
+	return cfg, atomicfile.WriteFile(cfg, []byte(block), 0o600)
 }
 
 // hostBlock asks the daemon how to reach sandbox name, pins the endpoint's host key, and returns
@@ -175,24 +176,4 @@ func hostBlock(ctx context.Context, c *client.Client, dir, keyPath, name, patter
 		return "", err
 	}
 	return sshHostBlock(patterns, info, keyPath, knownHosts), nil
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

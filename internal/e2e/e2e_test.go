@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +29,7 @@ import (
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/cli"
 	"github.com/hiloop/hiloop/internal/daemon"
+	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -541,15 +541,11 @@ func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
 // named after its sandboxes.
 func findLeaks(dataDir string) []string {
 	var leaks []string
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) > 4 && strings.HasPrefix(fields[4], dataDir+"/") {
-				leaks = append(leaks, "mount "+fields[4])
-			}
+	mounts, _ := mountinfo.Under(dataDir)
+	for _, t := range mounts {
+		if t != dataDir {
+			leaks = append(leaks, "mount "+t)
 		}
-		f.Close()
 	}
 	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, b := range backing {

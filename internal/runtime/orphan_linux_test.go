@@ -18,6 +18,8 @@ import (
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // TestOrphanWithoutState loses a running sandbox's libcontainer state and rootfs record, as an
@@ -84,7 +86,7 @@ func TestOrphanWithoutState(t *testing.T) {
 
 	// The rootfs record is gone, so the overlay outlived Stop: what RemoveLayer is for.
 	merged := filepath.Join(s.LayerDir, mergedName)
-	if m, _ := mountpointsUnder(merged); len(m) == 0 {
+	if m, _ := mountinfo.Under(merged); len(m) == 0 {
 		t.Fatal("overlay not mounted any more; the test no longer covers RemoveLayer")
 	}
 	if err := r.RemoveLayer(s.LayerDir); err != nil {
@@ -191,7 +193,7 @@ func TestRemoveLayer(t *testing.T) {
 
 func assertLayerRemoved(t *testing.T, layer string) {
 	t.Helper()
-	if m, err := mountpointsUnder(layer); err != nil || len(m) > 0 {
+	if m, err := mountinfo.Under(layer); err != nil || len(m) > 0 {
 		t.Errorf("still mounted under %s: %v (err %v)", layer, m, err)
 	}
 	if _, err := os.Lstat(layer); !errors.Is(err, os.ErrNotExist) {

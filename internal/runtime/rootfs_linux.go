@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -141,7 +140,7 @@ func (r *Runtime) RemoveLayer(layerDir string) error {
 		return nil
 	}
 	for range 4 {
-		targets, err := mountpointsUnder(dir)
+		targets, err := mountinfo.Under(dir) // deepest first: a mount with another inside it is busy
 		if err != nil {
 			return fmt.Errorf("runtime: remove layer: %w", err)
 		}
@@ -151,8 +150,6 @@ func (r *Runtime) RemoveLayer(layerDir string) error {
 			}
 			return nil
 		}
-		// Deepest first: a mount with another inside it is busy.
-		slices.SortStableFunc(targets, func(a, b string) int { return len(b) - len(a) })
 		for _, t := range targets {
 			if err := unmountAll(t); err != nil {
 				return fmt.Errorf("runtime: remove layer: %w", err)
@@ -160,28 +157,6 @@ func (r *Runtime) RemoveLayer(layerDir string) error {
 		}
 	}
 	return fmt.Errorf("runtime: remove layer: %s stays mounted", dir)
-}
-
-// mountpointsUnder lists the mount points at or below dir in this mount namespace.
-func mountpointsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		// "36 35 98:0 /root /mnt/target rw,noatime shared:1 - ext3 /dev/root rw"
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		t := mountinfo.Unescape(f[4])
-		if t == dir || strings.HasPrefix(t, dir+"/") {
-			out = append(out, t)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil // stacked mounts show once; unmountAll peels them all
 }
 
 // writeEtc writes /etc/hostname and /etc/hosts into the rootfs without following symlinks,

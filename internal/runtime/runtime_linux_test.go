@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/runtime/initproc"
 )
 
@@ -638,9 +639,8 @@ func TestStopCleansUp(t *testing.T) {
 			t.Errorf("cgroup %s at %s, want it named %s", sub, p, cgroupName(r.cfg.StateDir, s.ID))
 		}
 	}
-	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mounts), filepath.Join(s.LayerDir, mergedName)) {
-		t.Error("overlay still mounted")
+	if m, err := mountinfo.Under(filepath.Join(s.LayerDir, mergedName)); err != nil || len(m) > 0 {
+		t.Errorf("overlay still mounted: %q, %v", m, err)
 	}
 	for _, p := range []string{r.socketPath(s.ID), r.rootfsRecord(s.ID), filepath.Join(testConfig().StateDir, s.ID)} {
 		if fileExists(p) {

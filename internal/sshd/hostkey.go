@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/hiloop/hiloop/internal/atomicfile"
 )
 
 // loadOrCreateHostKey reads the host key at path, or generates an ed25519 key there first.
@@ -44,22 +46,8 @@ func createHostKey(path string) ([]byte, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".hostkey-*")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	// A hard link fails if the name exists: two daemons starting at once keep one key.
-	if err := os.Link(tmp.Name(), path); err != nil {
+	// WriteNewFile fails if the name exists: two daemons starting at once keep one key.
+	if err := atomicfile.WriteNewFile(path, data, 0o600); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return os.ReadFile(path)
 		}

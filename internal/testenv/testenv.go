@@ -4,7 +4,11 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 )
 
 // RequireTool returns the path of a program a test needs; without it the test is skipped, except
@@ -33,4 +37,32 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("this test needs root, and CI runs as root")
 	}
 	t.Skip("this test needs root")
+}
+
+// MountNamespace starts a process in a mount namespace of its own, a copy of the test's with
+// the given propagation ("private", "slave", ...), as a container or an image build makes one.
+// It returns the process's pid once the namespace is set up, and stop, which ends the process
+// (also at the end of the test).
+func MountNamespace(t testing.TB, propagation string) (pid int, stop func()) {
+	t.Helper()
+	RequireTool(t, "unshare")
+	cmd := exec.Command("unshare", "--mount", "--propagation", propagation, "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
+	t.Cleanup(stop)
+	// unshare sets propagation after it made the namespace: only once it runs sleep is the
+	// namespace as asked.
+	comm := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "comm")
+	for i := 0; ; i++ {
+		if b, _ := os.ReadFile(comm); string(b) == "sleep\n" {
+			return cmd.Process.Pid, stop
+		}
+		if i == 500 {
+			t.Fatal("unshare never ran sleep")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // Dir is the fixed-geometry driver for hosts without loop devices: every volume is a plain
@@ -100,7 +102,7 @@ func (d *Dir) Delete(ctx context.Context, id string) error {
 	unlock := d.locks.lock(id)
 	defer unlock()
 	p := d.path(id)
-	if ms, err := mountsUnder(p); err != nil {
+	if ms, err := mountinfo.Under(p); err != nil {
 		return err
 	} else if len(ms) > 0 {
 		return fmt.Errorf("volume %s: %s is mounted: %w", id, ms[0], ErrBusy)

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // The reflink pool: where the host filesystem cannot clone files (ext4), volumes and snapshots
@@ -30,7 +32,7 @@ const poolLabel = "hiloop-pool" // mkfs.xfs allows 12 characters
 // already holds volumes that mounting a pool over it would hide: those keep their sparse copies.
 func (x *XFS) openPool() error {
 	img := x.dir + ".pool.img"
-	m, mounted, err := mountAt(x.dir)
+	m, mounted, err := mountinfo.At(x.dir)
 	if err != nil {
 		return err
 	}
@@ -78,7 +80,7 @@ func holdsVolumes(dir string) (bool, error) {
 		return true, nil
 	}
 	mnt := filepath.Join(dir, "mnt")
-	under, err := mountsUnder(dir)
+	under, err := mountinfo.Under(dir)
 	if err != nil {
 		return false, err
 	}
@@ -161,7 +163,7 @@ func (x *XFS) mountPool(img string) error {
 	if err := os.Chmod(x.dir, 0o711); err != nil {
 		return fmt.Errorf("pool: %w", err)
 	}
-	m, _, err := mountAt(x.dir)
+	m, _, err := mountinfo.At(x.dir)
 	if err != nil {
 		return err
 	}
@@ -170,7 +172,7 @@ func (x *XFS) mountPool(img string) error {
 
 // ensureShared makes the mount m at dir shared, in a peer group of its own if it is not
 // shared already.
-func ensureShared(dir string, m mount) error {
+func ensureShared(dir string, m mountinfo.Info) error {
 	if strings.Contains(m.Optional, "shared:") {
 		return nil
 	}
@@ -182,7 +184,7 @@ func ensureShared(dir string, m mount) error {
 
 // closePool unmounts the pool and makes sure its loop device is gone.
 func (x *XFS) closePool() error {
-	m, mounted, err := mountAt(x.dir)
+	m, mounted, err := mountinfo.At(x.dir)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // Snapshots are copies of volume images in <dir>/snapshots: a reflink clone where the pool
@@ -67,7 +69,7 @@ func (x *XFS) Snapshot(ctx context.Context, id, snapID string, progress Progress
 		}
 		return SnapshotInfo{}, err
 	}
-	_, mounted, err := mountAt(mnt)
+	_, mounted, err := mountinfo.At(mnt)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -271,7 +273,7 @@ func (x *XFS) Restore(ctx context.Context, id, snapID string, progress Progress)
 	if err != nil {
 		return Info{}, err
 	}
-	if _, mounted, err := mountAt(mnt); err != nil {
+	if _, mounted, err := mountinfo.At(mnt); err != nil {
 		return Info{}, err
 	} else if mounted {
 		return Info{}, fmt.Errorf("volume %s is mounted: unmount it to restore it: %w", id, ErrBusy)
@@ -329,7 +331,7 @@ func (x *XFS) withImageMounted(ctx context.Context, id, img, mnt string, f func(
 	if _, err := x.mountImage(id, img, mnt); err != nil {
 		return err
 	}
-	m, _, err := mountAt(mnt)
+	m, _, err := mountinfo.At(mnt)
 	if err == nil && f != nil {
 		err = f(m.Source)
 	}
@@ -350,7 +352,7 @@ func (x *XFS) withImageMounted(ctx context.Context, id, img, mnt string, f func(
 // cleanSealMounts unmounts the copies a daemon that died mid-seal left mounted under mnt (their
 // files are removed through ListSnapshots and DeleteSnapshot).
 func cleanSealMounts(mnt string) {
-	under, _ := mountsUnder(mnt)
+	under, _ := mountinfo.Under(mnt)
 	for _, t := range under {
 		if name := filepath.Base(t); filepath.Dir(t) == mnt && strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".sealing") {
 			if err := unix.Unmount(t, unix.MNT_DETACH); err == nil {
@@ -473,7 +475,7 @@ func freezeFS(dir string) (thaw func() error, err error) {
 // thawAll thaws every volume mounted under mnt: a daemon that died mid-snapshot leaves its
 // volume frozen, and its writers waiting for ever. Thawing one that is not frozen is a no-op.
 func thawAll(mnt string) {
-	under, _ := mountsUnder(mnt)
+	under, _ := mountinfo.Under(mnt)
 	for _, t := range under {
 		if filepath.Dir(t) != mnt || validID(filepath.Base(t)) != nil {
 			continue

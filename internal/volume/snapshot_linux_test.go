@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
 
@@ -112,7 +113,7 @@ func TestXFSPool(t *testing.T) {
 	if want := x.Dir() + ".pool.img"; x.Pool() != want {
 		t.Fatalf("Pool = %q, want %q", x.Pool(), want)
 	}
-	m, mounted, err := mountAt(x.Dir())
+	m, mounted, err := mountinfo.At(x.Dir())
 	if err != nil || !mounted || m.FSType != "xfs" || !isLoopOf(m.Source, x.Pool()) {
 		t.Fatalf("mount at %s = %+v, %v (err %v); want the pool's XFS", x.Dir(), m, mounted, err)
 	}

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // XFS is the resizable volume driver: every volume is an XFS filesystem (reflink on) in a sparse
@@ -115,7 +118,7 @@ func NewXFS(dir string) (*XFS, error) {
 // with shared mounts, the unmount at a stop propagates into the namespaces that took them as
 // slaves (containers, image builds), so their copies do not keep the loop device busy.
 func makeShared(dir string) error {
-	m, mounted, err := mountAt(dir)
+	m, mounted, err := mountinfo.At(dir)
 	if err != nil {
 		return err
 	}
@@ -143,7 +146,7 @@ func makeShared(dir string) error {
 // dir down. The driver is not to be used after it.
 func (x *XFS) Close() error {
 	mnt := filepath.Join(x.dir, "mnt")
-	under, err := mountsUnder(mnt)
+	under, err := mountinfo.Under(mnt)
 	if err != nil {
 		return err
 	}
@@ -296,7 +299,7 @@ func (x *XFS) mountImage(id, img, mnt string) (string, error) {
 		}
 		return "", err
 	}
-	if _, mounted, err := mountAt(mnt); err != nil {
+	if _, mounted, err := mountinfo.At(mnt); err != nil {
 		return "", err
 	} else if mounted {
 		return mnt, nil
@@ -347,7 +350,7 @@ func (x *XFS) unmount(ctx context.Context, id string) error {
 // unmountImage unmounts mnt and makes sure no loop device holds img (see mountImage).
 func (x *XFS) unmountImage(ctx context.Context, id, img, mnt string) error {
 	for tries := 0; ; tries++ {
-		_, mounted, err := mountAt(mnt)
+		_, mounted, err := mountinfo.At(mnt)
 		if err != nil {
 			return err
 		}
@@ -465,13 +468,13 @@ func (x *XFS) List(ctx context.Context) ([]string, error) {
 			ids = append(ids, id)
 		}
 	}
-	ms, err := mounts()
+	mnt := filepath.Join(x.dir, "mnt")
+	under, err := mountinfo.Under(mnt)
 	if err != nil {
 		return nil, err
 	}
-	mnt := filepath.Join(x.dir, "mnt")
-	for _, m := range ms {
-		if id := filepath.Base(m.Target); filepath.Dir(m.Target) == mnt && validID(id) == nil {
+	for _, t := range under {
+		if id := filepath.Base(t); filepath.Dir(t) == mnt && validID(id) == nil {
 			ids = append(ids, id)
 		}
 	}
@@ -540,7 +543,7 @@ func (x *XFS) Grow(ctx context.Context, id string, sizeGiB int) (Info, error) {
 		}
 	}
 
-	m, mounted, err := mountAt(mnt)
+	m, mounted, err := mountinfo.At(mnt)
 	if err != nil {
 		return Info{}, err
 	}
@@ -548,7 +551,7 @@ func (x *XFS) Grow(ctx context.Context, id string, sizeGiB int) (Info, error) {
 		if _, err := x.mount(id); err != nil {
 			return Info{}, err
 		}
-		if m, _, err = mountAt(mnt); err != nil {
+		if m, _, err = mountinfo.At(mnt); err != nil {
 			return Info{}, err
 		}
 	}
@@ -581,39 +584,18 @@ func (x *XFS) growfs(ctx context.Context, dev, mnt string) error {
 }
 
 // syncDir makes a rename or unlink in dir durable; failure only weakens crash safety.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-}
+func syncDir(dir string) { _ = atomicfile.SyncDir(dir) }
 
 // holders names processes whose mount namespace still mounts one of devs, for the busy error.
 func holders(devs []string) string {
-	seen := map[string]bool{}
 	var out []string
-	mountinfos, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
-	for _, p := range mountinfos {
-		b, err := os.ReadFile(p)
-		if err != nil {
+	for _, ns := range mountinfo.Namespaces() {
+		i := slices.IndexFunc(ns.Mounts, func(m *mountinfo.Info) bool { return slices.Contains(devs, m.Source) })
+		if i < 0 {
 			continue
 		}
-		ns, _ := os.Readlink(filepath.Join(filepath.Dir(p), "ns", "mnt"))
-		for _, dev := range devs {
-			if !strings.Contains(string(b), " "+dev+" ") || seen[ns] {
-				continue
-			}
-			seen[ns] = true
-			comm, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "comm"))
-			at := ""
-			for _, line := range strings.Split(string(b), "\n") {
-				if f := strings.Fields(line); strings.Contains(line, " "+dev+" ") && len(f) > 4 {
-					at = " at " + f[4]
-					break
-				}
-			}
-			out = append(out, fmt.Sprintf("pid %s (%s)%s", filepath.Base(filepath.Dir(p)), strings.TrimSpace(string(comm)), at))
-		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ns.PID))
+		out = append(out, fmt.Sprintf("pid %d (%s) at %s", ns.PID, strings.TrimSpace(string(comm)), ns.Mounts[i].Mountpoint))
 	}
 	if len(out) == 0 {
 		return ""

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
 
@@ -48,7 +48,7 @@ func newTestXFS(t testing.TB) *XFS {
 // assertPoolReleased checks that a closed driver left nothing of its pool in the kernel.
 func assertPoolReleased(t testing.TB, x *XFS) {
 	t.Helper()
-	if under, err := mountsUnder(x.Dir()); err != nil || len(under) > 0 {
+	if under, err := mountinfo.Under(x.Dir()); err != nil || len(under) > 0 {
 		t.Errorf("mounts left at or under %s: %v (err %v)", x.Dir(), under, err)
 	}
 	if x.Pool() == "" {
@@ -62,7 +62,7 @@ func assertPoolReleased(t testing.TB, x *XFS) {
 // assertReleased checks that nothing of volume id is left in the kernel: no mount, no loop device.
 func assertReleased(t *testing.T, x *XFS, id string) {
 	t.Helper()
-	if _, mounted, err := mountAt(x.mountpoint(id)); err != nil || mounted {
+	if _, mounted, err := mountinfo.At(x.mountpoint(id)); err != nil || mounted {
 		t.Errorf("volume %s still mounted (err %v)", id, err)
 	}
 	devs, err := loopDevicesFor(x.image(id), false)
@@ -94,13 +94,13 @@ func assertReflink(t *testing.T, dir string) {
 
 func countMounts(t *testing.T, target string) int {
 	t.Helper()
-	ms, err := mounts()
+	ms, err := mountinfo.Self()
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, m := range ms {
-		if m.Target == target {
+		if m.Mountpoint == target {
 			n++
 		}
 	}
@@ -316,37 +316,36 @@ func TestXFSUnmountBusy(t *testing.T) {
 }
 
 // A mount namespace made while a workspace is mounted (a container starting, an image build)
-// holds a copy of its mount; the unmount must reach that copy and free the loop device.
-func TestXFSUnmountReachesSlaveNamespaces(t *testing.T) {
-	ctx := context.Background()
-	x := newTestXFS(t)
-	const id = "sb-ns"
-	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
-		t.Fatal(err)
+// holds a copy of its mount. The unmount reaches a slave copy and frees the loop device; a
+// private copy keeps it, and the busy error names the process that holds it and where.
+func TestXFSUnmountWithNamespaceCopy(t *testing.T) {
+	for _, propagation := range []string{"slave", "private"} {
+		t.Run(propagation, func(t *testing.T) {
+			ctx := context.Background()
+			x := newTestXFS(t)
+			const id = "sb-ns"
+			if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := x.Mount(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			holder, stop := testenv.MountNamespace(t, propagation)
+			err := x.Unmount(ctx, id)
+			if propagation == "private" {
+				want := fmt.Sprintf("pid %d (sleep) at %s", holder, x.mountpoint(id))
+				if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), want) {
+					t.Errorf("Unmount with a private copy: %v; want ErrBusy naming %q", err, want)
+				}
+				stop()
+				err = x.Unmount(ctx, id)
+			}
+			if err != nil {
+				t.Fatalf("Unmount: %v", err)
+			}
+			assertReleased(t, x, id)
+		})
 	}
-	if _, err := x.Mount(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	holder := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "60")
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { holder.Process.Kill(); holder.Wait() }()
-	// Wait until the namespace exists with its copy of the mount.
-	for i := 0; ; i++ {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid))
-		if strings.Contains(string(b), x.mountpoint(id)) {
-			break
-		}
-		if i == 200 {
-			t.Fatal("the holder namespace never showed the mount")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := x.Unmount(ctx, id); err != nil {
-		t.Fatalf("Unmount with a copy in a slave namespace: %v", err)
-	}
-	assertReleased(t, x, id)
 }
 
 func TestXFSLeftoverLoopDeviceIsDetached(t *testing.T) {
@@ -643,7 +642,7 @@ func TestXFSStaleLoopOfDeletedImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, _, _ := mountAt(mnt); m.Source == stale {
+	if m, _, _ := mountinfo.At(mnt); m.Source == stale {
 		t.Errorf("Mount reused %s, bound to the deleted image", stale)
 	}
 	if err := x.Delete(ctx, id); err != nil {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"github.com/hiloop/hiloop/internal/atomicfile"
 )
 
 // record is a session as persisted in <state>/sessions/<id>.json.
@@ -85,21 +87,5 @@ func (s store) save(rec record) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, rec.ID+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), s.path(rec.ID))
+	return atomicfile.WriteFile(s.path(rec.ID), append(data, '\n'), 0o600)
 }
