@@ -9,7 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -172,18 +172,18 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 
 func closeStream(conn *websocket.Conn, err error) {
 	switch {
-	case errors.Is(err, session.ErrSlow):
+	case errors.Is(err, eventlog.ErrSlow):
 		conn.Close(api.StreamCloseSlow, "watcher fell behind: reconnect with after=<last seq received>")
-	case errors.Is(err, session.ErrClosed):
+	case errors.Is(err, eventlog.ErrClosed):
 		conn.Close(websocket.StatusGoingAway, "sandboxd is shutting down: reconnect with after=<last seq received>")
-	case errors.Is(err, session.ErrDeleted):
+	case errors.Is(err, eventlog.ErrDeleted):
 		conn.Close(api.StreamCloseDeleted, "the session was deleted")
 	default:
 		conn.Close(websocket.StatusInternalError, "event stream failed: reconnect with after=<last seq received>")
 	}
 }
 
-func apiEvent(ev session.Event) api.SessionEvent {
+func apiEvent(ev eventlog.Event) api.SessionEvent {
 	return api.SessionEvent{Seq: ev.Seq, Type: ev.Type, Time: ev.Time, Data: ev.Data}
 }
 

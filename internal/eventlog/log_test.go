@@ -1,4 +1,4 @@
-package session
+package eventlog
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func openTestLog(t testing.TB, noSync bool) (*Log, *bolt.DB, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := OpenLog(db)
+	l, err := Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l, err = OpenLog(db)
+	l, err = Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestCloseStoresWhatWasQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l, err := OpenLog(db)
+	l, err := Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestCloseStoresWhatWasQueued(t *testing.T) {
 	if _, err := l.Enqueue("s", TypeUpdate, data(0)).Wait(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Enqueue after Close = %v, want ErrClosed", err)
 	}
-	l2, err := OpenLog(db)
+	l2, err := Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}

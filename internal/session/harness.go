@@ -1,4 +1,4 @@
-package acp
+package session
 
 import (
 	"bufio"
@@ -16,9 +16,9 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/runtime"
-	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/store"
 )
 
@@ -51,11 +51,11 @@ type harnessProc struct {
 	exitErr error
 
 	mu      sync.Mutex
-	failure error                      // why the daemon cut the harness off, if it did
-	byACP   map[string]string          // ACP session id → session id
-	known   map[string]string          // session id → ACP session id, sessions this process serves
-	loading map[string]bool            // ACP session ids being loaded: their replayed history is not stored
-	stored  map[string]session.Pending // session id → its last update queued for the log
+	failure error                       // why the daemon cut the harness off, if it did
+	byACP   map[string]string           // ACP session id → session id
+	known   map[string]string           // session id → ACP session id, sessions this process serves
+	loading map[string]bool             // ACP session ids being loaded: their replayed history is not stored
+	stored  map[string]eventlog.Pending // session id → its last update queued for the log
 }
 
 // harness returns the live harness process for (sandbox, name), starting one if needed.
@@ -133,7 +133,7 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 		byACP:   map[string]string{},
 		known:   map[string]string{},
 		loading: map[string]bool{},
-		stored:  map[string]session.Pending{},
+		stored:  map[string]eventlog.Pending{},
 	}
 	stderrDone := make(chan struct{})
 	go func() {
@@ -358,7 +358,7 @@ func (p *harnessProc) storeUpdate(acpID string, update json.RawMessage) {
 		p.svc.lg.Debug("dropping an update for an unknown ACP session", "harness", p.key.harness, "acp_session", acpID)
 		return
 	}
-	p.stored[id] = p.svc.log.Enqueue(id, session.TypeUpdate, bytes.Clone(update))
+	p.stored[id] = p.svc.log.Enqueue(id, eventlog.TypeUpdate, bytes.Clone(update))
 }
 
 // updatesStored waits until every update queued for the session is durable, and says if any

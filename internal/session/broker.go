@@ -1,4 +1,4 @@
-package acp
+package session
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -115,7 +115,7 @@ func (s *Service) requestPermission(ctx context.Context, id string, req acpsdk.R
 		s.permMu.Unlock()
 		return acpsdk.RequestPermissionResponse{}, err
 	}
-	if _, err := s.log.Append(id, session.TypePermission, mustJSON(data)); err != nil {
+	if _, err := s.log.Append(id, eventlog.TypePermission, mustJSON(data)); err != nil {
 		s.permMu.Unlock()
 		return acpsdk.RequestPermissionResponse{}, err
 	}
@@ -167,7 +167,7 @@ func (s *Service) decide(rec *store.Permission, outcome string, opt *store.Permi
 	}
 	err := s.store.PutPermission(*rec)
 	if err == nil {
-		_, err = s.log.Append(rec.Session, session.TypePermissionResolved, mustJSON(api.PermissionResolvedData{
+		_, err = s.log.Append(rec.Session, eventlog.TypePermissionResolved, mustJSON(api.PermissionResolvedData{
 			ToolCallID: rec.ToolCallID, Outcome: rec.Outcome, OptionID: rec.OptionID, Kind: rec.Kind, By: rec.By,
 		}))
 	}

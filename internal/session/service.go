@@ -1,14 +1,15 @@
-// Package acp runs agent sessions: it is the ACP client (github.com/coder/acp-go-sdk) of one
-// harness process per sandbox and harness, the supervisor that starts and restarts those
-// processes, and the permission broker. Every update a harness sends is stored in the session's
-// event log (internal/session) before anyone sees it; session and permission records live in the
-// store.
+// Package session is the session service: it owns every agent session, from its record to its
+// end. It is the ACP client (github.com/coder/acp-go-sdk) of one harness process per sandbox and
+// harness, the supervisor that starts and restarts those processes, and the permission broker.
+// Every update a harness sends is stored in the session's event log (internal/eventlog) before
+// anyone sees it; session and permission records live in the store. It follows the sandbox
+// manager: a sandbox that stops stops its harnesses, one that is deleted takes its sessions with it.
 //
 // A turn: Prompt stores the prompt event and returns; a goroutine wakes the sandbox, starts or
 // reuses the harness, makes the harness know the session (session/load, else session/resume,
 // else session/new plus a notice), sends session/prompt and ends the turn with exactly one
 // turn_end event (preceded by an error event when it failed).
-package acp
+package session
 
 import (
 	"context"
@@ -23,9 +24,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/runtime"
-	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -40,7 +41,7 @@ type Sandboxes interface {
 // Config wires a Service.
 type Config struct {
 	Store     *store.Store
-	Log       *session.Log
+	Log       *eventlog.Log
 	Sandboxes Sandboxes
 	// LogDir holds one harness log (the harnesses' stderr) per sandbox: <LogDir>/<sandbox>.log.
 	LogDir string
@@ -66,7 +67,7 @@ const (
 type Service struct {
 	cfg   Config
 	store *store.Store
-	log   *session.Log
+	log   *eventlog.Log
 	boxes Sandboxes
 	lg    *slog.Logger
 
@@ -139,10 +140,10 @@ func (s *Service) Recover(ctx context.Context) error {
 		}
 		if open {
 			s.lg.Warn("ending the turn the daemon was running when it stopped", "session", rec.ID)
-			s.log.Enqueue(rec.ID, session.TypeError, mustJSON(api.ErrorData{
+			s.log.Enqueue(rec.ID, eventlog.TypeError, mustJSON(api.ErrorData{
 				Message: "sandboxd stopped while this turn ran, and the harness with it; prompt again to continue the session",
 			}))
-			if _, err := s.log.Append(rec.ID, session.TypeTurnEnd, mustJSON(api.TurnEndData{StopReason: api.StopReasonError})); err != nil {
+			if _, err := s.log.Append(rec.ID, eventlog.TypeTurnEnd, mustJSON(api.TurnEndData{StopReason: api.StopReasonError})); err != nil {
 				return err
 			}
 		}
@@ -301,7 +302,7 @@ func (s *Service) forget(id string) {
 }
 
 // Events returns up to limit stored events of a session after seq after.
-func (s *Service) Events(id string, after uint64, limit int) ([]session.Event, error) {
+func (s *Service) Events(id string, after uint64, limit int) ([]eventlog.Event, error) {
 	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
@@ -310,7 +311,7 @@ func (s *Service) Events(id string, after uint64, limit int) ([]session.Event, e
 
 // Subscribe streams a session's events after seq after, then live ones. A cursor past the last
 // event is invalid_argument: the watcher would skip what comes in between.
-func (s *Service) Subscribe(id string, after uint64) (*session.Subscription, error) {
+func (s *Service) Subscribe(id string, after uint64) (*eventlog.Subscription, error) {
 	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
@@ -363,22 +364,22 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 }
 
 // startTurn registers a new turn of session id and queues its prompt event.
-func (s *Service) startTurn(ctx context.Context, id, text string, policy api.PermissionPolicy) (*turn, session.Pending, error) {
+func (s *Service) startTurn(ctx context.Context, id, text string, policy api.PermissionPolicy) (*turn, eventlog.Pending, error) {
 	s.mu.Lock()
 	for {
 		if s.closing {
 			s.mu.Unlock()
-			return nil, session.Pending{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
+			return nil, eventlog.Pending{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
 		}
 		// A delete that began after the caller's lookup has marked the session or removed it.
 		_, err := s.store.GetSession(id)
 		if s.deleting[id] || errors.Is(err, store.ErrNotFound) {
 			s.mu.Unlock()
-			return nil, session.Pending{}, api.Errorf(api.CodeSessionNotFound, "session %s not found: it was deleted", id)
+			return nil, eventlog.Pending{}, api.Errorf(api.CodeSessionNotFound, "session %s not found: it was deleted", id)
 		}
 		if err != nil {
 			s.mu.Unlock()
-			return nil, session.Pending{}, err
+			return nil, eventlog.Pending{}, err
 		}
 		prev := s.turns[id]
 		if prev == nil {
@@ -386,13 +387,13 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 		}
 		if !prev.ending {
 			s.mu.Unlock()
-			return nil, session.Pending{}, api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: wait for its turn_end or cancel it with `hiloop session cancel %s`", id, id)
+			return nil, eventlog.Pending{}, api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: wait for its turn_end or cancel it with `hiloop session cancel %s`", id, id)
 		}
 		s.mu.Unlock()
 		select {
 		case <-prev.done:
 		case <-ctx.Done():
-			return nil, session.Pending{}, ctx.Err()
+			return nil, eventlog.Pending{}, ctx.Err()
 		}
 		s.mu.Lock()
 	}
@@ -400,7 +401,7 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
 	s.turns[id] = t
 	// Queued under the lock: the prompt lands after the previous turn's turn_end.
-	pending := s.log.Enqueue(id, session.TypePrompt, mustJSON(api.PromptData{Text: text}))
+	pending := s.log.Enqueue(id, eventlog.TypePrompt, mustJSON(api.PromptData{Text: text}))
 	s.mu.Unlock()
 	return t, pending, nil
 }

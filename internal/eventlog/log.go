@@ -1,9 +1,9 @@
-// Package session owns the durable, sequenced event log of every session: it stores events in the
+// Package eventlog owns the durable, sequenced event log of every session: it stores events in the
 // "events" bucket of the daemon's bbolt file and streams them to watchers. It knows nothing of ACP,
 // harnesses or HTTP, and must not touch any other bucket.
 //
-// internal/acp (the session supervisor, ACP client and permission broker) is its writer.
-package session
+// internal/session (the session service) is its only writer and decides which sessions exist.
+package eventlog
 
 import (
 	"bytes"
@@ -105,8 +105,8 @@ type appendReq struct {
 	done    chan struct{}
 }
 
-// OpenLog opens the event log kept in db, creating its bucket if needed, and starts its writer.
-func OpenLog(db *bolt.DB) (*Log, error) {
+// Open opens the event log kept in db, creating its bucket if needed, and starts its writer.
+func Open(db *bolt.DB) (*Log, error) {
 	err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucketEvents)
 		return err

@@ -1,4 +1,4 @@
-package acp
+package session
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/runtime"
-	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -29,7 +29,7 @@ import (
 var fakeAgent string // the built hiloop-fake-agent
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "acp-test")
+	dir, err := os.MkdirTemp("", "session-test")
 	if err != nil {
 		panic(err)
 	}
@@ -168,7 +168,7 @@ type testEnv struct {
 	dbPath string
 	boxes  *localBoxes
 	st     *store.Store
-	log    *session.Log
+	log    *eventlog.Log
 	svc    *Service
 	logDir string
 }
@@ -196,7 +196,7 @@ func (e *testEnv) open() {
 	if e.st, err = store.Open(e.dbPath); err != nil {
 		e.t.Fatal(err)
 	}
-	if e.log, err = session.OpenLog(e.st.Bolt()); err != nil {
+	if e.log, err = eventlog.Open(e.st.Bolt()); err != nil {
 		e.t.Fatal(err)
 	}
 	e.svc = New(Config{
@@ -249,20 +249,20 @@ func (e *testEnv) prompt(id, text string) uint64 {
 
 // until streams the session's events after seq after until one satisfies stop, and returns them.
 // Cut off as slow, it reconnects from its last seq, as every watcher must.
-func (e *testEnv) until(id string, after uint64, stop func(session.Event) bool) []session.Event {
+func (e *testEnv) until(id string, after uint64, stop func(eventlog.Event) bool) []eventlog.Event {
 	e.t.Helper()
 	sub, err := e.svc.Subscribe(id, after)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer func() { sub.Close() }()
-	var out []session.Event
+	var out []eventlog.Event
 	timeout := time.After(30 * time.Second)
 	for {
 		select {
 		case ev, ok := <-sub.C():
 			if !ok {
-				if !errors.Is(sub.Err(), session.ErrSlow) {
+				if !errors.Is(sub.Err(), eventlog.ErrSlow) {
 					e.t.Fatalf("stream ended: %v (after %d events)", sub.Err(), len(out))
 				}
 				sub, err = e.svc.Subscribe(id, after)
@@ -285,22 +285,22 @@ func (e *testEnv) until(id string, after uint64, stop func(session.Event) bool) 
 	}
 }
 
-func isTurnEnd(ev session.Event) bool { return ev.Type == session.TypeTurnEnd }
+func isTurnEnd(ev eventlog.Event) bool { return ev.Type == eventlog.TypeTurnEnd }
 
 // turn prompts and returns the turn's events, prompt to turn_end.
-func (e *testEnv) turn(id, text string) []session.Event {
+func (e *testEnv) turn(id, text string) []eventlog.Event {
 	e.t.Helper()
 	seq := e.prompt(id, text)
 	return e.until(id, seq-1, isTurnEnd)
 }
 
 // summary renders events as "type[:detail]" for comparisons and failure messages.
-func summary(evs []session.Event) []string {
+func summary(evs []eventlog.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Type
 		switch ev.Type {
-		case session.TypeUpdate:
+		case eventlog.TypeUpdate:
 			var u struct {
 				SessionUpdate string `json:"sessionUpdate"`
 				Content       struct {
@@ -316,15 +316,15 @@ func summary(evs []session.Event) []string {
 			if u.Status != "" {
 				out[i] += ":" + u.Status
 			}
-		case session.TypeTurnEnd:
+		case eventlog.TypeTurnEnd:
 			var d api.TurnEndData
 			_ = json.Unmarshal(ev.Data, &d)
 			out[i] += ":" + d.StopReason
-		case session.TypePermissionResolved:
+		case eventlog.TypePermissionResolved:
 			var d api.PermissionResolvedData
 			_ = json.Unmarshal(ev.Data, &d)
 			out[i] += ":" + d.Outcome + ":" + d.Kind + ":" + d.By
-		case session.TypePermission:
+		case eventlog.TypePermission:
 			var d api.PermissionData
 			_ = json.Unmarshal(ev.Data, &d)
 			out[i] += ":" + d.ToolCallID + ":" + string(d.Policy)
@@ -333,7 +333,7 @@ func summary(evs []session.Event) []string {
 	return out
 }
 
-func expect(t *testing.T, evs []session.Event, want ...string) {
+func expect(t *testing.T, evs []eventlog.Event, want ...string) {
 	t.Helper()
 	got := summary(evs)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -341,7 +341,7 @@ func expect(t *testing.T, evs []session.Event, want ...string) {
 	}
 }
 
-func data[T any](t *testing.T, ev session.Event) T {
+func data[T any](t *testing.T, ev eventlog.Event) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal(ev.Data, &v); err != nil {
@@ -442,7 +442,7 @@ func TestAskPolicyWaitsForAnOperator(t *testing.T) {
 			e.boxes.policy = api.PolicyAsk // the sandbox's policy applies
 			id := e.create("")
 			seq := e.prompt(id, e.script("tool.fake", toolScript))
-			evs := e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypePermission })
+			evs := e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypePermission })
 			expect(t, evs, "prompt", "update:agent_message_chunk:I will edit README.md", "update:tool_call:pending", "permission:call-1:ask")
 			waitState(t, e.svc, id, api.SessionWaiting)
 			if _, err := e.svc.Prompt(context.Background(), id, "hi"); apiCode(err) != api.CodeTurnInProgress {
@@ -484,7 +484,7 @@ func TestCancelMidPermission(t *testing.T) {
 	e := newEnv(t)
 	id := e.create(api.PolicyAsk)
 	seq := e.prompt(id, e.script("tool.fake", toolScript))
-	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypePermission })
+	e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypePermission })
 	waitState(t, e.svc, id, api.SessionWaiting)
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
@@ -501,7 +501,7 @@ func TestCancelMidTurn(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("")
 	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\nmessage never\n"))
-	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypeUpdate })
+	e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypeUpdate })
 	start := time.Now()
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
@@ -598,7 +598,7 @@ func TestDaemonRestartMidTurn(t *testing.T) {
 	id := e.create("")
 	e.turn(id, "remember me")
 	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\n"))
-	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypeUpdate })
+	e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypeUpdate })
 	// A hard stop: nothing records the turn's end, the harness dies with the daemon.
 	e.boxes.stop()
 	e.boxes.running = true
@@ -718,7 +718,7 @@ func TestPromptRightAfterTurnEnd(t *testing.T) {
 			t.Fatalf("prompt %d: %v", i, err)
 		}
 		for ev := range sub.C() {
-			if ev.Type == session.TypeTurnEnd {
+			if ev.Type == eventlog.TypeTurnEnd {
 				break
 			}
 		}

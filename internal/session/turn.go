@@ -1,4 +1,4 @@
-package acp
+package session
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -72,7 +72,7 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 		}
 	}
 	if notice != "" {
-		s.log.Enqueue(rec.ID, session.TypeNotice, mustJSON(api.NoticeData{Message: notice}))
+		s.log.Enqueue(rec.ID, eventlog.TypeNotice, mustJSON(api.NoticeData{Message: notice}))
 	}
 
 	// From here a cancel goes to the harness, which answers the prompt with stop reason
@@ -114,15 +114,15 @@ func (s *Service) endTurn(t *turn, stop string, err error) {
 		if errors.As(err, &te) {
 			data.HarnessLog = te.harnessLog
 		}
-		s.log.Enqueue(t.session, session.TypeError, mustJSON(data))
+		s.log.Enqueue(t.session, eventlog.TypeError, mustJSON(data))
 	}
 	end := mustJSON(api.TurnEndData{StopReason: stop})
-	_, werr := s.log.Append(t.session, session.TypeTurnEnd, end)
+	_, werr := s.log.Append(t.session, eventlog.TypeTurnEnd, end)
 	// Without its turn_end, the session's watchers would wait forever: try a little longer.
-	for try := 1; werr != nil && !errors.Is(werr, session.ErrClosed) && try <= 3; try++ {
+	for try := 1; werr != nil && !errors.Is(werr, eventlog.ErrClosed) && try <= 3; try++ {
 		s.lg.Error("store turn_end", "session", t.session, "try", try, "err", werr)
 		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
-		_, werr = s.log.Append(t.session, session.TypeTurnEnd, end)
+		_, werr = s.log.Append(t.session, eventlog.TypeTurnEnd, end)
 	}
 	s.mu.Lock()
 	delete(s.turns, t.session)
