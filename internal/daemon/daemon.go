@@ -136,6 +136,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		Logger:    d.log.With("component", "sessions"),
 	})
 	d.sandboxes.OnStop(d.sessions.SandboxStopped)
+	d.sandboxes.OnDelete(d.sessions.SandboxDeleted)
 	if err := d.sessions.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
 	}

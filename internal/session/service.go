@@ -113,8 +113,10 @@ type turn struct {
 }
 
 // Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
-// deleted, and so are events no session owns; a turn that was running gets an error and a
-// turn_end event; permission requests nobody answered are resolved as cancelled.
+// deleted, and so are events no session owns and the harness logs of sandboxes that are gone (a
+// delete's cascade that failed, or a delete that Reconcile finished); a turn that was running
+// gets an error and a turn_end event; permission requests nobody answered are resolved as
+// cancelled.
 func (s *Service) Recover(ctx context.Context) error {
 	recs, err := s.store.ListSessions()
 	if err != nil {
@@ -158,6 +160,16 @@ func (s *Service) Recover(ctx context.Context) error {
 			if err := s.log.DeleteSession(id); err != nil {
 				return err
 			}
+		}
+	}
+	// A log left behind costs only disk: it is no reason to refuse to start.
+	names, err := s.harnessLogSandboxes()
+	if err != nil {
+		s.lg.Warn("list the harness logs", "err", err)
+	}
+	for _, name := range names {
+		if err := s.removeHarnessLogs(ctx, name); err != nil {
+			s.lg.Warn("remove the harness log of a deleted sandbox", "sandbox", name, "err", err)
 		}
 	}
 	return nil
@@ -476,19 +488,30 @@ func (s *Service) SandboxStopped(name string) {
 	}
 }
 
-// SandboxDeleted deletes the sessions of a deleted sandbox and its harness logs.
-func (s *Service) SandboxDeleted(name string) error {
-	s.SandboxStopped(name)
+// SandboxDeleted deletes the sessions of a deleted sandbox (name, id), with their events, and
+// its harness logs. The sandbox manager calls it once the sandbox is gone and has stopped its
+// harnesses already. The sandbox's delete succeeded whatever happens here, so a failure is
+// logged and left to Recover, which deletes at the next start what is left of sandboxes that are
+// gone.
+func (s *Service) SandboxDeleted(name, id string) {
+	if err := s.deleteSandbox(name, id); err != nil {
+		s.lg.Error("delete the sessions of a deleted sandbox; the next start of sandboxd finishes it",
+			"sandbox", name, "err", err)
+	}
+}
+
+func (s *Service) deleteSandbox(name, id string) error {
 	recs, err := s.store.ListSessions()
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, rec := range recs {
-		if rec.Sandbox != name {
-			continue
+		if rec.SandboxID != id {
+			continue // a sandbox made since under the same name keeps its sessions
 		}
 		if err := s.deleteSession(rec.ID, true); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	s.mu.Lock()
@@ -498,6 +521,15 @@ func (s *Service) SandboxDeleted(name string) error {
 		}
 	}
 	s.mu.Unlock()
+	return errors.Join(append(errs, s.removeHarnessLogs(context.Background(), name))...)
+}
+
+// removeHarnessLogs removes a sandbox's harness logs, unless a sandbox of that name exists (one
+// made since the delete writes its own log there).
+func (s *Service) removeHarnessLogs(ctx context.Context, name string) error {
+	if _, err := s.boxes.Get(ctx, name); !isCode(err, api.CodeSandboxNotFound) {
+		return err
+	}
 	for _, p := range []string{s.harnessLogPath(name), s.harnessLogPath(name) + ".1"} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -508,6 +540,27 @@ func (s *Service) SandboxDeleted(name string) error {
 
 func (s *Service) harnessLogPath(sandbox string) string {
 	return filepath.Join(s.cfg.LogDir, sandbox+".log")
+}
+
+// harnessLogSandboxes lists the sandboxes that have a harness log.
+func (s *Service) harnessLogSandboxes() ([]string, error) {
+	entries, err := os.ReadDir(s.cfg.LogDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(strings.TrimSuffix(e.Name(), ".1"), ".log")
+		if ok && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 func (s *Service) record(id string) (store.Session, error) {

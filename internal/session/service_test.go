@@ -52,6 +52,8 @@ type localBoxes struct {
 	startGate chan struct{} // if set, Start waits for it
 
 	mu      sync.Mutex
+	id      string // the sandbox's id when not "id-box": another sandbox named box
+	gone    bool   // deleted
 	running bool
 	starts  int
 	execs   int
@@ -59,16 +61,20 @@ type localBoxes struct {
 }
 
 func (b *localBoxes) Get(_ context.Context, name string) (api.Sandbox, error) {
-	if name != "box" {
-		return api.Sandbox{}, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if name != "box" || b.gone {
+		return api.Sandbox{}, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
+	}
 	state := api.StateStopped
 	if b.running {
 		state = api.StateRunning
 	}
-	return api.Sandbox{Name: name, ID: "id-box", State: state, PermissionPolicy: b.policy}, nil
+	id := "id-box"
+	if b.id != "" {
+		id = b.id
+	}
+	return api.Sandbox{Name: name, ID: id, State: state, PermissionPolicy: b.policy}, nil
 }
 
 func (b *localBoxes) Start(ctx context.Context, name string) (api.Sandbox, error) {
@@ -115,6 +121,14 @@ func (b *localBoxes) Exec(_ context.Context, name string, spec runtime.ExecSpec)
 	b.procs = append(b.procs, p)
 	b.mu.Unlock()
 	return p, nil
+}
+
+// delete deletes the sandbox the way the manager does, before it tells the session service.
+func (b *localBoxes) delete() {
+	b.stop()
+	b.mu.Lock()
+	b.gone = true
+	b.mu.Unlock()
 }
 
 func (b *localBoxes) stop() {
@@ -676,14 +690,77 @@ func TestDeleteSandboxDeletesItsSessions(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("")
 	e.turn(id, "hi")
-	if err := e.svc.SandboxDeleted("box"); err != nil {
+	harnessLog := filepath.Join(e.logDir, "box.log")
+
+	// An earlier sandbox of the same name: this one's sessions and harness log stay.
+	e.svc.SandboxDeleted("box", "id-earlier")
+	if _, err := e.svc.Get(context.Background(), id); err != nil {
+		t.Fatalf("session after another sandbox named box was deleted: %v", err)
+	}
+	if _, err := os.Stat(harnessLog); err != nil {
+		t.Fatalf("harness log after another sandbox named box was deleted: %v", err)
+	}
+
+	e.boxes.delete()
+	e.svc.SandboxStopped("box")
+	e.svc.SandboxDeleted("box", "id-box")
+	expectGone(t, e, id)
+}
+
+// Until the cascade has run, a session of a deleted sandbox does not run in one made since under
+// the same name.
+func TestSessionOfADeletedSandboxDoesNotRunInItsNamesake(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	e.boxes.mu.Lock()
+	e.boxes.id = "id-namesake"
+	e.boxes.mu.Unlock()
+	seq := e.prompt(id, "hi")
+	evs := e.until(id, seq, isTurnEnd)
+	expect(t, evs, "error", "turn_end:error")
+	if msg := data[api.ErrorData](t, evs[0]).Message; !strings.Contains(msg, "was deleted") {
+		t.Fatalf("error = %q", msg)
+	}
+	if e.boxes.execs != 0 {
+		t.Fatalf("the harness started in the namesake")
+	}
+}
+
+// A cascade that fails leaves the sandbox deleted; the next start deletes what it left.
+func TestFailedSandboxCascadeIsFinishedAtNextStart(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	e.turn(id, "hi")
+	e.boxes.delete()
+	e.svc.SandboxStopped("box")
+	e.log.Close() // the events cannot be deleted, so neither is the session
+	if err := os.WriteFile(filepath.Join(e.logDir, "old.log.1"), []byte("a sandbox deleted before\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	e.svc.SandboxDeleted("box", "id-box")
+	if _, err := e.st.GetSession(id); err != nil {
+		t.Fatalf("the session went though its events could not: %v", err)
+	}
+
+	e.close()
+	e.open()
+	expectGone(t, e, id)
+	if _, err := os.Stat(filepath.Join(e.logDir, "old.log.1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("harness log of a deleted sandbox after a restart: %v", err)
+	}
+}
+
+// expectGone checks that a session of a deleted sandbox is gone with its events and harness log.
+func expectGone(t *testing.T, e *testEnv, id string) {
+	t.Helper()
 	if _, err := e.svc.Get(context.Background(), id); apiCode(err) != api.CodeSessionNotFound {
 		t.Fatalf("session after its sandbox was deleted: %v", err)
 	}
 	if seq, _ := e.log.LastSeq(id); seq != 0 {
 		t.Fatalf("events left: last seq %d", seq)
+	}
+	if _, err := os.Stat(filepath.Join(e.logDir, "box.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("harness log after its sandbox was deleted: %v", err)
 	}
 }
 

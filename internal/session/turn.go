@@ -36,6 +36,11 @@ func (s *Service) runTurn(t *turn, rec store.Session, text string) {
 func (s *Service) drive(t *turn, rec store.Session, text string) (string, error) {
 	ctx := t.ctx
 	sb, err := s.boxes.Get(ctx, rec.Sandbox)
+	if err == nil && sb.ID != rec.SandboxID {
+		// The session's sandbox was deleted and its cascade has not run yet (or failed): this
+		// is another sandbox under the same name.
+		err = api.Errorf(api.CodeSandboxNotFound, "sandbox %s that this session ran in was deleted", rec.Sandbox)
+	}
 	if err == nil && sb.State != api.StateRunning {
 		s.lg.Info("starting the sandbox for a prompt", "sandbox", rec.Sandbox, "session", rec.ID)
 		// Not cut short by a cancel: a sandbox start runs to its end either way.
