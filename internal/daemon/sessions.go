@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -111,11 +112,10 @@ func (d *Daemon) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := api.SessionEventList{Events: make([]api.SessionEvent, len(evs))}
-	for i, ev := range evs {
-		out.Events[i] = apiEvent(ev)
+	if evs == nil {
+		evs = []api.SessionEvent{} // "events": [], never null
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeJSON(w, http.StatusOK, api.SessionEventList{Events: evs})
 }
 
 // streamSession serves GET /v1/sessions/{id}/stream?after=N: a WebSocket of one text message per
@@ -147,7 +147,7 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 				closeStream(conn, sub.Err())
 				return nil
 			}
-			b, err := ev.JSON() // the stored bytes, which are an api.SessionEvent
+			b, err := json.Marshal(ev) // as GET /events encodes it
 			if err != nil {
 				return err
 			}
@@ -181,10 +181,6 @@ func closeStream(conn *websocket.Conn, err error) {
 	default:
 		conn.Close(websocket.StatusInternalError, "event stream failed: reconnect with after=<last seq received>")
 	}
-}
-
-func apiEvent(ev eventlog.Event) api.SessionEvent {
-	return api.SessionEvent{Seq: ev.Seq, Type: ev.Type, Time: ev.Time, Data: ev.Data}
 }
 
 // uintQuery reads an optional non-negative integer query parameter.

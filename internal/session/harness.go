@@ -20,6 +20,7 @@ import (
 	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // harnessUser is the sandbox user harnesses run as.
@@ -358,7 +359,7 @@ func (p *harnessProc) storeUpdate(acpID string, update json.RawMessage) {
 		p.svc.lg.Debug("dropping an update for an unknown ACP session", "harness", p.key.harness, "acp_session", acpID)
 		return
 	}
-	p.stored[id] = p.svc.log.Enqueue(id, eventlog.TypeUpdate, bytes.Clone(update))
+	p.stored[id] = p.svc.log.Enqueue(id, api.EventUpdate, bytes.Clone(update))
 }
 
 // updatesStored waits until every update queued for the session is durable, and says if any

@@ -142,10 +142,10 @@ func (s *Service) Recover(ctx context.Context) error {
 		}
 		if open {
 			s.lg.Warn("ending the turn the daemon was running when it stopped", "session", rec.ID)
-			s.log.Enqueue(rec.ID, eventlog.TypeError, mustJSON(api.ErrorData{
+			s.log.Enqueue(rec.ID, api.EventError, mustJSON(api.ErrorData{
 				Message: "sandboxd stopped while this turn ran, and the harness with it; prompt again to continue the session",
 			}))
-			if _, err := s.log.Append(rec.ID, eventlog.TypeTurnEnd, mustJSON(api.TurnEndData{StopReason: api.StopReasonError})); err != nil {
+			if _, err := s.log.Append(rec.ID, api.EventTurnEnd, mustJSON(api.TurnEndData{StopReason: api.StopReasonError})); err != nil {
 				return err
 			}
 		}
@@ -314,7 +314,7 @@ func (s *Service) forget(id string) {
 }
 
 // Events returns up to limit stored events of a session after seq after.
-func (s *Service) Events(id string, after uint64, limit int) ([]eventlog.Event, error) {
+func (s *Service) Events(id string, after uint64, limit int) ([]api.SessionEvent, error) {
 	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
@@ -413,7 +413,7 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
 	s.turns[id] = t
 	// Queued under the lock: the prompt lands after the previous turn's turn_end.
-	pending := s.log.Enqueue(id, eventlog.TypePrompt, mustJSON(api.PromptData{Text: text}))
+	pending := s.log.Enqueue(id, api.EventPrompt, mustJSON(api.PromptPost{Text: text}))
 	s.mu.Unlock()
 	return t, pending, nil
 }

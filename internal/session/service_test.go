@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	acpsdk "github.com/coder/acp-go-sdk"
+
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -263,14 +265,14 @@ func (e *testEnv) prompt(id, text string) uint64 {
 
 // until streams the session's events after seq after until one satisfies stop, and returns them.
 // Cut off as slow, it reconnects from its last seq, as every watcher must.
-func (e *testEnv) until(id string, after uint64, stop func(eventlog.Event) bool) []eventlog.Event {
+func (e *testEnv) until(id string, after uint64, stop func(api.SessionEvent) bool) []api.SessionEvent {
 	e.t.Helper()
 	sub, err := e.svc.Subscribe(id, after)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer func() { sub.Close() }()
-	var out []eventlog.Event
+	var out []api.SessionEvent
 	timeout := time.After(30 * time.Second)
 	for {
 		select {
@@ -299,22 +301,23 @@ func (e *testEnv) until(id string, after uint64, stop func(eventlog.Event) bool)
 	}
 }
 
-func isTurnEnd(ev eventlog.Event) bool { return ev.Type == eventlog.TypeTurnEnd }
+func isTurnEnd(ev api.SessionEvent) bool { return ev.Type == api.EventTurnEnd }
 
 // turn prompts and returns the turn's events, prompt to turn_end.
-func (e *testEnv) turn(id, text string) []eventlog.Event {
+func (e *testEnv) turn(id, text string) []api.SessionEvent {
 	e.t.Helper()
 	seq := e.prompt(id, text)
 	return e.until(id, seq-1, isTurnEnd)
 }
 
-// summary renders events as "type[:detail]" for comparisons and failure messages.
-func summary(evs []eventlog.Event) []string {
+// summary renders events as "type[:detail]" for comparisons and failure messages, with the values
+// as they are on the wire: the tests' expectations spell out what clients receive.
+func summary(evs []api.SessionEvent) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
-		out[i] = ev.Type
+		out[i] = string(ev.Type)
 		switch ev.Type {
-		case eventlog.TypeUpdate:
+		case api.EventUpdate:
 			var u struct {
 				SessionUpdate string `json:"sessionUpdate"`
 				Content       struct {
@@ -330,15 +333,15 @@ func summary(evs []eventlog.Event) []string {
 			if u.Status != "" {
 				out[i] += ":" + u.Status
 			}
-		case eventlog.TypeTurnEnd:
+		case api.EventTurnEnd:
 			var d api.TurnEndData
 			_ = json.Unmarshal(ev.Data, &d)
-			out[i] += ":" + d.StopReason
-		case eventlog.TypePermissionResolved:
-			var d api.PermissionResolvedData
+			out[i] += ":" + string(d.StopReason)
+		case api.EventPermissionResolved:
+			var d api.PermissionDecision
 			_ = json.Unmarshal(ev.Data, &d)
-			out[i] += ":" + d.Outcome + ":" + d.Kind + ":" + d.By
-		case eventlog.TypePermission:
+			out[i] += ":" + string(d.Outcome) + ":" + d.Kind + ":" + string(d.By)
+		case api.EventPermission:
 			var d api.PermissionData
 			_ = json.Unmarshal(ev.Data, &d)
 			out[i] += ":" + d.ToolCallID + ":" + string(d.Policy)
@@ -347,7 +350,7 @@ func summary(evs []eventlog.Event) []string {
 	return out
 }
 
-func expect(t *testing.T, evs []eventlog.Event, want ...string) {
+func expect(t *testing.T, evs []api.SessionEvent, want ...string) {
 	t.Helper()
 	got := summary(evs)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -355,7 +358,7 @@ func expect(t *testing.T, evs []eventlog.Event, want ...string) {
 	}
 }
 
-func data[T any](t *testing.T, ev eventlog.Event) T {
+func data[T any](t *testing.T, ev api.SessionEvent) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal(ev.Data, &v); err != nil {
@@ -430,7 +433,7 @@ func TestToolCallAutoApprovedByKind(t *testing.T) {
 	if perm.Title != "Edit README.md" || len(perm.Options) != 3 {
 		t.Fatalf("permission = %+v", perm)
 	}
-	if res := data[api.PermissionResolvedData](t, evs[4]); res.OptionID != "opt-yes" {
+	if res := data[api.PermissionDecision](t, evs[4]); res.OptionID != "opt-yes" {
 		t.Fatalf("auto-approve chose option %q, want the allow_once option opt-yes", res.OptionID)
 	}
 	// Answering a decided request the same way returns the decision; differently is a conflict.
@@ -456,7 +459,7 @@ func TestAskPolicyWaitsForAnOperator(t *testing.T) {
 			e.boxes.policy = api.PolicyAsk // the sandbox's policy applies
 			id := e.create("")
 			seq := e.prompt(id, e.script("tool.fake", toolScript))
-			evs := e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypePermission })
+			evs := e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventPermission })
 			expect(t, evs, "prompt", "update:agent_message_chunk:I will edit README.md", "update:tool_call:pending", "permission:call-1:ask")
 			waitState(t, e.svc, id, api.SessionWaiting)
 			if _, err := e.svc.Prompt(context.Background(), id, "hi"); apiCode(err) != api.CodeTurnInProgress {
@@ -498,7 +501,7 @@ func TestCancelMidPermission(t *testing.T) {
 	e := newEnv(t)
 	id := e.create(api.PolicyAsk)
 	seq := e.prompt(id, e.script("tool.fake", toolScript))
-	e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypePermission })
+	e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventPermission })
 	waitState(t, e.svc, id, api.SessionWaiting)
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
@@ -515,7 +518,7 @@ func TestCancelMidTurn(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("")
 	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\nmessage never\n"))
-	e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypeUpdate })
+	e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventUpdate })
 	start := time.Now()
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
@@ -612,7 +615,7 @@ func TestDaemonRestartMidTurn(t *testing.T) {
 	id := e.create("")
 	e.turn(id, "remember me")
 	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\n"))
-	e.until(id, seq-1, func(ev eventlog.Event) bool { return ev.Type == eventlog.TypeUpdate })
+	e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventUpdate })
 	// A hard stop: nothing records the turn's end, the harness dies with the daemon.
 	e.boxes.stop()
 	e.boxes.running = true
@@ -795,7 +798,7 @@ func TestPromptRightAfterTurnEnd(t *testing.T) {
 			t.Fatalf("prompt %d: %v", i, err)
 		}
 		for ev := range sub.C() {
-			if ev.Type == eventlog.TypeTurnEnd {
+			if ev.Type == api.EventTurnEnd {
 				break
 			}
 		}
@@ -814,4 +817,19 @@ func TestSubscribePastTheEnd(t *testing.T) {
 		t.Fatalf("subscribe at the end: %v", err)
 	}
 	sub.Close()
+}
+
+// A turn's stop reason is ACP's as the harness sent it: pkg/api names the same values.
+func TestStopReasonsAreACPs(t *testing.T) {
+	for acp, ours := range map[acpsdk.StopReason]api.StopReason{
+		acpsdk.StopReasonEndTurn:         api.StopReasonEndTurn,
+		acpsdk.StopReasonMaxTokens:       api.StopReasonMaxTokens,
+		acpsdk.StopReasonMaxTurnRequests: api.StopReasonMaxTurnRequests,
+		acpsdk.StopReasonRefusal:         api.StopReasonRefusal,
+		acpsdk.StopReasonCancelled:       api.StopReasonCancelled,
+	} {
+		if string(acp) != string(ours) {
+			t.Errorf("ACP's stop reason %q is %q in pkg/api", acp, ours)
+		}
+	}
 }

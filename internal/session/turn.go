@@ -33,7 +33,7 @@ func (s *Service) runTurn(t *turn, rec store.Session, text string) {
 // drive wakes the sandbox, gets a harness that knows the session and runs the prompt through it.
 // A cancel before the prompt reached the harness ends the turn at once; after, it becomes
 // session/cancel and the harness ends the turn.
-func (s *Service) drive(t *turn, rec store.Session, text string) (string, error) {
+func (s *Service) drive(t *turn, rec store.Session, text string) (api.StopReason, error) {
 	ctx := t.ctx
 	sb, err := s.boxes.Get(ctx, rec.Sandbox)
 	if err == nil && sb.ID != rec.SandboxID {
@@ -49,21 +49,21 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 		}
 	}
 	if cancelled(ctx) {
-		return string(acpsdk.StopReasonCancelled), nil
+		return api.StopReasonCancelled, nil
 	}
 	if err != nil {
 		return "", &turnError{msg: err.Error()}
 	}
 	p, err := s.harness(ctx, rec.Sandbox, rec.Harness)
 	if cancelled(ctx) {
-		return string(acpsdk.StopReasonCancelled), nil
+		return api.StopReasonCancelled, nil
 	}
 	if err != nil {
 		return "", err
 	}
 	acpID, notice, err := p.attach(ctx, rec)
 	if cancelled(ctx) {
-		return string(acpsdk.StopReasonCancelled), nil
+		return api.StopReasonCancelled, nil
 	}
 	if err != nil {
 		return "", p.turnError(fmt.Sprintf("harness %s could not open the session", rec.Harness), err)
@@ -77,7 +77,7 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 		}
 	}
 	if notice != "" {
-		s.log.Enqueue(rec.ID, eventlog.TypeNotice, mustJSON(api.NoticeData{Message: notice}))
+		s.log.Enqueue(rec.ID, api.EventNotice, mustJSON(api.NoticeData{Message: notice}))
 	}
 
 	// From here a cancel goes to the harness, which answers the prompt with stop reason
@@ -97,14 +97,14 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 	if err != nil {
 		return "", p.turnError(fmt.Sprintf("harness %s failed the prompt", rec.Harness), err)
 	}
-	return string(resp.StopReason), nil
+	return api.StopReason(resp.StopReason), nil
 }
 
 func cancelled(ctx context.Context) bool { return ctx.Err() != nil }
 
 // endTurn records the turn's end: permission requests still waiting end cancelled, an error event
 // says what failed, then turn_end. The session takes a new prompt once turn_end is durable.
-func (s *Service) endTurn(t *turn, stop string, err error) {
+func (s *Service) endTurn(t *turn, stop api.StopReason, err error) {
 	defer close(t.done)
 	defer t.cancel()
 	s.mu.Lock()
@@ -119,15 +119,15 @@ func (s *Service) endTurn(t *turn, stop string, err error) {
 		if errors.As(err, &te) {
 			data.HarnessLog = te.harnessLog
 		}
-		s.log.Enqueue(t.session, eventlog.TypeError, mustJSON(data))
+		s.log.Enqueue(t.session, api.EventError, mustJSON(data))
 	}
 	end := mustJSON(api.TurnEndData{StopReason: stop})
-	_, werr := s.log.Append(t.session, eventlog.TypeTurnEnd, end)
+	_, werr := s.log.Append(t.session, api.EventTurnEnd, end)
 	// Without its turn_end, the session's watchers would wait forever: try a little longer.
 	for try := 1; werr != nil && !errors.Is(werr, eventlog.ErrClosed) && try <= 3; try++ {
 		s.lg.Error("store turn_end", "session", t.session, "try", try, "err", werr)
 		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
-		_, werr = s.log.Append(t.session, eventlog.TypeTurnEnd, end)
+		_, werr = s.log.Append(t.session, api.EventTurnEnd, end)
 	}
 	s.mu.Lock()
 	delete(s.turns, t.session)
