@@ -25,10 +25,10 @@ trap cleanup EXIT
 
 # The log's own benchmarks, with real fsync on this machine's disk (TMPDIR, as the daemon's data dir).
 go test -run '^$' -bench '^Benchmark(Append|Enqueue|Replay100k|LiveLatency)$' \
-	-benchtime "$BENCHTIME" -count "$COUNT" ./internal/session/ | tee "$work/go.txt" | grep '^Benchmark' >&2
+	-benchtime "$BENCHTIME" -count "$COUNT" ./internal/eventlog/ | tee "$work/go.txt" | grep '^Benchmark' >&2
 # The daemon's side of a chatty turn: the fake harness as a local process, the supervisor's tap,
 # the log; no sandbox, WebSocket or CLI.
-go test -run '^$' -bench '^BenchmarkChattyTurn$' -benchtime 10x -count "$COUNT" ./internal/acp/ |
+go test -run '^$' -bench '^BenchmarkChattyTurn$' -benchtime 10x -count "$COUNT" ./internal/session/ |
 	tee -a "$work/go.txt" | grep '^Benchmark' >&2
 
 # End to end: the fake harness writes 10,000 message chunks as fast as it can; the daemon stores

@@ -398,7 +398,7 @@ type turnPrinter struct {
 	titles         map[string]string // tool call id → title, for permission lines
 
 	ended      bool
-	stopReason string
+	stopReason api.StopReason
 	lastError  *api.ErrorData
 }
 
@@ -505,7 +505,7 @@ func (p *turnPrinter) show(ev api.SessionEvent) {
 			p.line(fmt.Sprintf("  %-8s %s", v.verb+":", cmd))
 		}
 	case api.EventPermissionResolved:
-		var d api.PermissionResolvedData
+		var d api.PermissionDecision
 		if json.Unmarshal(ev.Data, &d) != nil {
 			return
 		}
@@ -545,9 +545,9 @@ func (p *turnPrinter) finish() error {
 		return fmt.Errorf("the event stream of session %s ended before the turn did", p.session)
 	}
 	switch p.stopReason {
-	case "end_turn":
+	case api.StopReasonEndTurn:
 		return nil
-	case "cancelled":
+	case api.StopReasonCancelled:
 		return &exitMessage{code: ExitError, msg: "turn cancelled"}
 	case api.StopReasonError:
 		switch {
@@ -770,7 +770,7 @@ func offers(opts []api.PermissionOption, kind string) bool {
 }
 
 // resolvedLine says how a permission request was answered.
-func resolvedLine(d api.PermissionResolvedData, title string) string {
+func resolvedLine(d api.PermissionDecision, title string) string {
 	what := d.ToolCallID
 	if title != "" {
 		what = title + " [" + d.ToolCallID + "]"
@@ -782,7 +782,7 @@ func resolvedLine(d api.PermissionResolvedData, title string) string {
 		return what + " cancelled"
 	case d.By == api.ResolvedByAutoApprove:
 		return "auto-approved " + what + " (" + d.Kind + ")"
-	case strings.HasPrefix(d.Kind, "allow"):
+	case d.Kind == api.OptionAllowOnce || d.Kind == api.OptionAllowAlways:
 		return what + " approved by operator (" + d.Kind + ")"
 	}
 	return what + " denied (" + d.Kind + ")"
@@ -792,7 +792,7 @@ func resolvedLine(d api.PermissionResolvedData, title string) string {
 func eventSummary(ev api.SessionEvent) string {
 	switch ev.Type {
 	case api.EventPrompt:
-		var d api.PromptData
+		var d api.PromptPost
 		if json.Unmarshal(ev.Data, &d) == nil {
 			return snippet(d.Text)
 		}
@@ -830,18 +830,18 @@ func eventSummary(ev api.SessionEvent) string {
 			return fmt.Sprintf("%s [%s] %s; options: %s", orUnnamed(d.Title), d.ToolCallID, d.Policy, optionList(d.Options))
 		}
 	case api.EventPermissionResolved:
-		var d api.PermissionResolvedData
+		var d api.PermissionDecision
 		if json.Unmarshal(ev.Data, &d) == nil {
 			s := fmt.Sprintf("[%s] %s", d.ToolCallID, d.Outcome)
 			if d.Kind != "" {
 				s += " " + d.Kind
 			}
-			return s + " by " + d.By
+			return s + " by " + string(d.By)
 		}
 	case api.EventTurnEnd:
 		var d api.TurnEndData
 		if json.Unmarshal(ev.Data, &d) == nil {
-			return d.StopReason
+			return string(d.StopReason)
 		}
 	case api.EventError:
 		var d api.ErrorData
@@ -942,13 +942,12 @@ func sessionAnswerRun(ctx context.Context, f *Factory, opts *SessionAnswerOption
 	if opts.Output != "" {
 		return printOutput(f.IO.Out, opts.Output, d, func(t *table) {
 			t.row("request:", d.ToolCallID)
-			t.row("outcome:", d.Outcome)
+			t.row("outcome:", string(d.Outcome))
 			t.row("kind:", d.Kind)
-			t.row("by:", d.By)
+			t.row("by:", string(d.By))
 		})
 	}
-	fmt.Fprintln(f.IO.Out, resolvedLine(api.PermissionResolvedData{
-		ToolCallID: d.ToolCallID, Outcome: d.Outcome, OptionID: d.OptionID, Kind: d.Kind, By: d.By}, ""))
+	fmt.Fprintln(f.IO.Out, resolvedLine(d, ""))
 	return nil
 }
 

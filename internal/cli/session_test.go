@@ -51,7 +51,7 @@ func newFakeSessions(t *testing.T, turn func(*fakeSessions)) (*fakeSessions, *Fa
 	return d, f, out, errOut
 }
 
-func (d *fakeSessions) add(typ string, data any) uint64 {
+func (d *fakeSessions) add(typ api.EventType, data any) uint64 {
 	b, err := json.Marshal(data)
 	if err != nil {
 		panic(err)
@@ -75,7 +75,7 @@ func chunk(kind, text string) map[string]any {
 	return map[string]any{"sessionUpdate": kind, "content": map[string]any{"type": "text", "text": text}}
 }
 
-func turnEnd(reason string) api.TurnEndData { return api.TurnEndData{StopReason: reason} }
+func turnEnd(reason api.StopReason) api.TurnEndData { return api.TurnEndData{StopReason: reason} }
 
 func (d *fakeSessions) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -154,7 +154,7 @@ func (d *fakeSessions) handler() http.Handler {
 		d.session.State = api.SessionRunning
 		d.cancelled = make(chan struct{})
 		d.mu.Unlock()
-		seq := d.add(api.EventPrompt, api.PromptData{Text: p.Text})
+		seq := d.add(api.EventPrompt, api.PromptPost{Text: p.Text})
 		go d.turn(d)
 		reply(w, http.StatusAccepted, api.PromptAccepted{Seq: seq})
 	})
@@ -242,14 +242,14 @@ func (d *fakeSessions) handler() http.Handler {
 
 // aTurn is a turn with text, a hidden thought, a tool call, a permission an operator approved,
 // a plan and a notice.
-func aTurn(stop string) func(*fakeSessions) {
+func aTurn(stop api.StopReason) func(*fakeSessions) {
 	return func(d *fakeSessions) {
 		d.update(chunk("agent_thought_chunk", "pondering"))
 		d.update(chunk("agent_message_chunk", "Hello"))
 		d.update(map[string]any{"sessionUpdate": "tool_call", "toolCallId": "tc1", "title": "Read main.go", "kind": "read", "status": "pending"})
 		d.add(api.EventPermission, api.PermissionData{ToolCallID: "tc1", Title: "Read main.go", ToolCall: json.RawMessage(`{}`), Policy: api.PolicyAsk,
 			Options: []api.PermissionOption{{OptionID: "a", Kind: api.OptionAllowOnce, Name: "Allow"}, {OptionID: "b", Kind: api.OptionAllowAlways, Name: "Always"}, {OptionID: "c", Kind: api.OptionRejectOnce, Name: "Reject"}}})
-		d.add(api.EventPermissionResolved, api.PermissionResolvedData{ToolCallID: "tc1", Outcome: api.OutcomeSelected, OptionID: "a", Kind: api.OptionAllowOnce, By: api.ResolvedByOperator})
+		d.add(api.EventPermissionResolved, api.PermissionDecision{ToolCallID: "tc1", Outcome: api.OutcomeSelected, OptionID: "a", Kind: api.OptionAllowOnce, By: api.ResolvedByOperator})
 		d.update(map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": "tc1", "status": "completed"})
 		d.update(map[string]any{"sessionUpdate": "plan", "entries": []map[string]any{{"content": "read", "priority": "high", "status": "completed"}}})
 		d.add(api.EventNotice, api.NoticeData{Message: "harness restarted"})
@@ -261,11 +261,11 @@ func aTurn(stop string) func(*fakeSessions) {
 func run(f *Factory, args ...string) int { return Run(f, args) }
 
 func TestSessionPromptHuman(t *testing.T) {
-	d, f, out, errOut := newFakeSessions(t, aTurn("end_turn"))
+	d, f, out, errOut := newFakeSessions(t, aTurn(api.StopReasonEndTurn))
 	// An earlier turn, not to be shown.
-	d.add(api.EventPrompt, api.PromptData{Text: "old"})
+	d.add(api.EventPrompt, api.PromptPost{Text: "old"})
 	d.update(chunk("agent_message_chunk", "old answer\n"))
-	d.add(api.EventTurnEnd, turnEnd("end_turn"))
+	d.add(api.EventTurnEnd, turnEnd(api.StopReasonEndTurn))
 
 	if code := run(f, "session", "prompt", "s1", "say", "hello"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
@@ -297,7 +297,7 @@ func TestSessionPromptHuman(t *testing.T) {
 }
 
 func TestSessionPromptThoughtsAndStopReason(t *testing.T) {
-	_, f, out, errOut := newFakeSessions(t, aTurn("max_tokens"))
+	_, f, out, errOut := newFakeSessions(t, aTurn(api.StopReasonMaxTokens))
 	f.IO.In = strings.NewReader("from stdin\n")
 	if code := run(f, "session", "prompt", "--thoughts", "s1", "-"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
@@ -314,9 +314,9 @@ func TestSessionPromptThoughtsAndStopReason(t *testing.T) {
 }
 
 func TestSessionPromptJSON(t *testing.T) {
-	d, f, out, errOut := newFakeSessions(t, aTurn("end_turn"))
-	d.add(api.EventPrompt, api.PromptData{Text: "old"})
-	d.add(api.EventTurnEnd, turnEnd("end_turn"))
+	d, f, out, errOut := newFakeSessions(t, aTurn(api.StopReasonEndTurn))
+	d.add(api.EventPrompt, api.PromptPost{Text: "old"})
+	d.add(api.EventTurnEnd, turnEnd(api.StopReasonEndTurn))
 	if code := run(f, "session", "prompt", "-o", "json", "s1", "hi"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
 	}
@@ -387,7 +387,7 @@ func TestSessionPromptCtrlC(t *testing.T) {
 			d.update(chunk("agent_message_chunk", "working"))
 			close(started)
 			<-d.cancelled
-			d.add(api.EventTurnEnd, turnEnd("cancelled"))
+			d.add(api.EventTurnEnd, turnEnd(api.StopReasonCancelled))
 		})
 		sig := make(chan os.Signal, 2)
 		go func() { <-started; time.Sleep(20 * time.Millisecond); sig <- os.Interrupt }()
@@ -431,8 +431,8 @@ func TestSessionPromptCtrlC(t *testing.T) {
 
 func TestSessionEvents(t *testing.T) {
 	d, f, out, errOut := newFakeSessions(t, nil)
-	d.add(api.EventPrompt, api.PromptData{Text: "fix\nthe tests"})
-	aTurn("end_turn")(d)
+	d.add(api.EventPrompt, api.PromptPost{Text: "fix\nthe tests"})
+	aTurn(api.StopReasonEndTurn)(d)
 	d.add(api.EventError, api.ErrorData{Message: "boom", HarnessLog: "/l"})
 
 	if code := run(f, "session", "events", "s1", "--after", "1"); code != 0 {
@@ -481,14 +481,14 @@ func TestSessionEventsFollow(t *testing.T) {
 	d, f, _, _ := newFakeSessions(t, nil)
 	out := &syncBuffer{}
 	f.IO.Out = out
-	d.add(api.EventPrompt, api.PromptData{Text: "hi"})
+	d.add(api.EventPrompt, api.PromptPost{Text: "hi"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- sessionEventsRun(ctx, f, &SessionEventsOptions{Session: "s1", Follow: true, Output: "json"})
 	}()
 	d.update(chunk("agent_message_chunk", "live"))
-	d.add(api.EventTurnEnd, turnEnd("end_turn"))
+	d.add(api.EventTurnEnd, turnEnd(api.StopReasonEndTurn))
 	deadline := time.Now().Add(5 * time.Second)
 	for strings.Count(out.String(), "\n") < 3 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -571,7 +571,7 @@ func TestSessionCommands(t *testing.T) {
 }
 
 func TestTurnPrinterKeepsLinesApart(t *testing.T) {
-	ev := func(typ string, data any) api.SessionEvent {
+	ev := func(typ api.EventType, data any) api.SessionEvent {
 		b, _ := json.Marshal(data)
 		return api.SessionEvent{Type: typ, Data: b}
 	}
@@ -581,7 +581,7 @@ func TestTurnPrinterKeepsLinesApart(t *testing.T) {
 		ev(api.EventUpdate, map[string]any{"sessionUpdate": "tool_call", "toolCallId": "t'1", "title": "Run make"}),
 		ev(api.EventPermission, api.PermissionData{ToolCallID: "t'1", Policy: api.PolicyAutoApprove,
 			Options: []api.PermissionOption{{Kind: api.OptionAllowOnce}}}),
-		ev(api.EventPermissionResolved, api.PermissionResolvedData{ToolCallID: "t'1", Outcome: api.OutcomeSelected, Kind: api.OptionAllowOnce, By: api.ResolvedByAutoApprove}),
+		ev(api.EventPermissionResolved, api.PermissionDecision{ToolCallID: "t'1", Outcome: api.OutcomeSelected, Kind: api.OptionAllowOnce, By: api.ResolvedByAutoApprove}),
 		ev(api.EventUpdate, chunk("agent_message_chunk", " world")),
 		ev(api.EventUpdate, chunk("agent_thought_chunk", "done?")),
 	}
@@ -607,7 +607,7 @@ func TestTurnPrinterKeepsLinesApart(t *testing.T) {
 			for _, e := range autoApproved {
 				p.show(e)
 			}
-			p.ended, p.stopReason = true, "end_turn"
+			p.ended, p.stopReason = true, api.StopReasonEndTurn
 			if err := p.finish(); err != nil {
 				t.Fatal(err)
 			}

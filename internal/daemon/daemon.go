@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/hiloop/hiloop/images"
-	"github.com/hiloop/hiloop/internal/acp"
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
 	"github.com/hiloop/hiloop/internal/session"
@@ -59,8 +59,8 @@ type Daemon struct {
 	volumes   volume.Driver
 	images    *images.Store
 	sandboxes *sandbox.Manager
-	events    *session.Log
-	sessions  *acp.Service
+	events    *eventlog.Log
+	sessions  *session.Service
 	sshKeys   *sshKeys
 	ssh       *sshd.Server // nil while the endpoint is off
 }
@@ -124,10 +124,10 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}
-	if d.events, err = session.OpenLog(d.store.Bolt()); err != nil {
+	if d.events, err = eventlog.Open(d.store.Bolt()); err != nil {
 		return err
 	}
-	d.sessions = acp.New(acp.Config{
+	d.sessions = session.New(session.Config{
 		Store:     d.store,
 		Log:       d.events,
 		Sandboxes: d.sandboxes,
@@ -136,6 +136,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		Logger:    d.log.With("component", "sessions"),
 	})
 	d.sandboxes.OnStop(d.sessions.SandboxStopped)
+	d.sandboxes.OnDelete(d.sessions.SandboxDeleted)
 	if err := d.sessions.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
 	}

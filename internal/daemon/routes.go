@@ -104,9 +104,6 @@ func (d *Daemon) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := d.sandboxes.Delete(r.Context(), name, withSnapshots); err != nil {
 		return err
 	}
-	if err := d.sessions.SandboxDeleted(name); err != nil {
-		return err
-	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -9,7 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -111,11 +112,10 @@ func (d *Daemon) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := api.SessionEventList{Events: make([]api.SessionEvent, len(evs))}
-	for i, ev := range evs {
-		out.Events[i] = apiEvent(ev)
+	if evs == nil {
+		evs = []api.SessionEvent{} // "events": [], never null
 	}
-	return writeJSON(w, http.StatusOK, out)
+	return writeJSON(w, http.StatusOK, api.SessionEventList{Events: evs})
 }
 
 // streamSession serves GET /v1/sessions/{id}/stream?after=N: a WebSocket of one text message per
@@ -147,7 +147,7 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 				closeStream(conn, sub.Err())
 				return nil
 			}
-			b, err := ev.JSON() // the stored bytes, which are an api.SessionEvent
+			b, err := json.Marshal(ev) // as GET /events encodes it
 			if err != nil {
 				return err
 			}
@@ -172,19 +172,15 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 
 func closeStream(conn *websocket.Conn, err error) {
 	switch {
-	case errors.Is(err, session.ErrSlow):
+	case errors.Is(err, eventlog.ErrSlow):
 		conn.Close(api.StreamCloseSlow, "watcher fell behind: reconnect with after=<last seq received>")
-	case errors.Is(err, session.ErrClosed):
+	case errors.Is(err, eventlog.ErrClosed):
 		conn.Close(websocket.StatusGoingAway, "sandboxd is shutting down: reconnect with after=<last seq received>")
-	case errors.Is(err, session.ErrDeleted):
+	case errors.Is(err, eventlog.ErrDeleted):
 		conn.Close(api.StreamCloseDeleted, "the session was deleted")
 	default:
 		conn.Close(websocket.StatusInternalError, "event stream failed: reconnect with after=<last seq received>")
 	}
-}
-
-func apiEvent(ev session.Event) api.SessionEvent {
-	return api.SessionEvent{Seq: ev.Seq, Type: ev.Type, Time: ev.Time, Data: ev.Data}
 }
 
 // uintQuery reads an optional non-negative integer query parameter.

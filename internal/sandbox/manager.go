@@ -61,7 +61,8 @@ type Manager struct {
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
 	seals map[string]*sealing    // per sandbox id: the snapshot being sealed
 
-	onStop []func(name string)
+	onStop   []func(name string)
+	onDelete []func(name, id string)
 }
 
 // NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
@@ -346,6 +347,14 @@ func (m *Manager) stopContainer(ctx context.Context, rec *store.Sandbox) error {
 // withSnapshots.
 func (m *Manager) Delete(ctx context.Context, name string, withSnapshots bool) error {
 	ctx = context.WithoutCancel(ctx)
+	var gone *store.Sandbox
+	// Deferred before the lock, so it runs once the lock is released: a listener may wait for
+	// work that takes it (a session's turn starting the sandbox).
+	defer func() {
+		if gone != nil {
+			m.deleted(gone.Name, gone.ID)
+		}
+	}()
 	defer m.lock(name)()
 	rec, err := m.record(name)
 	if err != nil {
@@ -357,6 +366,7 @@ func (m *Manager) Delete(ctx context.Context, name string, withSnapshots bool) e
 	if err := m.delete(ctx, &rec); err != nil {
 		return err
 	}
+	gone = &rec
 	if withSnapshots {
 		return m.deleteSnapshotsOf(ctx, rec.ID)
 	}
@@ -540,5 +550,25 @@ func (m *Manager) stopped(name string) {
 	m.mu.Unlock()
 	for _, fn := range fns {
 		fn(name)
+	}
+}
+
+// OnDelete registers fn to be called with a sandbox's name and id once Delete has removed it,
+// after the stop listeners and outside the sandbox's lock (the session service deletes the
+// sandbox's sessions then). The sandbox is gone whatever fn does, so fn handles its own failures;
+// a delete finished by Reconcile at boot notifies no one: what depends on sandboxes checks for
+// the missing ones when it starts.
+func (m *Manager) OnDelete(fn func(name, id string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onDelete = append(m.onDelete, fn)
+}
+
+func (m *Manager) deleted(name, id string) {
+	m.mu.Lock()
+	fns := m.onDelete
+	m.mu.Unlock()
+	for _, fn := range fns {
+		fn(name, id)
 	}
 }

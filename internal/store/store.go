@@ -1,5 +1,5 @@
 // Package store keeps the daemon's durable state in one bbolt file: sandbox, snapshot, SSH key,
-// session and permission records and idempotency receipts (session events are internal/session's).
+// session and permission records and idempotency receipts (session events are internal/eventlog's).
 // It knows nothing of containers or volumes; the sandbox manager is the single writer of sandbox
 // state and calls in here for every change.
 package store

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -36,20 +37,51 @@ const (
 	OptionRejectAlways = "reject_always"
 )
 
-// Session event types; see SessionEvent.
+// EventType says what a SessionEvent records, and so what its Data holds.
+type EventType string
+
+// The session event types, the fixed set a session's log holds.
 const (
-	EventPrompt             = "prompt"
-	EventUpdate             = "update"
-	EventPermission         = "permission"
-	EventPermissionResolved = "permission_resolved"
-	EventTurnEnd            = "turn_end"
-	EventError              = "error"
-	EventNotice             = "notice"
+	// EventPrompt is a prompt, stored before its turn runs; Data is a PromptPost.
+	EventPrompt EventType = "prompt"
+	// EventUpdate is an ACP SessionUpdate, Data exactly as the harness sent it.
+	EventUpdate EventType = "update"
+	// EventPermission is a harness's permission request; Data is a PermissionData.
+	EventPermission EventType = "permission"
+	// EventPermissionResolved is the decision of a permission request; Data is a
+	// PermissionDecision.
+	EventPermissionResolved EventType = "permission_resolved"
+	// EventTurnEnd ends every turn, exactly once; Data is a TurnEndData.
+	EventTurnEnd EventType = "turn_end"
+	// EventError says why a turn failed, just before its turn_end; Data is an ErrorData.
+	EventError EventType = "error"
+	// EventNotice tells the operator something about the session; Data is a NoticeData.
+	EventNotice EventType = "notice"
 )
 
-// StopReasonError is the turn_end stop reason of a turn that failed (an error event precedes it);
-// the other stop reasons are ACP's: end_turn, max_tokens, max_turn_requests, refusal, cancelled.
-const StopReasonError = "error"
+var eventTypes = [...]EventType{
+	EventPrompt, EventUpdate, EventPermission, EventPermissionResolved, EventTurnEnd, EventError, EventNotice,
+}
+
+// EventTypes returns every event type.
+func EventTypes() []EventType { return slices.Clone(eventTypes[:]) }
+
+// Valid reports whether t is one of the event types.
+func (t EventType) Valid() bool { return slices.Contains(eventTypes[:], t) }
+
+// StopReason says why a turn ended (TurnEndData.StopReason).
+type StopReason string
+
+// The stop reasons: ACP's, plus StopReasonError.
+const (
+	StopReasonEndTurn         StopReason = "end_turn"
+	StopReasonMaxTokens       StopReason = "max_tokens"
+	StopReasonMaxTurnRequests StopReason = "max_turn_requests"
+	StopReasonRefusal         StopReason = "refusal"
+	StopReasonCancelled       StopReason = "cancelled"
+	// StopReasonError ends a turn that failed; an error event precedes its turn_end.
+	StopReasonError StopReason = "error"
+)
 
 // SessionState is whether a session's turn is running.
 type SessionState string
@@ -140,7 +172,7 @@ type SessionList struct {
 	Sessions []Session `json:"sessions"`
 }
 
-// PromptPost is the body of POST /v1/sessions/{id}/prompt.
+// PromptPost is the body of POST /v1/sessions/{id}/prompt, and the data of a prompt event.
 type PromptPost struct {
 	// Text is the user's message.
 	Text string `json:"text"`
@@ -155,10 +187,10 @@ type PromptAccepted struct {
 type SessionEvent struct {
 	Seq uint64 `json:"seq"`
 	// Type is prompt, update, permission, permission_resolved, turn_end, error or notice.
-	Type string    `json:"type"`
+	Type EventType `json:"type"`
 	Time time.Time `json:"time"`
-	// Data depends on Type: PromptData, the ACP SessionUpdate exactly as the harness sent it,
-	// PermissionData, PermissionResolvedData, TurnEndData, ErrorData, NoticeData.
+	// Data depends on Type: PromptPost, the ACP SessionUpdate exactly as the harness sent it,
+	// PermissionData, PermissionDecision, TurnEndData, ErrorData, NoticeData.
 	Data json.RawMessage `json:"data,omitempty"`
 }
 
@@ -170,11 +202,6 @@ type SessionEventList struct {
 // MaxEventsPage is the most events one GET /v1/sessions/{id}/events returns; a larger limit is
 // capped to it.
 const MaxEventsPage = 10000
-
-// PromptData is the data of a prompt event.
-type PromptData struct {
-	Text string `json:"text"`
-}
 
 // PermissionOption is one answer a harness offers to a permission request.
 type PermissionOption struct {
@@ -197,36 +224,30 @@ type PermissionData struct {
 	Policy PermissionPolicy `json:"policy"`
 }
 
-// How a permission request was resolved (PermissionResolvedData.By).
+// ResolvedBy says who or what resolved a permission request (PermissionDecision.By).
+type ResolvedBy string
+
+// How a permission request was resolved.
 const (
-	ResolvedByAutoApprove = "auto-approve"
-	ResolvedByOperator    = "operator"
-	ResolvedByCancel      = "cancel"
-	ResolvedByTurnEnd     = "turn_end" // the turn ended (the harness died) before anyone answered
+	ResolvedByAutoApprove ResolvedBy = "auto-approve"
+	ResolvedByOperator    ResolvedBy = "operator"
+	ResolvedByCancel      ResolvedBy = "cancel"
+	ResolvedByTurnEnd     ResolvedBy = "turn_end" // the turn ended (the harness died) before anyone answered
 )
 
-// PermissionResolvedData is the data of a permission_resolved event.
-type PermissionResolvedData struct {
-	ToolCallID string `json:"tool_call_id"`
-	// Outcome is "selected" or "cancelled".
-	Outcome string `json:"outcome"`
-	// OptionID and Kind are the option selected (empty when cancelled).
-	OptionID string `json:"option_id,omitempty"`
-	Kind     string `json:"kind,omitempty"`
-	// By is auto-approve, operator, cancel or turn_end.
-	By string `json:"by"`
-}
+// PermissionOutcome is how a permission request ended (PermissionDecision.Outcome).
+type PermissionOutcome string
 
 // The outcomes of a permission request.
 const (
-	OutcomeSelected  = "selected"
-	OutcomeCancelled = "cancelled"
+	OutcomeSelected  PermissionOutcome = "selected"
+	OutcomeCancelled PermissionOutcome = "cancelled"
 )
 
 // TurnEndData is the data of a turn_end event.
 type TurnEndData struct {
 	// StopReason is ACP's (end_turn, max_tokens, max_turn_requests, refusal, cancelled) or "error".
-	StopReason string `json:"stop_reason"`
+	StopReason StopReason `json:"stop_reason"`
 }
 
 // ErrorData is the data of an error event.
@@ -247,13 +268,17 @@ type PermissionAnswer struct {
 	Kind string `json:"kind"`
 }
 
-// PermissionDecision is how a permission request was decided, the answer to PermissionAnswer.
+// PermissionDecision is how a permission request was decided: the answer to PermissionAnswer,
+// and the data of a permission_resolved event.
 type PermissionDecision struct {
 	ToolCallID string `json:"tool_call_id"`
-	Outcome    string `json:"outcome"`
-	OptionID   string `json:"option_id,omitempty"`
-	Kind       string `json:"kind,omitempty"`
-	By         string `json:"by"`
+	// Outcome is selected or cancelled.
+	Outcome PermissionOutcome `json:"outcome"`
+	// OptionID and Kind are the option selected (empty when cancelled).
+	OptionID string `json:"option_id,omitempty"`
+	Kind     string `json:"kind,omitempty"`
+	// By is auto-approve, operator, cancel or turn_end.
+	By ResolvedBy `json:"by"`
 }
 
 // The WebSocket close codes of the event stream.

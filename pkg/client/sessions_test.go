@@ -66,7 +66,7 @@ func (d *fakeDaemon) addSession(id, sandbox string) {
 }
 
 // appendEvent stores an event of type typ with data and returns its seq.
-func (d *fakeDaemon) appendEvent(id, typ string, data any) uint64 {
+func (d *fakeDaemon) appendEvent(id string, typ api.EventType, data any) uint64 {
 	b, _ := json.Marshal(data)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -179,7 +179,7 @@ func (d *fakeDaemon) handler() http.Handler {
 		json.NewDecoder(r.Body).Decode(&p)
 		s.State = api.SessionRunning
 		d.mu.Unlock() // appendEvent locks
-		seq := d.appendEvent(s.ID, api.EventPrompt, api.PromptData{Text: p.Text})
+		seq := d.appendEvent(s.ID, api.EventPrompt, api.PromptPost{Text: p.Text})
 		d.mu.Lock()
 		writeJSON(w, http.StatusAccepted, api.PromptAccepted{Seq: seq})
 	})

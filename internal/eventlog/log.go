@@ -1,12 +1,12 @@
-// Package session owns the durable, sequenced event log of every session: it stores events in the
-// "events" bucket of the daemon's bbolt file and streams them to watchers. It knows nothing of ACP,
-// harnesses or HTTP, and must not touch any other bucket.
+// Package eventlog owns the durable, sequenced event log of every session: it stores events (the
+// API's api.SessionEvent, encoded as the API sends them) in the "events" bucket of the daemon's
+// bbolt file and streams them to watchers. It knows nothing of ACP, harnesses or HTTP, and must
+// not touch any other bucket.
 //
-// internal/acp (the session supervisor, ACP client and permission broker) is its writer.
-package session
+// internal/session (the session service) is its only writer and decides which sessions exist.
+package eventlog
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -17,25 +17,11 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// Event types, the fixed set a session log accepts.
-const (
-	TypePrompt             = "prompt"
-	TypeUpdate             = "update"
-	TypePermission         = "permission"
-	TypePermissionResolved = "permission_resolved"
-	TypeTurnEnd            = "turn_end"
-	TypeError              = "error"
-	TypeNotice             = "notice"
-)
-
-var eventTypes = map[string]bool{
-	TypePrompt: true, TypeUpdate: true, TypePermission: true, TypePermissionResolved: true,
-	TypeTurnEnd: true, TypeError: true, TypeNotice: true,
-}
-
-var bucketEvents = []byte("events") // session id → nested bucket: big-endian seq → Event JSON
+var bucketEvents = []byte("events") // session id → nested bucket: big-endian seq → api.SessionEvent JSON
 
 const (
 	// maxBatch bounds how many appends share one transaction and fsync.
@@ -57,26 +43,8 @@ var ErrClosed = errors.New("session event log is closed")
 // ErrDeleted ends the subscriptions of a session whose events were deleted.
 var ErrDeleted = errors.New("session was deleted")
 
-// ErrUnknownType is returned by Append for an event type outside the fixed set.
+// ErrUnknownType is returned by Append for an event type outside api.EventTypes.
 var ErrUnknownType = errors.New("unknown event type")
-
-// Event is one entry of a session's log. Seq starts at 1 per session, with no holes.
-type Event struct {
-	Seq  uint64          `json:"seq"`
-	Type string          `json:"type"` // prompt, update, permission, permission_resolved, turn_end, error, notice
-	Time time.Time       `json:"time"`
-	Data json.RawMessage `json:"data,omitempty"`
-
-	encoded []byte // the event as stored, when it came from or went to the store
-}
-
-// JSON returns the event as stored: the bytes every reader of the log is served.
-func (e Event) JSON() ([]byte, error) {
-	if e.encoded != nil {
-		return e.encoded, nil
-	}
-	return json.Marshal(e)
-}
 
 // Log is the durable event log of all sessions. One writer goroutine assigns sequence numbers and
 // group-commits queued appends, so a chatty producer pays for one fsync per batch, not per event.
@@ -97,16 +65,16 @@ type Log struct {
 
 type appendReq struct {
 	session string
-	typ     string
+	typ     api.EventType
 	data    json.RawMessage
 	del     bool // delete the session's events instead of appending
-	ev      Event
+	ev      api.SessionEvent
 	err     error
 	done    chan struct{}
 }
 
-// OpenLog opens the event log kept in db, creating its bucket if needed, and starts its writer.
-func OpenLog(db *bolt.DB) (*Log, error) {
+// Open opens the event log kept in db, creating its bucket if needed, and starts its writer.
+func Open(db *bolt.DB) (*Log, error) {
 	err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucketEvents)
 		return err
@@ -153,8 +121,8 @@ func (l *Log) Close() error {
 }
 
 // Append stores one event for session and returns it once it is durable. It is published to
-// watchers only after that.
-func (l *Log) Append(session, typ string, data json.RawMessage) (Event, error) {
+// watchers only after that. Seq starts at 1 per session, with no holes.
+func (l *Log) Append(session string, typ api.EventType, data json.RawMessage) (api.SessionEvent, error) {
 	return l.Enqueue(session, typ, data).Wait()
 }
 
@@ -165,9 +133,9 @@ type Pending struct {
 }
 
 // Wait blocks until the event is durable (or failed) and returns it.
-func (p Pending) Wait() (Event, error) {
+func (p Pending) Wait() (api.SessionEvent, error) {
 	if p.err != nil {
-		return Event{}, p.err
+		return api.SessionEvent{}, p.err
 	}
 	<-p.r.done
 	return p.r.ev, p.r.err
@@ -176,12 +144,12 @@ func (p Pending) Wait() (Event, error) {
 // Enqueue queues one event for session without waiting for it to be stored: events queued by one
 // goroutine are stored, and published, in the order they were queued. It blocks only while the
 // queue is full. Bad input and a closed log fail at once, in the returned Pending.
-func (l *Log) Enqueue(session, typ string, data json.RawMessage) Pending {
+func (l *Log) Enqueue(session string, typ api.EventType, data json.RawMessage) Pending {
 	if session == "" {
 		return Pending{err: errors.New("append event: session id is empty")}
 	}
-	if !eventTypes[typ] {
-		return Pending{err: fmt.Errorf("append event: %w %q (want prompt, update, permission, permission_resolved, turn_end, error or notice)", ErrUnknownType, typ)}
+	if !typ.Valid() {
+		return Pending{err: fmt.Errorf("append event: %w %q (want one of %v)", ErrUnknownType, typ, api.EventTypes())}
 	}
 	if len(data) > 0 && !json.Valid(data) {
 		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
@@ -286,12 +254,11 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 			}
 			seq++
 			next[r.session] = seq
-			r.ev = Event{Seq: seq, Type: r.typ, Time: now, Data: r.data}
+			r.ev = api.SessionEvent{Seq: seq, Type: r.typ, Time: now, Data: r.data}
 			v, err := json.Marshal(r.ev)
 			if err != nil {
 				return err
 			}
-			r.ev.encoded = v
 			if err := b.Put(seqKey(seq), v); err != nil {
 				return err
 			}
@@ -364,26 +331,25 @@ func (l *Log) publish(batch []*appendReq) {
 
 // Since returns up to limit stored events of session with Seq > after, in order. A limit of 0 or
 // less means no limit. An unknown session has no events.
-func (l *Log) Since(session string, after uint64, limit int) ([]Event, error) {
-	var out []Event
+func (l *Log) Since(session string, after uint64, limit int) ([]api.SessionEvent, error) {
+	var out []api.SessionEvent
 	err := l.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents).Bucket([]byte(session))
 		if b == nil {
 			return nil
 		}
 		if limit > 0 {
-			out = make([]Event, 0, min(limit, 4096))
+			out = make([]api.SessionEvent, 0, min(limit, 4096))
 		}
 		c := b.Cursor()
 		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
 			if limit > 0 && len(out) >= limit {
 				break
 			}
-			var ev Event
+			var ev api.SessionEvent // Unmarshal copies Data: v lives only as long as the transaction
 			if err := json.Unmarshal(v, &ev); err != nil {
 				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
 			}
-			ev.encoded = bytes.Clone(v) // v lives only as long as the transaction
 			out = append(out, ev)
 		}
 		return nil
@@ -405,7 +371,7 @@ func seqKey(seq uint64) []byte {
 type Subscription struct {
 	l       *Log
 	session string
-	c       chan Event
+	c       chan api.SessionEvent
 	stop    chan struct{} // closed by Close while catching up
 
 	// Guarded by l.mu.
@@ -422,7 +388,7 @@ func (l *Log) Subscribe(session string, after uint64) *Subscription {
 	s := &Subscription{
 		l:       l,
 		session: session,
-		c:       make(chan Event, subscriberBuffer),
+		c:       make(chan api.SessionEvent, subscriberBuffer),
 		stop:    make(chan struct{}),
 		cursor:  after,
 	}
@@ -506,7 +472,7 @@ func (s *Subscription) end(err error) {
 }
 
 // C returns the channel of events. It is closed when the subscription ends.
-func (s *Subscription) C() <-chan Event { return s.c }
+func (s *Subscription) C() <-chan api.SessionEvent { return s.c }
 
 // Err says why the subscription ended, once C is closed: ErrSlow if the watcher fell behind (it
 // must reconnect from its last seq), ErrClosed if the log closed, ErrDeleted if the session was
@@ -558,15 +524,15 @@ func (l *Log) TurnOpen(session string) (bool, error) {
 		c := b.Cursor()
 		for k, v := c.Last(); k != nil; k, v = c.Prev() {
 			var ev struct {
-				Type string `json:"type"`
+				Type api.EventType `json:"type"`
 			}
 			if err := json.Unmarshal(v, &ev); err != nil {
 				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
 			}
 			switch ev.Type {
-			case TypeTurnEnd:
+			case api.EventTurnEnd:
 				return nil
-			case TypePrompt:
+			case api.EventPrompt:
 				open = true
 				return nil
 			}

@@ -1,4 +1,4 @@
-package acp
+package session
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -63,8 +62,10 @@ func (c *client) WaitForTerminalExit(context.Context, acpsdk.WaitForTerminalExit
 	return acpsdk.WaitForTerminalExitResponse{}, acpsdk.NewMethodNotFound(acpsdk.ClientMethodTerminalWaitForExit)
 }
 
+// cancelledOutcome answers a permission request as cancelled; the SDK writes the outcome's
+// discriminator itself.
 func cancelledOutcome() acpsdk.RequestPermissionResponse {
-	return acpsdk.RequestPermissionResponse{Outcome: acpsdk.RequestPermissionOutcome{Cancelled: &acpsdk.RequestPermissionOutcomeCancelled{Outcome: "cancelled"}}}
+	return acpsdk.RequestPermissionResponse{Outcome: acpsdk.RequestPermissionOutcome{Cancelled: &acpsdk.RequestPermissionOutcomeCancelled{}}}
 }
 
 func permissionKey(session, toolCallID string) string { return session + "\x00" + toolCallID }
@@ -115,7 +116,7 @@ func (s *Service) requestPermission(ctx context.Context, id string, req acpsdk.R
 		s.permMu.Unlock()
 		return acpsdk.RequestPermissionResponse{}, err
 	}
-	if _, err := s.log.Append(id, session.TypePermission, mustJSON(data)); err != nil {
+	if _, err := s.log.Append(id, api.EventPermission, mustJSON(data)); err != nil {
 		s.permMu.Unlock()
 		return acpsdk.RequestPermissionResponse{}, err
 	}
@@ -160,16 +161,14 @@ func (s *Service) setWaiting(t *turn, delta int) {
 // decide records a decision (permMu held): the record, then the permission_resolved event; the
 // waiting harness request, if any, gets the decision even if storing it failed, so that no turn
 // hangs on it.
-func (s *Service) decide(rec *store.Permission, outcome string, opt *store.PermissionOption, by string) error {
-	rec.Decided, rec.Outcome, rec.By = true, outcome, by
+func (s *Service) decide(rec *store.Permission, outcome api.PermissionOutcome, opt *store.PermissionOption, by api.ResolvedBy) error {
+	rec.Decided, rec.Outcome, rec.By = true, string(outcome), string(by)
 	if opt != nil {
 		rec.OptionID, rec.Kind = opt.OptionID, opt.Kind
 	}
 	err := s.store.PutPermission(*rec)
 	if err == nil {
-		_, err = s.log.Append(rec.Session, session.TypePermissionResolved, mustJSON(api.PermissionResolvedData{
-			ToolCallID: rec.ToolCallID, Outcome: rec.Outcome, OptionID: rec.OptionID, Kind: rec.Kind, By: rec.By,
-		}))
+		_, err = s.log.Append(rec.Session, api.EventPermissionResolved, mustJSON(decisionOf(*rec)))
 	}
 	key := permissionKey(rec.Session, rec.ToolCallID)
 	if ch := s.waiters[key]; ch != nil {
@@ -200,7 +199,7 @@ func (s *Service) Answer(ctx context.Context, id, toolCallID, kind string) (api.
 		return api.PermissionDecision{}, err
 	}
 	if rec.Decided {
-		if rec.Outcome == api.OutcomeSelected && rec.Kind == kind {
+		if api.PermissionOutcome(rec.Outcome) == api.OutcomeSelected && rec.Kind == kind {
 			return decisionOf(rec), nil
 		}
 		return api.PermissionDecision{}, api.Errorf(api.CodePermissionDecided, "permission request %q was decided already: %s", toolCallID, describe(rec))
@@ -226,14 +225,14 @@ func (s *Service) Answer(ctx context.Context, id, toolCallID, kind string) (api.
 }
 
 // resolveUndecided decides every undecided request of the session as cancelled.
-func (s *Service) resolveUndecided(id, by string) error {
+func (s *Service) resolveUndecided(id string, by api.ResolvedBy) error {
 	s.permMu.Lock()
 	defer s.permMu.Unlock()
 	return s.resolveUndecidedLocked(id, by)
 }
 
 // resolveUndecidedLocked is resolveUndecided with permMu held.
-func (s *Service) resolveUndecidedLocked(id, by string) error {
+func (s *Service) resolveUndecidedLocked(id string, by api.ResolvedBy) error {
 	recs, err := s.store.UndecidedPermissions(id)
 	if err != nil {
 		return err
@@ -247,20 +246,24 @@ func (s *Service) resolveUndecidedLocked(id, by string) error {
 }
 
 func outcomeOf(rec store.Permission) acpsdk.RequestPermissionResponse {
-	if rec.Outcome != api.OutcomeSelected {
+	if api.PermissionOutcome(rec.Outcome) != api.OutcomeSelected {
 		return cancelledOutcome()
 	}
 	return acpsdk.RequestPermissionResponse{Outcome: acpsdk.RequestPermissionOutcome{
-		Selected: &acpsdk.RequestPermissionOutcomeSelected{OptionId: acpsdk.PermissionOptionId(rec.OptionID), Outcome: "selected"},
+		Selected: &acpsdk.RequestPermissionOutcomeSelected{OptionId: acpsdk.PermissionOptionId(rec.OptionID)},
 	}}
 }
 
+// decisionOf is a decided record as the API shows it, in answers and in permission_resolved
+// events alike.
 func decisionOf(rec store.Permission) api.PermissionDecision {
-	return api.PermissionDecision{ToolCallID: rec.ToolCallID, Outcome: rec.Outcome, OptionID: rec.OptionID, Kind: rec.Kind, By: rec.By}
+	return api.PermissionDecision{
+		ToolCallID: rec.ToolCallID, Outcome: api.PermissionOutcome(rec.Outcome), OptionID: rec.OptionID, Kind: rec.Kind, By: api.ResolvedBy(rec.By),
+	}
 }
 
 func describe(rec store.Permission) string {
-	if rec.Outcome == api.OutcomeCancelled {
+	if api.PermissionOutcome(rec.Outcome) == api.OutcomeCancelled {
 		return fmt.Sprintf("cancelled (by %s)", rec.By)
 	}
 	return fmt.Sprintf("%s (option %q, by %s)", rec.Kind, rec.OptionID, rec.By)

@@ -1,4 +1,4 @@
-package acp
+package session
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
-	"github.com/hiloop/hiloop/internal/session"
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -33,9 +33,14 @@ func (s *Service) runTurn(t *turn, rec store.Session, text string) {
 // drive wakes the sandbox, gets a harness that knows the session and runs the prompt through it.
 // A cancel before the prompt reached the harness ends the turn at once; after, it becomes
 // session/cancel and the harness ends the turn.
-func (s *Service) drive(t *turn, rec store.Session, text string) (string, error) {
+func (s *Service) drive(t *turn, rec store.Session, text string) (api.StopReason, error) {
 	ctx := t.ctx
 	sb, err := s.boxes.Get(ctx, rec.Sandbox)
+	if err == nil && sb.ID != rec.SandboxID {
+		// The session's sandbox was deleted and its cascade has not run yet (or failed): this
+		// is another sandbox under the same name.
+		err = api.Errorf(api.CodeSandboxNotFound, "sandbox %s that this session ran in was deleted", rec.Sandbox)
+	}
 	if err == nil && sb.State != api.StateRunning {
 		s.lg.Info("starting the sandbox for a prompt", "sandbox", rec.Sandbox, "session", rec.ID)
 		// Not cut short by a cancel: a sandbox start runs to its end either way.
@@ -44,21 +49,21 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 		}
 	}
 	if cancelled(ctx) {
-		return string(acpsdk.StopReasonCancelled), nil
+		return api.StopReasonCancelled, nil
 	}
 	if err != nil {
 		return "", &turnError{msg: err.Error()}
 	}
 	p, err := s.harness(ctx, rec.Sandbox, rec.Harness)
 	if cancelled(ctx) {
-		return string(acpsdk.StopReasonCancelled), nil
+		return api.StopReasonCancelled, nil
 	}
 	if err != nil {
 		return "", err
 	}
 	acpID, notice, err := p.attach(ctx, rec)
 	if cancelled(ctx) {
-		return string(acpsdk.StopReasonCancelled), nil
+		return api.StopReasonCancelled, nil
 	}
 	if err != nil {
 		return "", p.turnError(fmt.Sprintf("harness %s could not open the session", rec.Harness), err)
@@ -72,7 +77,7 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 		}
 	}
 	if notice != "" {
-		s.log.Enqueue(rec.ID, session.TypeNotice, mustJSON(api.NoticeData{Message: notice}))
+		s.log.Enqueue(rec.ID, api.EventNotice, mustJSON(api.NoticeData{Message: notice}))
 	}
 
 	// From here a cancel goes to the harness, which answers the prompt with stop reason
@@ -92,14 +97,14 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (string, error)
 	if err != nil {
 		return "", p.turnError(fmt.Sprintf("harness %s failed the prompt", rec.Harness), err)
 	}
-	return string(resp.StopReason), nil
+	return api.StopReason(resp.StopReason), nil
 }
 
 func cancelled(ctx context.Context) bool { return ctx.Err() != nil }
 
 // endTurn records the turn's end: permission requests still waiting end cancelled, an error event
 // says what failed, then turn_end. The session takes a new prompt once turn_end is durable.
-func (s *Service) endTurn(t *turn, stop string, err error) {
+func (s *Service) endTurn(t *turn, stop api.StopReason, err error) {
 	defer close(t.done)
 	defer t.cancel()
 	s.mu.Lock()
@@ -114,15 +119,15 @@ func (s *Service) endTurn(t *turn, stop string, err error) {
 		if errors.As(err, &te) {
 			data.HarnessLog = te.harnessLog
 		}
-		s.log.Enqueue(t.session, session.TypeError, mustJSON(data))
+		s.log.Enqueue(t.session, api.EventError, mustJSON(data))
 	}
 	end := mustJSON(api.TurnEndData{StopReason: stop})
-	_, werr := s.log.Append(t.session, session.TypeTurnEnd, end)
+	_, werr := s.log.Append(t.session, api.EventTurnEnd, end)
 	// Without its turn_end, the session's watchers would wait forever: try a little longer.
-	for try := 1; werr != nil && !errors.Is(werr, session.ErrClosed) && try <= 3; try++ {
+	for try := 1; werr != nil && !errors.Is(werr, eventlog.ErrClosed) && try <= 3; try++ {
 		s.lg.Error("store turn_end", "session", t.session, "try", try, "err", werr)
 		time.Sleep(time.Duration(try) * 500 * time.Millisecond)
-		_, werr = s.log.Append(t.session, session.TypeTurnEnd, end)
+		_, werr = s.log.Append(t.session, api.EventTurnEnd, end)
 	}
 	s.mu.Lock()
 	delete(s.turns, t.session)

@@ -1,14 +1,15 @@
-// Package acp runs agent sessions: it is the ACP client (github.com/coder/acp-go-sdk) of one
-// harness process per sandbox and harness, the supervisor that starts and restarts those
-// processes, and the permission broker. Every update a harness sends is stored in the session's
-// event log (internal/session) before anyone sees it; session and permission records live in the
-// store.
+// Package session is the session service: it owns every agent session, from its record to its
+// end. It is the ACP client (github.com/coder/acp-go-sdk) of one harness process per sandbox and
+// harness, the supervisor that starts and restarts those processes, and the permission broker.
+// Every update a harness sends is stored in the session's event log (internal/eventlog) before
+// anyone sees it; session and permission records live in the store. It follows the sandbox
+// manager: a sandbox that stops stops its harnesses, one that is deleted takes its sessions with it.
 //
 // A turn: Prompt stores the prompt event and returns; a goroutine wakes the sandbox, starts or
 // reuses the harness, makes the harness know the session (session/load, else session/resume,
 // else session/new plus a notice), sends session/prompt and ends the turn with exactly one
 // turn_end event (preceded by an error event when it failed).
-package acp
+package session
 
 import (
 	"context"
@@ -23,9 +24,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/runtime"
-	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -40,7 +41,7 @@ type Sandboxes interface {
 // Config wires a Service.
 type Config struct {
 	Store     *store.Store
-	Log       *session.Log
+	Log       *eventlog.Log
 	Sandboxes Sandboxes
 	// LogDir holds one harness log (the harnesses' stderr) per sandbox: <LogDir>/<sandbox>.log.
 	LogDir string
@@ -66,7 +67,7 @@ const (
 type Service struct {
 	cfg   Config
 	store *store.Store
-	log   *session.Log
+	log   *eventlog.Log
 	boxes Sandboxes
 	lg    *slog.Logger
 
@@ -112,8 +113,10 @@ type turn struct {
 }
 
 // Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
-// deleted, and so are events no session owns; a turn that was running gets an error and a
-// turn_end event; permission requests nobody answered are resolved as cancelled.
+// deleted, and so are events no session owns and the harness logs of sandboxes that are gone (a
+// delete's cascade that failed, or a delete that Reconcile finished); a turn that was running
+// gets an error and a turn_end event; permission requests nobody answered are resolved as
+// cancelled.
 func (s *Service) Recover(ctx context.Context) error {
 	recs, err := s.store.ListSessions()
 	if err != nil {
@@ -139,10 +142,10 @@ func (s *Service) Recover(ctx context.Context) error {
 		}
 		if open {
 			s.lg.Warn("ending the turn the daemon was running when it stopped", "session", rec.ID)
-			s.log.Enqueue(rec.ID, session.TypeError, mustJSON(api.ErrorData{
+			s.log.Enqueue(rec.ID, api.EventError, mustJSON(api.ErrorData{
 				Message: "sandboxd stopped while this turn ran, and the harness with it; prompt again to continue the session",
 			}))
-			if _, err := s.log.Append(rec.ID, session.TypeTurnEnd, mustJSON(api.TurnEndData{StopReason: api.StopReasonError})); err != nil {
+			if _, err := s.log.Append(rec.ID, api.EventTurnEnd, mustJSON(api.TurnEndData{StopReason: api.StopReasonError})); err != nil {
 				return err
 			}
 		}
@@ -157,6 +160,16 @@ func (s *Service) Recover(ctx context.Context) error {
 			if err := s.log.DeleteSession(id); err != nil {
 				return err
 			}
+		}
+	}
+	// A log left behind costs only disk: it is no reason to refuse to start.
+	names, err := s.harnessLogSandboxes()
+	if err != nil {
+		s.lg.Warn("list the harness logs", "err", err)
+	}
+	for _, name := range names {
+		if err := s.removeHarnessLogs(ctx, name); err != nil {
+			s.lg.Warn("remove the harness log of a deleted sandbox", "sandbox", name, "err", err)
 		}
 	}
 	return nil
@@ -301,7 +314,7 @@ func (s *Service) forget(id string) {
 }
 
 // Events returns up to limit stored events of a session after seq after.
-func (s *Service) Events(id string, after uint64, limit int) ([]session.Event, error) {
+func (s *Service) Events(id string, after uint64, limit int) ([]api.SessionEvent, error) {
 	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
@@ -310,7 +323,7 @@ func (s *Service) Events(id string, after uint64, limit int) ([]session.Event, e
 
 // Subscribe streams a session's events after seq after, then live ones. A cursor past the last
 // event is invalid_argument: the watcher would skip what comes in between.
-func (s *Service) Subscribe(id string, after uint64) (*session.Subscription, error) {
+func (s *Service) Subscribe(id string, after uint64) (*eventlog.Subscription, error) {
 	if _, err := s.record(id); err != nil {
 		return nil, err
 	}
@@ -363,22 +376,22 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 }
 
 // startTurn registers a new turn of session id and queues its prompt event.
-func (s *Service) startTurn(ctx context.Context, id, text string, policy api.PermissionPolicy) (*turn, session.Pending, error) {
+func (s *Service) startTurn(ctx context.Context, id, text string, policy api.PermissionPolicy) (*turn, eventlog.Pending, error) {
 	s.mu.Lock()
 	for {
 		if s.closing {
 			s.mu.Unlock()
-			return nil, session.Pending{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
+			return nil, eventlog.Pending{}, api.Errorf(api.CodeUnavailable, "sandboxd is shutting down")
 		}
 		// A delete that began after the caller's lookup has marked the session or removed it.
 		_, err := s.store.GetSession(id)
 		if s.deleting[id] || errors.Is(err, store.ErrNotFound) {
 			s.mu.Unlock()
-			return nil, session.Pending{}, api.Errorf(api.CodeSessionNotFound, "session %s not found: it was deleted", id)
+			return nil, eventlog.Pending{}, api.Errorf(api.CodeSessionNotFound, "session %s not found: it was deleted", id)
 		}
 		if err != nil {
 			s.mu.Unlock()
-			return nil, session.Pending{}, err
+			return nil, eventlog.Pending{}, err
 		}
 		prev := s.turns[id]
 		if prev == nil {
@@ -386,13 +399,13 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 		}
 		if !prev.ending {
 			s.mu.Unlock()
-			return nil, session.Pending{}, api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: wait for its turn_end or cancel it with `hiloop session cancel %s`", id, id)
+			return nil, eventlog.Pending{}, api.Errorf(api.CodeTurnInProgress, "session %s has a turn running: wait for its turn_end or cancel it with `hiloop session cancel %s`", id, id)
 		}
 		s.mu.Unlock()
 		select {
 		case <-prev.done:
 		case <-ctx.Done():
-			return nil, session.Pending{}, ctx.Err()
+			return nil, eventlog.Pending{}, ctx.Err()
 		}
 		s.mu.Lock()
 	}
@@ -400,7 +413,7 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
 	s.turns[id] = t
 	// Queued under the lock: the prompt lands after the previous turn's turn_end.
-	pending := s.log.Enqueue(id, session.TypePrompt, mustJSON(api.PromptData{Text: text}))
+	pending := s.log.Enqueue(id, api.EventPrompt, mustJSON(api.PromptPost{Text: text}))
 	s.mu.Unlock()
 	return t, pending, nil
 }
@@ -475,19 +488,30 @@ func (s *Service) SandboxStopped(name string) {
 	}
 }
 
-// SandboxDeleted deletes the sessions of a deleted sandbox and its harness logs.
-func (s *Service) SandboxDeleted(name string) error {
-	s.SandboxStopped(name)
+// SandboxDeleted deletes the sessions of a deleted sandbox (name, id), with their events, and
+// its harness logs. The sandbox manager calls it once the sandbox is gone and has stopped its
+// harnesses already. The sandbox's delete succeeded whatever happens here, so a failure is
+// logged and left to Recover, which deletes at the next start what is left of sandboxes that are
+// gone.
+func (s *Service) SandboxDeleted(name, id string) {
+	if err := s.deleteSandbox(name, id); err != nil {
+		s.lg.Error("delete the sessions of a deleted sandbox; the next start of sandboxd finishes it",
+			"sandbox", name, "err", err)
+	}
+}
+
+func (s *Service) deleteSandbox(name, id string) error {
 	recs, err := s.store.ListSessions()
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, rec := range recs {
-		if rec.Sandbox != name {
-			continue
+		if rec.SandboxID != id {
+			continue // a sandbox made since under the same name keeps its sessions
 		}
 		if err := s.deleteSession(rec.ID, true); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	s.mu.Lock()
@@ -497,6 +521,15 @@ func (s *Service) SandboxDeleted(name string) error {
 		}
 	}
 	s.mu.Unlock()
+	return errors.Join(append(errs, s.removeHarnessLogs(context.Background(), name))...)
+}
+
+// removeHarnessLogs removes a sandbox's harness logs, unless a sandbox of that name exists (one
+// made since the delete writes its own log there).
+func (s *Service) removeHarnessLogs(ctx context.Context, name string) error {
+	if _, err := s.boxes.Get(ctx, name); !isCode(err, api.CodeSandboxNotFound) {
+		return err
+	}
 	for _, p := range []string{s.harnessLogPath(name), s.harnessLogPath(name) + ".1"} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -507,6 +540,27 @@ func (s *Service) SandboxDeleted(name string) error {
 
 func (s *Service) harnessLogPath(sandbox string) string {
 	return filepath.Join(s.cfg.LogDir, sandbox+".log")
+}
+
+// harnessLogSandboxes lists the sandboxes that have a harness log.
+func (s *Service) harnessLogSandboxes() ([]string, error) {
+	entries, err := os.ReadDir(s.cfg.LogDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(strings.TrimSuffix(e.Name(), ".1"), ".log")
+		if ok && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }
 
 func (s *Service) record(id string) (store.Session, error) {

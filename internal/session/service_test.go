@@ -1,4 +1,4 @@
-package acp
+package session
 
 import (
 	"context"
@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	acpsdk "github.com/coder/acp-go-sdk"
+
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/runtime"
-	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -29,7 +31,7 @@ import (
 var fakeAgent string // the built hiloop-fake-agent
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "acp-test")
+	dir, err := os.MkdirTemp("", "session-test")
 	if err != nil {
 		panic(err)
 	}
@@ -52,6 +54,8 @@ type localBoxes struct {
 	startGate chan struct{} // if set, Start waits for it
 
 	mu      sync.Mutex
+	id      string // the sandbox's id when not "id-box": another sandbox named box
+	gone    bool   // deleted
 	running bool
 	starts  int
 	execs   int
@@ -59,16 +63,20 @@ type localBoxes struct {
 }
 
 func (b *localBoxes) Get(_ context.Context, name string) (api.Sandbox, error) {
-	if name != "box" {
-		return api.Sandbox{}, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if name != "box" || b.gone {
+		return api.Sandbox{}, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
+	}
 	state := api.StateStopped
 	if b.running {
 		state = api.StateRunning
 	}
-	return api.Sandbox{Name: name, ID: "id-box", State: state, PermissionPolicy: b.policy}, nil
+	id := "id-box"
+	if b.id != "" {
+		id = b.id
+	}
+	return api.Sandbox{Name: name, ID: id, State: state, PermissionPolicy: b.policy}, nil
 }
 
 func (b *localBoxes) Start(ctx context.Context, name string) (api.Sandbox, error) {
@@ -115,6 +123,14 @@ func (b *localBoxes) Exec(_ context.Context, name string, spec runtime.ExecSpec)
 	b.procs = append(b.procs, p)
 	b.mu.Unlock()
 	return p, nil
+}
+
+// delete deletes the sandbox the way the manager does, before it tells the session service.
+func (b *localBoxes) delete() {
+	b.stop()
+	b.mu.Lock()
+	b.gone = true
+	b.mu.Unlock()
 }
 
 func (b *localBoxes) stop() {
@@ -168,7 +184,7 @@ type testEnv struct {
 	dbPath string
 	boxes  *localBoxes
 	st     *store.Store
-	log    *session.Log
+	log    *eventlog.Log
 	svc    *Service
 	logDir string
 }
@@ -196,7 +212,7 @@ func (e *testEnv) open() {
 	if e.st, err = store.Open(e.dbPath); err != nil {
 		e.t.Fatal(err)
 	}
-	if e.log, err = session.OpenLog(e.st.Bolt()); err != nil {
+	if e.log, err = eventlog.Open(e.st.Bolt()); err != nil {
 		e.t.Fatal(err)
 	}
 	e.svc = New(Config{
@@ -249,20 +265,20 @@ func (e *testEnv) prompt(id, text string) uint64 {
 
 // until streams the session's events after seq after until one satisfies stop, and returns them.
 // Cut off as slow, it reconnects from its last seq, as every watcher must.
-func (e *testEnv) until(id string, after uint64, stop func(session.Event) bool) []session.Event {
+func (e *testEnv) until(id string, after uint64, stop func(api.SessionEvent) bool) []api.SessionEvent {
 	e.t.Helper()
 	sub, err := e.svc.Subscribe(id, after)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer func() { sub.Close() }()
-	var out []session.Event
+	var out []api.SessionEvent
 	timeout := time.After(30 * time.Second)
 	for {
 		select {
 		case ev, ok := <-sub.C():
 			if !ok {
-				if !errors.Is(sub.Err(), session.ErrSlow) {
+				if !errors.Is(sub.Err(), eventlog.ErrSlow) {
 					e.t.Fatalf("stream ended: %v (after %d events)", sub.Err(), len(out))
 				}
 				sub, err = e.svc.Subscribe(id, after)
@@ -285,22 +301,23 @@ func (e *testEnv) until(id string, after uint64, stop func(session.Event) bool) 
 	}
 }
 
-func isTurnEnd(ev session.Event) bool { return ev.Type == session.TypeTurnEnd }
+func isTurnEnd(ev api.SessionEvent) bool { return ev.Type == api.EventTurnEnd }
 
 // turn prompts and returns the turn's events, prompt to turn_end.
-func (e *testEnv) turn(id, text string) []session.Event {
+func (e *testEnv) turn(id, text string) []api.SessionEvent {
 	e.t.Helper()
 	seq := e.prompt(id, text)
 	return e.until(id, seq-1, isTurnEnd)
 }
 
-// summary renders events as "type[:detail]" for comparisons and failure messages.
-func summary(evs []session.Event) []string {
+// summary renders events as "type[:detail]" for comparisons and failure messages, with the values
+// as they are on the wire: the tests' expectations spell out what clients receive.
+func summary(evs []api.SessionEvent) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
-		out[i] = ev.Type
+		out[i] = string(ev.Type)
 		switch ev.Type {
-		case session.TypeUpdate:
+		case api.EventUpdate:
 			var u struct {
 				SessionUpdate string `json:"sessionUpdate"`
 				Content       struct {
@@ -316,15 +333,15 @@ func summary(evs []session.Event) []string {
 			if u.Status != "" {
 				out[i] += ":" + u.Status
 			}
-		case session.TypeTurnEnd:
+		case api.EventTurnEnd:
 			var d api.TurnEndData
 			_ = json.Unmarshal(ev.Data, &d)
-			out[i] += ":" + d.StopReason
-		case session.TypePermissionResolved:
-			var d api.PermissionResolvedData
+			out[i] += ":" + string(d.StopReason)
+		case api.EventPermissionResolved:
+			var d api.PermissionDecision
 			_ = json.Unmarshal(ev.Data, &d)
-			out[i] += ":" + d.Outcome + ":" + d.Kind + ":" + d.By
-		case session.TypePermission:
+			out[i] += ":" + string(d.Outcome) + ":" + d.Kind + ":" + string(d.By)
+		case api.EventPermission:
 			var d api.PermissionData
 			_ = json.Unmarshal(ev.Data, &d)
 			out[i] += ":" + d.ToolCallID + ":" + string(d.Policy)
@@ -333,7 +350,7 @@ func summary(evs []session.Event) []string {
 	return out
 }
 
-func expect(t *testing.T, evs []session.Event, want ...string) {
+func expect(t *testing.T, evs []api.SessionEvent, want ...string) {
 	t.Helper()
 	got := summary(evs)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -341,7 +358,7 @@ func expect(t *testing.T, evs []session.Event, want ...string) {
 	}
 }
 
-func data[T any](t *testing.T, ev session.Event) T {
+func data[T any](t *testing.T, ev api.SessionEvent) T {
 	t.Helper()
 	var v T
 	if err := json.Unmarshal(ev.Data, &v); err != nil {
@@ -416,7 +433,7 @@ func TestToolCallAutoApprovedByKind(t *testing.T) {
 	if perm.Title != "Edit README.md" || len(perm.Options) != 3 {
 		t.Fatalf("permission = %+v", perm)
 	}
-	if res := data[api.PermissionResolvedData](t, evs[4]); res.OptionID != "opt-yes" {
+	if res := data[api.PermissionDecision](t, evs[4]); res.OptionID != "opt-yes" {
 		t.Fatalf("auto-approve chose option %q, want the allow_once option opt-yes", res.OptionID)
 	}
 	// Answering a decided request the same way returns the decision; differently is a conflict.
@@ -442,7 +459,7 @@ func TestAskPolicyWaitsForAnOperator(t *testing.T) {
 			e.boxes.policy = api.PolicyAsk // the sandbox's policy applies
 			id := e.create("")
 			seq := e.prompt(id, e.script("tool.fake", toolScript))
-			evs := e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypePermission })
+			evs := e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventPermission })
 			expect(t, evs, "prompt", "update:agent_message_chunk:I will edit README.md", "update:tool_call:pending", "permission:call-1:ask")
 			waitState(t, e.svc, id, api.SessionWaiting)
 			if _, err := e.svc.Prompt(context.Background(), id, "hi"); apiCode(err) != api.CodeTurnInProgress {
@@ -484,7 +501,7 @@ func TestCancelMidPermission(t *testing.T) {
 	e := newEnv(t)
 	id := e.create(api.PolicyAsk)
 	seq := e.prompt(id, e.script("tool.fake", toolScript))
-	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypePermission })
+	e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventPermission })
 	waitState(t, e.svc, id, api.SessionWaiting)
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
@@ -501,7 +518,7 @@ func TestCancelMidTurn(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("")
 	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\nmessage never\n"))
-	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypeUpdate })
+	e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventUpdate })
 	start := time.Now()
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
@@ -598,7 +615,7 @@ func TestDaemonRestartMidTurn(t *testing.T) {
 	id := e.create("")
 	e.turn(id, "remember me")
 	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\n"))
-	e.until(id, seq-1, func(ev session.Event) bool { return ev.Type == session.TypeUpdate })
+	e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventUpdate })
 	// A hard stop: nothing records the turn's end, the harness dies with the daemon.
 	e.boxes.stop()
 	e.boxes.running = true
@@ -676,14 +693,77 @@ func TestDeleteSandboxDeletesItsSessions(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("")
 	e.turn(id, "hi")
-	if err := e.svc.SandboxDeleted("box"); err != nil {
+	harnessLog := filepath.Join(e.logDir, "box.log")
+
+	// An earlier sandbox of the same name: this one's sessions and harness log stay.
+	e.svc.SandboxDeleted("box", "id-earlier")
+	if _, err := e.svc.Get(context.Background(), id); err != nil {
+		t.Fatalf("session after another sandbox named box was deleted: %v", err)
+	}
+	if _, err := os.Stat(harnessLog); err != nil {
+		t.Fatalf("harness log after another sandbox named box was deleted: %v", err)
+	}
+
+	e.boxes.delete()
+	e.svc.SandboxStopped("box")
+	e.svc.SandboxDeleted("box", "id-box")
+	expectGone(t, e, id)
+}
+
+// Until the cascade has run, a session of a deleted sandbox does not run in one made since under
+// the same name.
+func TestSessionOfADeletedSandboxDoesNotRunInItsNamesake(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	e.boxes.mu.Lock()
+	e.boxes.id = "id-namesake"
+	e.boxes.mu.Unlock()
+	seq := e.prompt(id, "hi")
+	evs := e.until(id, seq, isTurnEnd)
+	expect(t, evs, "error", "turn_end:error")
+	if msg := data[api.ErrorData](t, evs[0]).Message; !strings.Contains(msg, "was deleted") {
+		t.Fatalf("error = %q", msg)
+	}
+	if e.boxes.execs != 0 {
+		t.Fatalf("the harness started in the namesake")
+	}
+}
+
+// A cascade that fails leaves the sandbox deleted; the next start deletes what it left.
+func TestFailedSandboxCascadeIsFinishedAtNextStart(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("")
+	e.turn(id, "hi")
+	e.boxes.delete()
+	e.svc.SandboxStopped("box")
+	e.log.Close() // the events cannot be deleted, so neither is the session
+	if err := os.WriteFile(filepath.Join(e.logDir, "old.log.1"), []byte("a sandbox deleted before\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	e.svc.SandboxDeleted("box", "id-box")
+	if _, err := e.st.GetSession(id); err != nil {
+		t.Fatalf("the session went though its events could not: %v", err)
+	}
+
+	e.close()
+	e.open()
+	expectGone(t, e, id)
+	if _, err := os.Stat(filepath.Join(e.logDir, "old.log.1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("harness log of a deleted sandbox after a restart: %v", err)
+	}
+}
+
+// expectGone checks that a session of a deleted sandbox is gone with its events and harness log.
+func expectGone(t *testing.T, e *testEnv, id string) {
+	t.Helper()
 	if _, err := e.svc.Get(context.Background(), id); apiCode(err) != api.CodeSessionNotFound {
 		t.Fatalf("session after its sandbox was deleted: %v", err)
 	}
 	if seq, _ := e.log.LastSeq(id); seq != 0 {
 		t.Fatalf("events left: last seq %d", seq)
+	}
+	if _, err := os.Stat(filepath.Join(e.logDir, "box.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("harness log after its sandbox was deleted: %v", err)
 	}
 }
 
@@ -718,7 +798,7 @@ func TestPromptRightAfterTurnEnd(t *testing.T) {
 			t.Fatalf("prompt %d: %v", i, err)
 		}
 		for ev := range sub.C() {
-			if ev.Type == session.TypeTurnEnd {
+			if ev.Type == api.EventTurnEnd {
 				break
 			}
 		}
@@ -737,4 +817,19 @@ func TestSubscribePastTheEnd(t *testing.T) {
 		t.Fatalf("subscribe at the end: %v", err)
 	}
 	sub.Close()
+}
+
+// A turn's stop reason is ACP's as the harness sent it: pkg/api names the same values.
+func TestStopReasonsAreACPs(t *testing.T) {
+	for acp, ours := range map[acpsdk.StopReason]api.StopReason{
+		acpsdk.StopReasonEndTurn:         api.StopReasonEndTurn,
+		acpsdk.StopReasonMaxTokens:       api.StopReasonMaxTokens,
+		acpsdk.StopReasonMaxTurnRequests: api.StopReasonMaxTurnRequests,
+		acpsdk.StopReasonRefusal:         api.StopReasonRefusal,
+		acpsdk.StopReasonCancelled:       api.StopReasonCancelled,
+	} {
+		if string(acp) != string(ours) {
+			t.Errorf("ACP's stop reason %q is %q in pkg/api", acp, ours)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package session
+package eventlog
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // openTestLog opens a log on a fresh bbolt file. noSync skips fsync for tests that check ordering,
@@ -24,7 +26,7 @@ func openTestLog(t testing.TB, noSync bool) (*Log, *bolt.DB, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := OpenLog(db)
+	l, err := Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func appendN(t testing.TB, l *Log, session string, n, k int) {
 	for g := range k {
 		wg.Go(func() {
 			for i := g; i < n; i += k {
-				if _, err := l.Append(session, TypeUpdate, data(i)); err != nil {
+				if _, err := l.Append(session, api.EventUpdate, data(i)); err != nil {
 					errs <- err
 					return
 				}
@@ -59,7 +61,7 @@ func appendN(t testing.TB, l *Log, session string, n, k int) {
 	}
 }
 
-func checkSeqs(t *testing.T, evs []Event, from, to uint64) {
+func checkSeqs(t *testing.T, evs []api.SessionEvent, from, to uint64) {
 	t.Helper()
 	if uint64(len(evs)) != to-from+1 {
 		t.Fatalf("got %d events, want %d (seq %d..%d)", len(evs), to-from+1, from, to)
@@ -80,7 +82,7 @@ func TestAppendConcurrentSeqHasNoHoles(t *testing.T) {
 	for g := range appenders {
 		wg.Go(func() {
 			for i := range each {
-				ev, err := l.Append("s1", TypeUpdate, data(g*each+i))
+				ev, err := l.Append("s1", api.EventUpdate, data(g*each+i))
 				if err != nil {
 					t.Error(err)
 					return
@@ -94,7 +96,7 @@ func TestAppendConcurrentSeqHasNoHoles(t *testing.T) {
 	// Another session interleaved must keep its own sequence.
 	wg.Go(func() {
 		for i := range 50 {
-			if ev, err := l.Append("s2", TypeNotice, nil); err != nil || ev.Seq != uint64(i+1) {
+			if ev, err := l.Append("s2", api.EventNotice, nil); err != nil || ev.Seq != uint64(i+1) {
 				t.Errorf("s2 append %d: seq %d, err %v", i, ev.Seq, err)
 				return
 			}
@@ -142,7 +144,7 @@ func TestSinceLimit(t *testing.T) {
 		t.Fatalf("unknown session: %v, %v", evs, err)
 	}
 	evs, _ = l.Since("s", 4, 1)
-	if evs[0].Type != TypeUpdate || string(evs[0].Data) != `{"i":4}` || evs[0].Time.IsZero() {
+	if evs[0].Type != api.EventUpdate || string(evs[0].Data) != `{"i":4}` || evs[0].Time.IsZero() {
 		t.Fatalf("stored event not returned as appended: %+v", evs[0])
 	}
 }
@@ -153,7 +155,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append("s", TypeNotice, nil); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append("s", api.EventNotice, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append after close: %v, want ErrClosed", err)
 	}
 	if err := db.Close(); err != nil {
@@ -165,7 +167,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l, err = OpenLog(db)
+	l, err = Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +177,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSeqs(t, evs, 1, 25)
-	ev, err := l.Append("s", TypeTurnEnd, json.RawMessage(`{"stop_reason":"end_turn"}`))
+	ev, err := l.Append("s", api.EventTurnEnd, json.RawMessage(`{"stop_reason":"end_turn"}`))
 	if err != nil || ev.Seq != 26 {
 		t.Fatalf("append after reopen: seq %d, err %v; want 26", ev.Seq, err)
 	}
@@ -357,19 +359,19 @@ func TestAppendRefusesBadInput(t *testing.T) {
 	if _, err := l.Append("s", "bogus", nil); !errors.Is(err, ErrUnknownType) {
 		t.Fatalf("unknown type: err %v, want ErrUnknownType", err)
 	}
-	if _, err := l.Append("", TypePrompt, nil); err == nil {
+	if _, err := l.Append("", api.EventPrompt, nil); err == nil {
 		t.Fatal("empty session accepted")
 	}
-	if _, err := l.Append("s", TypePrompt, json.RawMessage(`{not json`)); err == nil {
+	if _, err := l.Append("s", api.EventPrompt, json.RawMessage(`{not json`)); err == nil {
 		t.Fatal("invalid JSON data accepted")
 	}
-	for typ := range eventTypes {
+	for _, typ := range api.EventTypes() {
 		if _, err := l.Append("s", typ, nil); err != nil {
 			t.Fatalf("type %s refused: %v", typ, err)
 		}
 	}
 	evs, _ := l.Since("s", 0, 0)
-	checkSeqs(t, evs, 1, uint64(len(eventTypes)))
+	checkSeqs(t, evs, 1, uint64(len(api.EventTypes())))
 }
 
 func TestCloseLogEndsSubscriptions(t *testing.T) {
@@ -391,7 +393,7 @@ func TestEnqueueKeepsOneProducersOrder(t *testing.T) {
 	const n = 20000
 	var last Pending
 	for i := range n {
-		last = l.Enqueue("s", TypeUpdate, data(i))
+		last = l.Enqueue("s", api.EventUpdate, data(i))
 	}
 	ev, err := last.Wait()
 	if err != nil || ev.Seq != n {
@@ -416,20 +418,20 @@ func TestCloseStoresWhatWasQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l, err := OpenLog(db)
+	l, err := Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 1000 {
-		if p := l.Enqueue("s", TypeUpdate, data(i)); p.err != nil {
+		if p := l.Enqueue("s", api.EventUpdate, data(i)); p.err != nil {
 			t.Fatal(p.err)
 		}
 	}
 	l.Close()
-	if _, err := l.Enqueue("s", TypeUpdate, data(0)).Wait(); !errors.Is(err, ErrClosed) {
+	if _, err := l.Enqueue("s", api.EventUpdate, data(0)).Wait(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Enqueue after Close = %v, want ErrClosed", err)
 	}
-	l2, err := OpenLog(db)
+	l2, err := Open(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,9 +480,9 @@ func TestLastSeqAndTurnOpen(t *testing.T) {
 	}
 	check(0, false)
 	for i, step := range []struct {
-		typ  string
+		typ  api.EventType
 		open bool
-	}{{TypeNotice, false}, {TypePrompt, true}, {TypeUpdate, true}, {TypePermission, true}, {TypeTurnEnd, false}, {TypeError, false}, {TypePrompt, true}} {
+	}{{api.EventNotice, false}, {api.EventPrompt, true}, {api.EventUpdate, true}, {api.EventPermission, true}, {api.EventTurnEnd, false}, {api.EventError, false}, {api.EventPrompt, true}} {
 		if _, err := l.Append("s", step.typ, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -488,12 +490,14 @@ func TestLastSeqAndTurnOpen(t *testing.T) {
 	}
 }
 
+// Whether appended, read back or streamed, an event encodes as it was stored: the stream and
+// GET /events send the same bytes.
 func TestEventJSONIsWhatWasStored(t *testing.T) {
 	l, db, _ := openTestLog(t, true)
 	live := l.Subscribe("s", 0)
 	defer live.Close()
 	waitLive(t, l, "s", 1)
-	appended, err := l.Append("s", TypeNotice, json.RawMessage(`{ "message" : "spaced" }`))
+	appended, err := l.Append("s", api.EventNotice, json.RawMessage(`{ "message" : "spaced" }`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,18 +513,11 @@ func TestEventJSONIsWhatWasStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamed := <-live.C()
-	plain, err := json.Marshal(read[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, ev := range map[string]Event{"appended": appended, "read": read[0], "streamed": streamed} {
-		b, err := ev.JSON()
+	for name, ev := range map[string]api.SessionEvent{"appended": appended, "read": read[0], "streamed": streamed} {
+		b, err := json.Marshal(ev)
 		if err != nil || !bytes.Equal(b, stored) {
 			t.Errorf("%s event JSON = %s, %v; want what was stored, %s", name, b, err, stored)
 		}
-	}
-	if !bytes.Equal(plain, stored) {
-		t.Errorf("json.Marshal = %s, want %s", plain, stored)
 	}
 }
 
@@ -550,17 +547,17 @@ func TestDeleteEndsASubscriptionStillCatchingUp(t *testing.T) {
 
 func TestTakeFailureReportsAFailedCommitOnce(t *testing.T) {
 	l, db, _ := openTestLog(t, true)
-	if err := l.Enqueue("s", TypeUpdate, data(1)).err; err != nil {
+	if err := l.Enqueue("s", api.EventUpdate, data(1)).err; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append("s", TypeUpdate, data(2)); err != nil {
+	if _, err := l.Append("s", api.EventUpdate, data(2)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.TakeFailure("s"); err != nil {
 		t.Fatalf("TakeFailure after good commits = %v", err)
 	}
 	db.Close() // every commit fails from now on
-	if _, err := l.Append("s", TypeUpdate, data(3)); err == nil {
+	if _, err := l.Append("s", api.EventUpdate, data(3)); err == nil {
 		t.Fatal("append to a closed database succeeded")
 	}
 	if err := l.TakeFailure("s"); err == nil {

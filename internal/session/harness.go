@@ -1,7 +1,6 @@
-package acp
+package session
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,10 +15,11 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
+	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/runtime"
-	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // harnessUser is the sandbox user harnesses run as.
@@ -27,9 +27,6 @@ const harnessUser = "agent"
 
 // harnessDir is the working directory of a harness process; each session has its own cwd.
 const harnessDir = "/workspace"
-
-// maxLine bounds one JSON-RPC message from a harness (the SDK's own limit).
-const maxLine = 10 << 20
 
 // maxHarnessLog bounds a harness log; past it the log is rotated to <log>.1 at the next start.
 const maxHarnessLog = 32 << 20
@@ -51,11 +48,11 @@ type harnessProc struct {
 	exitErr error
 
 	mu      sync.Mutex
-	failure error                      // why the daemon cut the harness off, if it did
-	byACP   map[string]string          // ACP session id → session id
-	known   map[string]string          // session id → ACP session id, sessions this process serves
-	loading map[string]bool            // ACP session ids being loaded: their replayed history is not stored
-	stored  map[string]session.Pending // session id → its last update queued for the log
+	failure error                       // why the daemon cut the harness off, if it did
+	byACP   map[string]string           // ACP session id → session id
+	known   map[string]string           // session id → ACP session id, sessions this process serves
+	loading map[string]bool             // ACP session ids being loaded: their replayed history is not stored
+	stored  map[string]eventlog.Pending // session id → its last update queued for the log
 }
 
 // harness returns the live harness process for (sandbox, name), starting one if needed.
@@ -133,7 +130,7 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 		byACP:   map[string]string{},
 		known:   map[string]string{},
 		loading: map[string]bool{},
-		stored:  map[string]session.Pending{},
+		stored:  map[string]eventlog.Pending{},
 	}
 	stderrDone := make(chan struct{})
 	go func() {
@@ -147,7 +144,8 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 		logf.Close()
 		close(p.exited)
 	}()
-	p.conn = acpsdk.NewClientSideConnection(&client{p: p}, proc.Stdin(), &tap{r: bufio.NewReaderSize(proc.Stdout(), 64<<10), p: p})
+	stdout := newTap(proc.Stdout(), key.harness, p.storeUpdate, p.fail)
+	p.conn = acpsdk.NewClientSideConnection(&client{p: p}, proc.Stdin(), stdout)
 	p.conn.SetLogger(s.lg.With("harness", key.harness, "sandbox", key.sandbox))
 	go func() {
 		// The connection ends when stdout does: the process exited or was cut off.
@@ -358,7 +356,7 @@ func (p *harnessProc) storeUpdate(acpID string, update json.RawMessage) {
 		p.svc.lg.Debug("dropping an update for an unknown ACP session", "harness", p.key.harness, "acp_session", acpID)
 		return
 	}
-	p.stored[id] = p.svc.log.Enqueue(id, session.TypeUpdate, bytes.Clone(update))
+	p.stored[id] = p.svc.log.Enqueue(id, api.EventUpdate, bytes.Clone(update))
 }
 
 // updatesStored waits until every update queued for the session is durable, and says if any
@@ -372,98 +370,6 @@ func (p *harnessProc) updatesStored(id string) error {
 		_, _ = last.Wait()
 	}
 	return p.svc.log.TakeFailure(id)
-}
-
-// tap reads the harness's stdout for the ACP connection one line at a time. It stores each
-// session/update exactly as received and keeps it from the SDK, whose queue of unhandled
-// notifications is bounded (1,024) and closes the connection when a chatty harness outruns it;
-// everything else goes on to the SDK. A harness that writes anything that is not a JSON-RPC
-// message is cut off.
-type tap struct {
-	r    *bufio.Reader
-	p    *harnessProc
-	line []byte // what is left of the current line for the reader
-	err  error
-}
-
-func (t *tap) Read(b []byte) (int, error) {
-	for len(t.line) == 0 {
-		if t.err != nil {
-			return 0, t.err
-		}
-		line, err := t.readLine()
-		if err != nil {
-			t.err = err
-		}
-		switch t.inspect(line) {
-		case lineGarbage:
-			t.line, t.err = nil, io.EOF
-			return 0, io.EOF
-		case lineStored:
-			continue
-		}
-		t.line = line
-	}
-	n := copy(b, t.line)
-	t.line = t.line[n:]
-	return n, nil
-}
-
-func (t *tap) readLine() ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := t.r.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > maxLine {
-			t.p.fail(fmt.Errorf("harness %s sent a message longer than %d MiB on stdout and was stopped", t.p.key.harness, maxLine>>20))
-			return nil, io.EOF
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return line, err
-		}
-	}
-}
-
-// rpcMessage is what the tap reads of a JSON-RPC 2.0 message (results and errors are the SDK's).
-type rpcMessage struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
-}
-
-// What inspect made of a line.
-const (
-	lineForSDK  = iota // pass it on
-	lineStored         // a session/update, stored: the SDK has nothing left to do with it
-	lineGarbage        // not JSON-RPC: the harness was cut off
-)
-
-func (t *tap) inspect(line []byte) int {
-	trimmed := bytes.TrimSpace(line)
-	if len(trimmed) == 0 {
-		return lineForSDK
-	}
-	var m rpcMessage
-	if err := json.Unmarshal(trimmed, &m); err != nil || m.JSONRPC != "2.0" || (m.Method == "" && m.ID == nil) {
-		shown := string(trimmed)
-		if len(shown) > 200 {
-			shown = shown[:200] + "..."
-		}
-		t.p.fail(fmt.Errorf("harness %s wrote something that is not ACP (JSON-RPC 2.0) on stdout and was stopped: %q", t.p.key.harness, shown))
-		return lineGarbage
-	}
-	if m.Method == acpsdk.ClientMethodSessionUpdate && m.ID == nil {
-		var params struct {
-			SessionID string          `json:"sessionId"`
-			Update    json.RawMessage `json:"update"`
-		}
-		if json.Unmarshal(m.Params, &params) == nil && len(params.Update) > 0 {
-			t.p.storeUpdate(params.SessionID, params.Update)
-			return lineStored
-		}
-	}
-	return lineForSDK
 }
 
 // cappedWriter writes until left runs out, then drops the rest. It never fails: the harness's

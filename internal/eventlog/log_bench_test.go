@@ -1,4 +1,4 @@
-package session
+package eventlog
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // BenchmarkAppend measures durable (fsynced) appends with 1 and 8 concurrent appenders, plus more
@@ -22,7 +24,7 @@ func BenchmarkAppend(b *testing.B) {
 			for range k {
 				wg.Go(func() {
 					for next.Add(1) <= int64(b.N) {
-						if _, err := l.Append("s", TypeUpdate, payload); err != nil {
+						if _, err := l.Append("s", api.EventUpdate, payload); err != nil {
 							b.Error(err)
 							return
 						}
@@ -42,7 +44,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	payload := data(42)
 	var last Pending
 	for range b.N {
-		last = l.Enqueue("s", TypeUpdate, payload)
+		last = l.Enqueue("s", api.EventUpdate, payload)
 	}
 	// Timed too: the figure is events durable per second, not queued.
 	if _, err := last.Wait(); err != nil {
@@ -106,7 +108,7 @@ func BenchmarkLiveLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := range n {
 		called[i] = time.Now().UnixNano()
-		if _, err := l.Append("s", TypeUpdate, data(i)); err != nil {
+		if _, err := l.Append("s", api.EventUpdate, data(i)); err != nil {
 			b.Fatal(err)
 		}
 		returned[i] = time.Now().UnixNano()

@@ -1,0 +1,48 @@
+package api
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"testing"
+)
+
+// docs/api.md's table of the event log documents every event type, and only those.
+func TestEventTypesAreDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := regexp.MustCompile("(?s)\\| type \\| data \\|\n\\|---\\|---\\|\n(.*?)\n\n").FindSubmatch(b)
+	if table == nil {
+		t.Fatal("docs/api.md has no event type table (| type | data |)")
+	}
+	var documented []EventType
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\|").FindAllSubmatch(table[1], -1) {
+		documented = append(documented, EventType(m[1]))
+	}
+	for _, typ := range documented {
+		if !typ.Valid() {
+			t.Errorf("docs/api.md documents event type %q, which pkg/api does not have", typ)
+		}
+	}
+	for _, typ := range EventTypes() {
+		if !slices.Contains(documented, typ) {
+			t.Errorf("event type %q is missing from docs/api.md's table", typ)
+		}
+	}
+	if len(documented) != len(EventTypes()) {
+		t.Errorf("docs/api.md documents %d event types, pkg/api has %d", len(documented), len(EventTypes()))
+	}
+}
+
+func TestEventTypeValid(t *testing.T) {
+	for _, typ := range []EventType{"", "Prompt", "turn-end", "bogus"} {
+		if typ.Valid() {
+			t.Errorf("%q is valid", typ)
+		}
+	}
+	if !EventTurnEnd.Valid() {
+		t.Error("turn_end is not valid")
+	}
+}
