@@ -14,6 +14,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -187,7 +188,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 func receive(t *testing.T, sub *Subscription, after, last uint64) {
 	t.Helper()
 	want := after + 1
-	timeout := time.After(30 * time.Second)
+	timeout := testenv.Deadline(t)
 	for want <= last {
 		select {
 		case ev, ok := <-sub.C():
@@ -257,7 +258,7 @@ func TestReconnectAtRandomPoints(t *testing.T) {
 	}()
 	var last uint64
 	n := 0
-	timeout := time.After(60 * time.Second)
+	timeout := testenv.Deadline(t)
 	for last < total || n < reconnects {
 		sub := l.Subscribe("s", last)
 		read := 1 + rand.IntN(2*total/reconnects)
@@ -314,9 +315,9 @@ func TestSlowSubscriberIsCutOff(t *testing.T) {
 		defer close(received)
 		receive(t, reader, 0, total)
 	}()
-	start := time.Now()
+	// A watcher that never reads must not hold the writer up: were it to, these appends would
+	// never finish.
 	appendN(t, l, "s", total, 1)
-	withStuck := time.Since(start)
 	<-received
 
 	n := 0
@@ -328,15 +329,6 @@ func TestSlowSubscriberIsCutOff(t *testing.T) {
 	}
 	if n != subscriberBuffer {
 		t.Fatalf("stuck subscriber had %d buffered events, want %d", n, subscriberBuffer)
-	}
-
-	// The same stream on another session with no watchers: the stuck one must not have cost much.
-	start = time.Now()
-	appendN(t, l, "other", total, 1)
-	without := time.Since(start)
-	t.Logf("%d appends: %v with a stuck watcher, %v without", total, withStuck, without)
-	if withStuck > 3*without+time.Second {
-		t.Fatalf("stuck watcher slowed appends: %v vs %v", withStuck, without)
 	}
 }
 
@@ -529,7 +521,7 @@ func TestDeleteEndsASubscriptionStillCatchingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	timeout := time.After(10 * time.Second)
+	timeout := testenv.Deadline(t)
 	for open := true; open; {
 		select {
 		case _, open = <-sub.C():

@@ -22,6 +22,7 @@ import (
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -273,7 +274,7 @@ func (e *testEnv) until(id string, after uint64, stop func(api.SessionEvent) boo
 	}
 	defer func() { sub.Close() }()
 	var out []api.SessionEvent
-	timeout := time.After(30 * time.Second)
+	timeout := testenv.Deadline(e.t)
 	for {
 		select {
 		case ev, ok := <-sub.C():
@@ -519,14 +520,11 @@ func TestCancelMidTurn(t *testing.T) {
 	id := e.create("")
 	seq := e.prompt(id, e.script("slow.fake", "message working\nsleep 1m\nmessage never\n"))
 	e.until(id, seq-1, func(ev api.SessionEvent) bool { return ev.Type == api.EventUpdate })
-	start := time.Now()
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
+	// Uncancelled, the script would sleep a minute and end with end_turn.
 	expect(t, e.until(id, seq+1, isTurnEnd), "turn_end:cancelled")
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("cancel took %s", d)
-	}
 	if _, err := e.svc.Cancel(context.Background(), id); err != nil {
 		t.Fatalf("cancel of an idle session: %v", err)
 	}

@@ -66,3 +66,19 @@ func MountNamespace(t testing.TB, propagation string) (pid int, stop func()) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Deadline fires shortly before the test binary's -timeout would kill the test, so a wait that
+// never ends fails with the test's own message instead of a goroutine dump, however slow the
+// machine is. A fixed timeout would instead fail a correct test on a loaded machine.
+func Deadline(t testing.TB) <-chan time.Time {
+	type deadliner interface{ Deadline() (time.Time, bool) }
+	d, ok := t.(deadliner)
+	if !ok {
+		return nil
+	}
+	end, ok := d.Deadline()
+	if !ok {
+		return nil // no -timeout: wait as long as it takes
+	}
+	return time.After(time.Until(end) - time.Until(end)/20 - time.Second)
+}

@@ -39,19 +39,19 @@ var toolKinds = map[string]acp.ToolKind{
 	"other":       acp.ToolKindOther,
 }
 
-var toolStatuses = map[string]acp.ToolCallStatus{
-	"pending":     acp.ToolCallStatusPending,
-	"in_progress": acp.ToolCallStatusInProgress,
-	"completed":   acp.ToolCallStatusCompleted,
-	"failed":      acp.ToolCallStatusFailed,
-}
+// toolStatuses and stopReasons are the words a script may use: ACP's own spellings.
+var toolStatuses = byName(acp.ToolCallStatusPending, acp.ToolCallStatusInProgress, acp.ToolCallStatusCompleted, acp.ToolCallStatusFailed)
 
 // cancelled is not a reason a script can give: it is what a cancel produces.
-var stopReasons = map[string]acp.StopReason{
-	"end_turn":          acp.StopReasonEndTurn,
-	"max_tokens":        acp.StopReasonMaxTokens,
-	"max_turn_requests": acp.StopReasonMaxTurnRequests,
-	"refusal":           acp.StopReasonRefusal,
+var stopReasons = byName(acp.StopReasonEndTurn, acp.StopReasonMaxTokens, acp.StopReasonMaxTurnRequests, acp.StopReasonRefusal)
+
+// byName indexes ACP enum values by their wire spelling.
+func byName[T ~string](values ...T) map[string]T {
+	m := make(map[string]T, len(values))
+	for _, v := range values {
+		m[string(v)] = v
+	}
+	return m
 }
 
 // readScript reads and parses the script at path.
