@@ -55,8 +55,9 @@ image: ## build the base image through a running sandboxd
 	$(BIN)/hiloop image build base
 
 .PHONY: lint
-lint: ## go vet and gofmt
+lint: ## go vet, staticcheck (pinned in go.mod's tool block) and gofmt
 	$(GO) vet -tags '$(DAEMON_TAGS)' ./...
+	$(GO) tool staticcheck -tags '$(DAEMON_TAGS)' ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
