@@ -60,6 +60,35 @@ lint: ## go vet, staticcheck (pinned in go.mod's tool block) and gofmt
 	$(GO) tool staticcheck -tags '$(DAEMON_TAGS)' ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 
+# Every fuzz target, as package:Function. `make fuzz` stops if a Fuzz function in the tree is
+# missing here, so the list cannot silently fall behind.
+FUZZ_TARGETS := \
+	./pkg/api:FuzzValidateName \
+	./pkg/api:FuzzValidateSessionID \
+	./pkg/api:FuzzSandboxesPostNormalize \
+	./pkg/api:FuzzSessionsPostNormalize \
+	./pkg/api:FuzzExecRequestValidate \
+	./internal/daemon:FuzzDecodeBody \
+	./internal/runtime/initproc:FuzzRecv \
+	./internal/runtime/initproc:FuzzMessageRoundTrip \
+	./internal/runtime/initproc:FuzzLookupUser \
+	./internal/cli:FuzzShimArgs
+FUZZTIME ?= 60s
+# FUZZPARALLEL limits the fuzzing workers (default: one per CPU). -fuzzminimizetime is cut from
+# its default of 60s, which would let minimizing one new input take a whole 60s budget.
+FUZZPARALLEL ?=
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each (default 60s); a crasher lands in the package's testdata/fuzz
+	@missing=$$(git grep -h -o '^func Fuzz[A-Za-z0-9_]*' -- '*_test.go' | sed 's/^func //' | \
+		while read -r fn; do case " $(FUZZ_TARGETS) " in *":$$fn "*) ;; *) echo "$$fn";; esac; done); \
+	if [ -n "$$missing" ]; then echo "add to FUZZ_TARGETS in the Makefile:" $$missing; exit 1; fi
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*})"; \
+		$(GO) test -tags '$(DAEMON_TAGS)' -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s \
+			$(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) $${t%%:*} || exit 1; \
+	done
+
 .PHONY: test
 test: deps lint ## install what the tests need, then run every test (end-to-end ones need root)
 	HILOOP_DEBOOTSTRAP_CACHE=$(TEST_CACHE)/debootstrap HILOOP_TEST_IMAGES=$(TEST_CACHE)/images \
