@@ -55,9 +55,45 @@ image: ## build the base image through a running sandboxd
 	$(BIN)/hiloop image build base
 
 .PHONY: lint
-lint: ## go vet and gofmt
+lint: ## go vet, staticcheck (pinned in go.mod's tool block) and gofmt
 	$(GO) vet -tags '$(DAEMON_TAGS)' ./...
+	$(GO) tool staticcheck -tags '$(DAEMON_TAGS)' ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
+
+# Every fuzz target, as package:Function. `make fuzz` stops if a Fuzz function in the tree is
+# missing here, so the list cannot silently fall behind.
+FUZZ_TARGETS := \
+	./pkg/api:FuzzValidateName \
+	./pkg/api:FuzzValidateSessionID \
+	./pkg/api:FuzzSandboxesPostNormalize \
+	./pkg/api:FuzzSessionsPostNormalize \
+	./pkg/api:FuzzExecRequestValidate \
+	./internal/daemon:FuzzDecodeBody \
+	./internal/runtime/initproc:FuzzRecv \
+	./internal/runtime/initproc:FuzzMessageRoundTrip \
+	./internal/runtime/initproc:FuzzLookupUser \
+	./internal/cli:FuzzShimArgs
+FUZZTIME ?= 60s
+# FUZZPARALLEL limits the fuzzing workers (default: one per CPU). -fuzzminimizetime is cut from
+# its default of 60s, which would let minimizing one new input take a whole 60s budget.
+FUZZPARALLEL ?=
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each (default 60s); a crasher lands in the package's testdata/fuzz
+	@missing=$$(git grep -h -o '^func Fuzz[A-Za-z0-9_]*' -- '*_test.go' | sed 's/^func //' | \
+		while read -r fn; do case " $(FUZZ_TARGETS) " in *":$$fn "*) ;; *) echo "$$fn";; esac; done); \
+	if [ -n "$$missing" ]; then echo "add to FUZZ_TARGETS in the Makefile:" $$missing; exit 1; fi
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; corpus=$$pkg/testdata/fuzz/$$fn; \
+		echo "== $$fn ($$pkg)"; \
+		before=$$(ls $$corpus 2>/dev/null | wc -l); \
+		$(GO) test -tags '$(DAEMON_TAGS)' -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s \
+			$(if $(FUZZPARALLEL),-parallel $(FUZZPARALLEL)) $$pkg && continue; \
+		[ "$$(ls $$corpus 2>/dev/null | wc -l)" = "$$before" ] || exit 1; \
+		echo "$$fn failed without writing an input (on a busy machine Go's fuzzing coordinator can end a run"; \
+		echo "with 'context deadline exceeded' at the -fuzztime boundary); replaying its corpus instead"; \
+		$(GO) test -tags '$(DAEMON_TAGS)' -count=1 -run "^$$fn\$$" $$pkg || exit 1; \
+	done
 
 .PHONY: test
 test: deps lint ## install what the tests need, then run every test (end-to-end ones need root)

@@ -33,11 +33,12 @@ mkdir -p "$work/ssh"
 ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/host" && ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/user"
 cp "$work/ssh/user.pub" "$work/ssh/authorized_keys"
 mkdir -p /run/sshd
-/usr/sbin/sshd -D -p 2222 -h "$work/ssh/host" -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password \
+sshd_port=$(free_ports 1)
+/usr/sbin/sshd -D -p "$sshd_port" -h "$work/ssh/host" -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password \
 	-o AuthorizedKeysFile="$work/ssh/authorized_keys" -o StrictModes=no -o UsePAM=no -o PidFile=none &
 sshd_pid=$!
 sleep 0.3
-ssh_cmd="ssh -p 2222 -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes root@127.0.0.1 true"
+ssh_cmd="ssh -p $sshd_port -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes root@127.0.0.1 true"
 
 $hiloop sandbox create bench --image "$IMAGE" >/dev/null
 pid=$(pgrep -f '^/.hiloop/init' | head -1)

@@ -15,6 +15,18 @@ start_daemon() {
 	$hiloop image build "$IMAGE" >/dev/null 2>&1
 }
 
+# free_ports N prints N distinct TCP ports of 127.0.0.1 the kernel just handed out, so that a run
+# never depends on a fixed port being free.
+free_ports() {
+	python3 - "$1" <<'PY'
+import socket, sys
+held = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in held:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in held))
+PY
+}
+
 # stop_daemon deletes every sandbox and snapshot, then stops the daemon.
 stop_daemon() {
 	for n in $($hiloop sandbox list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do

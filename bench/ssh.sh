@@ -42,9 +42,11 @@ while True:
         pass
     c.close()
 PY
+# Host ports the kernel picks; 9000 is inside the sandbox's own network namespace.
+read -r source_port sshd_port fwd_hiloop fwd_openssh <<<"$(free_ports 4)"
 $hiloop sandbox exec -i bench -- sh -c 'cat > /tmp/source.py' <"$work/source.py"
 $hiloop sandbox exec bench -- sh -c "nohup python3 /tmp/source.py 9000 $SIZE >/dev/null 2>&1 &"
-python3 "$work/source.py" 9001 $SIZE &
+python3 "$work/source.py" "$source_port" $SIZE &
 pids="$!"
 for _ in $(seq 100); do $hiloop sandbox exec bench -- sh -c 'ss -ltn | grep -q 127.0.0.1:9000' && break; sleep 0.05; done
 
@@ -52,10 +54,10 @@ for _ in $(seq 100); do $hiloop sandbox exec bench -- sh -c 'ss -ltn | grep -q 1
 mkdir -p "$work/ssh" /run/sshd
 ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/host" && ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/user"
 cp "$work/ssh/user.pub" "$work/ssh/authorized_keys"
-/usr/sbin/sshd -D -p 2222 -h "$work/ssh/host" -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password \
+/usr/sbin/sshd -D -p "$sshd_port" -h "$work/ssh/host" -o ListenAddress=127.0.0.1 -o PermitRootLogin=prohibit-password \
 	-o AuthorizedKeysFile="$work/ssh/authorized_keys" -o StrictModes=no -o UsePAM=no -o PidFile=none &
 pids="$pids $!"
-openssh="ssh -p 2222 -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes"
+openssh="ssh -p $sshd_port -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes"
 hiloopssh="ssh -F $work/ssh_config -o BatchMode=yes"
 sleep 0.3
 
@@ -77,8 +79,8 @@ throughput() {
 	kill $fwd
 	wait $fwd 2>/dev/null || true
 }
-throughput 19000 127.0.0.1:9000 $hiloopssh bench.hiloop >"$work/tp_hiloop.txt"
-throughput 19001 127.0.0.1:9001 $openssh root@127.0.0.1 >"$work/tp_openssh.txt"
+throughput "$fwd_hiloop" 127.0.0.1:9000 $hiloopssh bench.hiloop >"$work/tp_hiloop.txt"
+throughput "$fwd_openssh" "127.0.0.1:$source_port" $openssh root@127.0.0.1 >"$work/tp_openssh.txt"
 
 hyperfine -N --runs 20 --warmup 3 --export-json "$work/lat.json" \
 	-n "ssh NAME.hiloop true (hiloop endpoint)" "$hiloopssh -c $CIPHER bench.hiloop true" \

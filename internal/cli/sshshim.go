@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // sshValueOptions are the ssh options that take a value (ssh(1)'s synopsis).
@@ -42,7 +44,7 @@ func runShim(f *Factory, args []string, name string) error {
 
 // shimArgs finds the destination among ssh-style arguments and points it at the sandbox's
 // generated Host: "[user@]NAME" becomes "NAME.hiloop" (the sandbox is the user). A -l USER is
-// dropped for the same reason.
+// dropped for the same reason. A NAME that breaks the naming rule is invalid_name.
 func shimArgs(in []string) (out []string, name string, err error) {
 	for i := 0; i < len(in); i++ {
 		arg := in[i]
@@ -78,6 +80,10 @@ func shimArgs(in []string) (out []string, name string, err error) {
 		}
 		if name == "" {
 			name = arg[strings.LastIndex(arg, "@")+1:]
+			// The name goes into a file path and an ssh_config Host line: check it first.
+			if err := api.ValidateName("sandbox", name); err != nil {
+				return nil, "", err
+			}
 			out = append(out, name+".hiloop")
 			continue
 		}

@@ -113,7 +113,8 @@ func decodeJSON(body []byte, v any) error {
 		}
 		return api.Errorf(api.CodeBadRequest, "request body: %v", err)
 	}
-	if dec.More() {
+	// dec.More stops at a closing bracket, so "{}}" would pass it: the next token must be the end.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return api.Errorf(api.CodeBadRequest, "request body holds more than one JSON value")
 	}
 	return nil

@@ -112,6 +112,7 @@ func TestScripts(t *testing.T) {
 			"streamcheck": cmdStreamCheck,
 			"capture":     cmdCapture,
 			"waitsession": cmdWaitSession,
+			"freeport":    cmdFreeport,
 		},
 	})
 }
@@ -327,6 +328,26 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", strings.Join(args[1:], " "), got, want)
+	}
+}
+
+// cmdFreeport: freeport VAR... sets each VAR to a distinct TCP port of 127.0.0.1 that the kernel
+// just handed out and nothing listens on, so that no script depends on a fixed port being free.
+func cmdFreeport(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: freeport VAR...")
+	}
+	var held []net.Listener // held until all are chosen, so the ports differ
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for _, name := range args {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		ts.Check(err)
+		held = append(held, l)
+		ts.Setenv(name, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 	}
 }
 

@@ -92,7 +92,7 @@ func testMain(m *testing.M) int {
 		return m.Run()
 	}
 	ws := filepath.Join(base, "ws")
-	if err := os.MkdirAll(ws, 0o755); err == nil {
+	if err = os.MkdirAll(ws, 0o755); err == nil {
 		err = os.Chown(ws, 1000, 1000)
 	}
 	if err != nil {

@@ -65,7 +65,8 @@ func (r *ExecRequest) Validate() error {
 	if r.User == "" {
 		r.User = DefaultExecUser
 	}
-	if r.TimeoutMS < 0 || time.Duration(r.TimeoutMS)*time.Millisecond > MaxExecTimeout {
+	// Compared in milliseconds: converting first would overflow a Duration and wrap around.
+	if r.TimeoutMS < 0 || r.TimeoutMS > MaxExecTimeout.Milliseconds() {
 		return Errorf(CodeInvalidArgument, "invalid timeout %dms: use 0 (none) up to %s", r.TimeoutMS, MaxExecTimeout)
 	}
 	return nil

@@ -177,7 +177,7 @@ func (p *SandboxesPost) Normalize() error {
 	}
 	if p.CPUs == 0 {
 		p.CPUs = DefaultCPUs
-	} else if p.CPUs < MinCPUs || p.CPUs > MaxCPUs {
+	} else if !(p.CPUs >= MinCPUs && p.CPUs <= MaxCPUs) { // NaN fails every comparison
 		return Errorf(CodeInvalidArgument, "invalid cpus %g: use %g to %g", p.CPUs, MinCPUs, MaxCPUs)
 	}
 	if p.MemoryMB == 0 {

@@ -54,11 +54,9 @@ func Main() int {
 		for range sigs {
 		}
 	}()
-	if err := s.Serve(l); err != nil {
-		fmt.Fprintf(os.Stderr, "hiloop-init: %v\n", err)
-		return 1
-	}
-	return 0
+	// Serve returns only when the listener fails, which leaves the init nothing to serve.
+	fmt.Fprintf(os.Stderr, "hiloop-init: %v\n", s.Serve(l))
+	return 1
 }
 
 // Server spawns and reaps processes. Its zero value is not usable; call NewServer.
