@@ -72,7 +72,8 @@ FUZZ_TARGETS := \
 	./internal/runtime/initproc:FuzzRecv \
 	./internal/runtime/initproc:FuzzMessageRoundTrip \
 	./internal/runtime/initproc:FuzzLookupUser \
-	./internal/cli:FuzzShimArgs
+	./internal/cli:FuzzShimArgs \
+	./internal/session:FuzzTap
 FUZZTIME ?= 60s
 # FUZZPARALLEL limits the fuzzing workers (default: one per CPU). -fuzzminimizetime is cut from
 # its default of 60s, which would let minimizing one new input take a whole 60s budget.
