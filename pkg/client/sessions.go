@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -147,8 +148,9 @@ const maxEventBytes = 64 << 20
 // Stream reconnects (backing off from 100ms to 2s while the daemon is unreachable) and resumes
 // after the last event fn got, so fn sees every event exactly once; an event whose seq is not
 // the previous one's plus one is an error. Only the first connection's failure is returned as
-// it is (an *UnreachableError, or session_not_found); after that, only errors no retry can mend
-// (session_not_found once the session is deleted, a malformed event) end the stream.
+// it is (an *UnreachableError, or session_not_found), unless the daemon took that connection and
+// dropped it mid-handshake (it was killed: a restart follows); after that, only errors no retry
+// can mend (session_not_found once the session is deleted, a malformed event) end the stream.
 //
 // Stream returns fn's error, nil if that is ErrStopStream, or ctx's error.
 func (c *Client) Stream(ctx context.Context, id string, after uint64, fn func(api.SessionEvent) error, opts ...StreamOption) error {
@@ -240,6 +242,11 @@ func (s *eventStream) run(ctx context.Context) (_ streamResult, progressed bool,
 			}
 			return streamFatal, false, err
 		}
+		if droppedMidHandshake(err) {
+			// The daemon took the connection and went away (a restart): it was there, so this
+			// is a lost connection, retried even on the first dial.
+			return streamLost, false, err
+		}
 		return streamNotConnected, false, err
 	}
 	defer conn.CloseNow()
@@ -316,6 +323,12 @@ func (s *eventStream) dial(ctx context.Context) (*websocket.Conn, error) {
 		s.c.daemonVersion.Store(v)
 	}
 	return conn, nil
+}
+
+// droppedMidHandshake says the daemon accepted a stream's connection and closed it before the
+// handshake ended.
+func droppedMidHandshake(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func seqError(id string, last, got uint64) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -785,4 +786,39 @@ func TestStreamErrors(t *testing.T) {
 			t.Errorf("AllEvents over a gap: %v", last)
 		}
 	})
+}
+
+// A daemon that takes the first connection and goes away before the handshake ends (killed
+// while a watcher was connecting) was there: Stream retries instead of failing, unlike a daemon
+// that cannot be reached at all.
+func TestStreamRetriesAFirstConnectionDroppedMidHandshake(t *testing.T) {
+	d := newFakeDaemon()
+	d.addSession("s1", "web")
+	for range 5 {
+		d.appendEvent("s1", api.EventUpdate, textChunk("x"))
+	}
+	var accepted atomic.Int64
+	srv := httptest.NewUnstartedServer(d.handler())
+	srv.Listener = chaosListener{Listener: srv.Listener, budget: func() int64 {
+		if accepted.Add(1) == 1 {
+			return 0 // closed at the handshake's answer
+		}
+		return math.MaxInt64
+	}}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	t.Cleanup(d.dropStreams)
+	c, err := New(srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost []error
+	seen, err := collect(context.Background(), c, "s1", 0, 5, OnStreamLost(func(err error) { lost = append(lost, err) }))
+	if err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	checkOnce(t, seen, 0, 5)
+	if accepted.Load() < 2 || len(lost) != 1 {
+		t.Errorf("%d connections, OnStreamLost called %d times (%v): want a retry after one loss", accepted.Load(), len(lost), lost)
+	}
 }
