@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -147,12 +146,8 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 				closeStream(conn, sub.Err())
 				return nil
 			}
-			b, err := json.Marshal(ev) // as GET /events encodes it
-			if err != nil {
-				return err
-			}
 			wctx, cancel := context.WithTimeout(ctx, streamWriteTimeout)
-			err = conn.Write(wctx, websocket.MessageText, b)
+			err := conn.Write(wctx, websocket.MessageText, ev.JSON) // what GET /events encodes, as stored
 			cancel()
 			if err != nil {
 				return nil // the watcher is gone; it reconnects from its cursor

@@ -7,6 +7,7 @@
 package eventlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -68,9 +69,17 @@ type appendReq struct {
 	typ     api.EventType
 	data    json.RawMessage
 	del     bool // delete the session's events instead of appending
-	ev      api.SessionEvent
+	ev      Entry
 	err     error
 	done    chan struct{}
+}
+
+// Entry is a stored event as a watcher receives it: the event, and the bytes the log stored for
+// it. The bytes are encoded once, at append, and every watcher is served them as they are, so a
+// hundred watchers cost no more encoding than one; they must not be modified.
+type Entry struct {
+	api.SessionEvent
+	JSON []byte `json:"-"`
 }
 
 // Open opens the event log kept in db, creating its bucket if needed, and starts its writer.
@@ -138,7 +147,7 @@ func (p Pending) Wait() (api.SessionEvent, error) {
 		return api.SessionEvent{}, p.err
 	}
 	<-p.r.done
-	return p.r.ev, p.r.err
+	return p.r.ev.SessionEvent, p.r.err
 }
 
 // Enqueue queues one event for session without waiting for it to be stored: events queued by one
@@ -254,11 +263,12 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 			}
 			seq++
 			next[r.session] = seq
-			r.ev = api.SessionEvent{Seq: seq, Type: r.typ, Time: now, Data: r.data}
-			v, err := json.Marshal(r.ev)
+			ev := api.SessionEvent{Seq: seq, Type: r.typ, Time: now, Data: r.data}
+			v, err := json.Marshal(ev)
 			if err != nil {
 				return err
 			}
+			r.ev = Entry{SessionEvent: ev, JSON: v}
 			if err := b.Put(seqKey(seq), v); err != nil {
 				return err
 			}
@@ -333,31 +343,45 @@ func (l *Log) publish(batch []*appendReq) {
 // less means no limit. An unknown session has no events.
 func (l *Log) Since(session string, after uint64, limit int) ([]api.SessionEvent, error) {
 	var out []api.SessionEvent
+	err := l.read(session, after, limit, func(ev api.SessionEvent, _ []byte) {
+		out = append(out, ev)
+	})
+	return out, err
+}
+
+// entries is Since with each event's stored bytes, copied out of the transaction.
+func (l *Log) entries(session string, after uint64, limit int) ([]Entry, error) {
+	var out []Entry
+	err := l.read(session, after, limit, func(ev api.SessionEvent, v []byte) {
+		out = append(out, Entry{SessionEvent: ev, JSON: bytes.Clone(v)})
+	})
+	return out, err
+}
+
+// read calls fn with up to limit stored events of session after seq after, in order; the bytes
+// fn gets live only as long as the call.
+func (l *Log) read(session string, after uint64, limit int, fn func(ev api.SessionEvent, stored []byte)) error {
 	err := l.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents).Bucket([]byte(session))
 		if b == nil {
 			return nil
 		}
-		if limit > 0 {
-			out = make([]api.SessionEvent, 0, min(limit, 4096))
-		}
 		c := b.Cursor()
-		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			if limit > 0 && len(out) >= limit {
-				break
-			}
+		n := 0
+		for k, v := c.Seek(seqKey(after + 1)); k != nil && (limit <= 0 || n < limit); k, v = c.Next() {
 			var ev api.SessionEvent // Unmarshal copies Data: v lives only as long as the transaction
 			if err := json.Unmarshal(v, &ev); err != nil {
 				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
 			}
-			out = append(out, ev)
+			fn(ev, v)
+			n++
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read events of session %s: %w", session, err)
+		return fmt.Errorf("read events of session %s: %w", session, err)
 	}
-	return out, nil
+	return nil
 }
 
 func seqKey(seq uint64) []byte {
@@ -371,7 +395,7 @@ func seqKey(seq uint64) []byte {
 type Subscription struct {
 	l       *Log
 	session string
-	c       chan api.SessionEvent
+	c       chan Entry
 	stop    chan struct{} // closed by Close while catching up
 
 	// Guarded by l.mu.
@@ -388,7 +412,7 @@ func (l *Log) Subscribe(session string, after uint64) *Subscription {
 	s := &Subscription{
 		l:       l,
 		session: session,
-		c:       make(chan api.SessionEvent, subscriberBuffer),
+		c:       make(chan Entry, subscriberBuffer),
 		stop:    make(chan struct{}),
 		cursor:  after,
 	}
@@ -402,7 +426,7 @@ func (l *Log) Subscribe(session string, after uint64) *Subscription {
 func (s *Subscription) catchUp(cursor uint64) {
 	l := s.l
 	for {
-		evs, err := l.Since(s.session, cursor, replayPage)
+		evs, err := l.entries(s.session, cursor, replayPage)
 		if err != nil {
 			l.mu.Lock()
 			s.end(err)
@@ -472,7 +496,7 @@ func (s *Subscription) end(err error) {
 }
 
 // C returns the channel of events. It is closed when the subscription ends.
-func (s *Subscription) C() <-chan api.SessionEvent { return s.c }
+func (s *Subscription) C() <-chan Entry { return s.c }
 
 // Err says why the subscription ended, once C is closed: ErrSlow if the watcher fell behind (it
 // must reconnect from its last seq), ErrClosed if the log closed, ErrDeleted if the session was

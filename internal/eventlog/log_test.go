@@ -505,7 +505,10 @@ func TestEventJSONIsWhatWasStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamed := <-live.C()
-	for name, ev := range map[string]api.SessionEvent{"appended": appended, "read": read[0], "streamed": streamed} {
+	if !bytes.Equal(streamed.JSON, stored) {
+		t.Errorf("streamed bytes = %s; want what was stored, %s", streamed.JSON, stored)
+	}
+	for name, ev := range map[string]api.SessionEvent{"appended": appended, "read": read[0], "streamed": streamed.SessionEvent} {
 		b, err := json.Marshal(ev)
 		if err != nil || !bytes.Equal(b, stored) {
 			t.Errorf("%s event JSON = %s, %v; want what was stored, %s", name, b, err, stored)

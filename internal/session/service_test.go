@@ -292,8 +292,8 @@ func (e *testEnv) until(id string, after uint64, stop func(api.SessionEvent) boo
 				e.t.Fatalf("event %d follows %d", ev.Seq, after)
 			}
 			after = ev.Seq
-			out = append(out, ev)
-			if stop(ev) {
+			out = append(out, ev.SessionEvent)
+			if stop(ev.SessionEvent) {
 				return out
 			}
 		case <-timeout:
