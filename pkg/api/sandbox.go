@@ -4,6 +4,7 @@ package api
 
 import (
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -34,6 +35,13 @@ const (
 	StateDeleting SandboxState = "deleting"
 	StateFailed   SandboxState = "failed"
 )
+
+var sandboxStates = [...]SandboxState{
+	StateCreating, StateStopped, StateStarting, StateRunning, StateStopping, StateDeleting, StateFailed,
+}
+
+// SandboxStates returns every sandbox state.
+func SandboxStates() []SandboxState { return slices.Clone(sandboxStates[:]) }
 
 // StorageClass is the lifetime of a sandbox's /workspace.
 type StorageClass string

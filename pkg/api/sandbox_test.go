@@ -114,3 +114,9 @@ func TestSandboxWire(t *testing.T) {
 		}
 	}
 }
+
+// SandboxStates is what the daemon's state machine must have a row for: a state declared and
+// left out of it would go unchecked there.
+func TestSandboxStatesListsEveryDeclaredState(t *testing.T) {
+	wantAllDeclared(t, "SandboxStates()", SandboxStates())
+}
