@@ -149,6 +149,14 @@ func ValidateName(kind, name string) error {
 	return nil
 }
 
+// validateWorkspaceGiB checks a workspace capacity a client asked for, at create or grow.
+func validateWorkspaceGiB(gib int) error {
+	if gib < MinWorkspaceGiB || gib > MaxWorkspaceGiB {
+		return Errorf(CodeInvalidArgument, "invalid workspace_gib %d: use %d to %d", gib, MinWorkspaceGiB, MaxWorkspaceGiB)
+	}
+	return nil
+}
+
 // Normalize fills the defaults of a create request and validates every field.
 func (p *SandboxesPost) Normalize() error {
 	if err := ValidateName("sandbox", p.Name); err != nil {
@@ -166,8 +174,10 @@ func (p *SandboxesPost) Normalize() error {
 	default:
 		return Errorf(CodeInvalidArgument, "invalid storage_class %q: use durable or ephemeral", p.StorageClass)
 	}
-	if p.WorkspaceGiB != 0 && (p.WorkspaceGiB < MinWorkspaceGiB || p.WorkspaceGiB > MaxWorkspaceGiB) {
-		return Errorf(CodeInvalidArgument, "invalid workspace_gib %d: use %d to %d", p.WorkspaceGiB, MinWorkspaceGiB, MaxWorkspaceGiB)
+	if p.WorkspaceGiB != 0 {
+		if err := validateWorkspaceGiB(p.WorkspaceGiB); err != nil {
+			return err
+		}
 	}
 	if p.FromSnapshot != "" {
 		if err := ValidateName("snapshot", p.FromSnapshot); err != nil {
