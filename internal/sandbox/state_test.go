@@ -484,3 +484,54 @@ func TestSetStateRefusesAnEdgeOutsideTheMachine(t *testing.T) {
 		t.Errorf("the stored record moved to %s", got)
 	}
 }
+
+// A sandbox in a state this daemon does not know (a newer daemon wrote it, then was downgraded)
+// can be deleted and nothing else; Reconcile leaves it alone.
+func TestAStateOutsideTheMachineCanBeDeleted(t *testing.T) {
+	ctx := context.Background()
+	const future api.SandboxState = "hibernating"
+	if _, ok := machine[future]; ok {
+		t.Fatalf("%s is in the machine: pick a state it does not know", future)
+	}
+	for _, tc := range []struct {
+		name  string
+		fail  string
+		calls map[string]int
+		ends  api.SandboxState
+	}{
+		{name: "delete", calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1}, ends: gone},
+		// A delete that fails leaves the sandbox failed, where the machine takes over.
+		{name: "failed delete", fail: "volume.Delete", calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1}, ends: api.StateFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeManager(t)
+			rec := f.boxIn(t, future)
+			f.rt.setRunning(rec.ID, true) // what the newer daemon left running goes with the delete
+			f.vol.setMounted(rec.ID)
+
+			if err := f.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wantCalls(t, f.calls.take(), nil)
+			if got := f.stateOf(t); got != future {
+				t.Fatalf("Reconcile left the sandbox %s, want it %s", got, future)
+			}
+			_, err := f.Start(ctx, "box")
+			wantCode(t, err, api.CodeInvalidState)
+			_, err = f.Stop(ctx, "box")
+			wantCode(t, err, api.CodeInvalidState)
+			wantCalls(t, f.calls.take(), nil)
+
+			if tc.fail != "" {
+				f.calls.failNext(tc.fail, errors.New("injected"))
+			}
+			if err := f.Delete(ctx, "box", false); (err != nil) != (tc.fail != "") {
+				t.Fatalf("Delete: %v", err)
+			}
+			wantCalls(t, f.calls.take(), tc.calls)
+			if got := f.stateOf(t); got != tc.ends {
+				t.Errorf("Delete left the sandbox %s, want %s", got, tc.ends)
+			}
+		})
+	}
+}
