@@ -22,7 +22,8 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 const MaxBodyBytes = 1 << 20
 
 // SandboxState is where a sandbox is in its lifecycle:
-// creating → stopped ⇄ starting → running → stopping → stopped; deleting; failed.
+// creating → stopped → starting → running → stopping → stopped; deleting from any state; failed
+// after a start, stop or delete that failed.
 type SandboxState string
 
 // The sandbox states. Only the daemon writes them.
