@@ -34,6 +34,7 @@ func FuzzDecodeBody(f *testing.F) {
 		`{"name":"web","image":"base","storage_class":"durable","workspace_gib":10,"cpus":2,"memory_mb":2048}`,
 		`{"name":"web","no_start":true,"from_snapshot":"s","permission_policy":"ask"}`,
 		`{"workspace_gib":20}`, `{"workspace_gib":"20"}`, `{"workspace_gib":1e400}`,
+		`{"workspace_gib":0}`, `{"workspace_gib":16384}`,
 		`{"snapshot":"s"}`, `{"force":true}`,
 		`{"name":"laptop","public_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq me@laptop"}`,
 		`{"sandbox":"web","harness":"fake","cwd":"/workspace"}`, `{"text":"hello \u00e9"}`,

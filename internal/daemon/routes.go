@@ -141,6 +141,9 @@ func (d *Daemon) growSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	sb, err := d.sandboxes.Grow(r.Context(), name, p.WorkspaceGiB)
 	if err != nil {
 		return err

@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
-	"time"
 
+	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -12,61 +15,47 @@ import (
 // outside the sandbox's lock: the session service waits there for turns that may be starting
 // the sandbox, which takes that lock.
 func TestDeleteNotifiesOutsideTheLock(t *testing.T) {
-	m, _ := newTestManager(t)
 	ctx := context.Background()
-	p := api.SandboxesPost{Name: "doomed", Image: "minimal", NoStart: true, WorkspaceGiB: 1}
-	if err := p.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := m.Create(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newFakeManager(t)
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "doomed", Image: "minimal"})
 
-	type call struct {
-		name, id    string
-		afterStop   bool
-		startErr    error
-		recordFound bool
+	// heard is what the listeners heard, in the order they heard it.
+	var (
+		mu    sync.Mutex
+		heard []string
+	)
+	hear := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, s)
 	}
-	stops := make(chan string, 4)
-	m.OnStop(func(name string) { stops <- name })
-	calls := make(chan call, 4)
-	m.OnDelete(func(name, id string) {
-		_, getErr := m.Get(ctx, name)
-		_, startErr := m.Start(ctx, name) // takes the sandbox's lock
-		calls <- call{name: name, id: id, afterStop: len(stops) > 0, startErr: startErr, recordFound: getErr == nil}
+	f.OnStop(func(name string) { hear("stop " + name) })
+	f.OnDelete(func(name, id string) {
+		hear("delete " + name + " " + id)
+		if _, err := f.Get(ctx, name); !isCode(err, api.CodeSandboxNotFound) {
+			hear(fmt.Sprintf("get: %v", err))
+		}
+		// Start takes the sandbox's lock: called under it, it never returns.
+		if _, err := f.Start(ctx, name); !isCode(err, api.CodeSandboxNotFound) {
+			hear(fmt.Sprintf("start: %v", err))
+		}
 	})
 
 	done := make(chan error, 1)
-	go func() { done <- m.Delete(ctx, "doomed", false) }()
+	go func() { done <- f.Delete(ctx, "doomed", false) }()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
-	case <-time.After(2 * time.Minute):
+	case <-testenv.Deadline(t):
 		t.Fatal("Delete never returned: its listener is waiting for the sandbox's lock")
 	}
-	wantCode(t, m.Delete(ctx, "doomed", false), api.CodeSandboxNotFound)
+	wantCode(t, f.Delete(ctx, "doomed", false), api.CodeSandboxNotFound)
 
-	close(calls)
-	var got []call
-	for c := range calls {
-		got = append(got, c)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"stop doomed", "delete doomed " + sb.ID}; !slices.Equal(heard, want) {
+		t.Fatalf("listeners heard %q, want %q", heard, want)
 	}
-	if len(got) != 1 {
-		t.Fatalf("%d delete notifications, want 1: %+v", len(got), got)
-	}
-	c := got[0]
-	if c.name != "doomed" || c.id != sb.ID {
-		t.Fatalf("notified (%q, %q), want (%q, %q)", c.name, c.id, "doomed", sb.ID)
-	}
-	if !c.afterStop {
-		t.Fatal("notified of the delete before the stop")
-	}
-	if c.recordFound {
-		t.Fatal("notified while the sandbox's record still exists")
-	}
-	wantCode(t, c.startErr, api.CodeSandboxNotFound)
 }

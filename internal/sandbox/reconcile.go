@@ -65,9 +65,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 
 func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 	log := m.log.With("sandbox", rec.Name, "state", rec.State)
-	plan := machine[api.SandboxState(rec.State)].recover
+	plan := ruleOf(api.SandboxState(rec.State)).recover
 	var err error
-	// A state this daemon does not know has no recovery: it is left alone.
 	switch plan {
 	case reconcileUndoCreate:
 		log.Info("undoing interrupted create")

@@ -33,12 +33,10 @@ func (m *Manager) sealingOf(id string) *sealing {
 	return m.seals[id]
 }
 
-// Grow grows a sandbox's workspace to sizeGiB, online if it runs. Growth is one-way.
+// Grow grows a sandbox's workspace to sizeGiB, online if it runs. Growth is one-way. The size
+// comes from a validated api.GrowPost.
 func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx)
-	if sizeGiB < api.MinWorkspaceGiB || sizeGiB > api.MaxWorkspaceGiB {
-		return api.Sandbox{}, api.Errorf(api.CodeInvalidArgument, "invalid workspace_gib %d: use %d to %d", sizeGiB, api.MinWorkspaceGiB, api.MaxWorkspaceGiB)
-	}
 	rec, err := m.record(name)
 	if err != nil {
 		return api.Sandbox{}, err

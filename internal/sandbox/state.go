@@ -12,7 +12,8 @@ import (
 // sandbox in that state, which states a transition out of it may write, and what Reconcile does
 // with a sandbox a daemon start finds in it. Every operation asks admit before it acts, every
 // state written goes through setState, which refuses an edge the row does not list, and
-// Reconcile takes its recovery from the row: the switches live nowhere else.
+// Reconcile takes its recovery from the row: the switches live nowhere else. A state outside the
+// table has the row unknownStateRule.
 //
 // Only the daemon writes states, one transition of a sandbox at a time (Manager.lock), and every
 // transition ends in a resting state (stopped, running, failed) or removes the record. So an
@@ -75,7 +76,8 @@ type stateRule struct {
 	recover recovery
 }
 
-// machine is the state machine. Delete proceeds in every state: whatever is left is torn down.
+// machine is the state machine. Delete proceeds in every state, and in one outside it
+// (unknownStateRule): whatever is left is torn down.
 var machine = map[api.SandboxState]stateRule{
 	api.StateCreating: {
 		ops:     map[operation]verdict{opDelete: proceed},
@@ -118,6 +120,23 @@ var machine = map[api.SandboxState]stateRule{
 	},
 }
 
+// unknownStateRule is the row of every state outside the machine: one a newer daemon wrote before
+// a downgrade. Nothing is known of what such a sandbox holds, so the only operation is delete
+// (which tears down whatever is left, and may leave it failed), and Reconcile leaves it alone
+// rather than guess at a recovery.
+var unknownStateRule = stateRule{
+	ops:  map[operation]verdict{opDelete: proceed},
+	next: []api.SandboxState{api.StateDeleting},
+}
+
+// ruleOf returns the machine's row for state s.
+func ruleOf(s api.SandboxState) stateRule {
+	if rule, ok := machine[s]; ok {
+		return rule
+	}
+	return unknownStateRule
+}
+
 // refusals words an operation's refusal where the plain invalid_state does not say enough.
 var refusals = map[operation]func(rec store.Sandbox) error{
 	opExec: notRunning,
@@ -128,7 +147,7 @@ var refusals = map[operation]func(rec store.Sandbox) error{
 
 // admit returns what op does to rec in its current state, or the error that refuses it.
 func admit(op operation, rec store.Sandbox) (verdict, error) {
-	v := machine[api.SandboxState(rec.State)].ops[op]
+	v := ruleOf(api.SandboxState(rec.State)).ops[op]
 	if v != refused {
 		return v, nil
 	}
@@ -142,7 +161,7 @@ func admit(op operation, rec store.Sandbox) (verdict, error) {
 // missing edge is a bug in the manager, never a client's mistake.
 func checkTransition(rec store.Sandbox, to api.SandboxState) error {
 	from := api.SandboxState(rec.State)
-	if !slices.Contains(machine[from].next, to) {
+	if !slices.Contains(ruleOf(from).next, to) {
 		return fmt.Errorf("sandbox %q: the state machine has no transition from %s to %s", rec.Name, from, to)
 	}
 	return nil

@@ -16,10 +16,25 @@ import (
 
 // These tests drive the manager against fakes that count calls, without root.
 
-// allStates lists every sandbox state, in the order of the want rows below.
-var allStates = [...]api.SandboxState{
-	api.StateCreating, api.StateStopped, api.StateStarting, api.StateRunning,
-	api.StateStopping, api.StateDeleting, api.StateFailed,
+// Every state pkg/api declares has a row in the machine, and every row and edge names one:
+// admit refuses everything in a state without a row, Reconcile leaves it alone.
+func TestEveryStateHasARow(t *testing.T) {
+	states := api.SandboxStates()
+	for _, s := range states {
+		if _, ok := machine[s]; !ok {
+			t.Errorf("state %s has no row in the state machine", s)
+		}
+	}
+	for from, rule := range machine {
+		if !slices.Contains(states, from) {
+			t.Errorf("the state machine has a row for %s, which pkg/api does not declare", from)
+		}
+		for _, to := range rule.next {
+			if !slices.Contains(states, to) {
+				t.Errorf("the state machine has an edge from %s to %s, which pkg/api does not declare", from, to)
+			}
+		}
+	}
 }
 
 // The outcomes of an operation in a state: it proceeds, it succeeds and changes nothing, or it
@@ -94,8 +109,8 @@ func TestOperationInEveryState(t *testing.T) {
 	ops := []struct {
 		name string
 		do   func(*fakeManager) error
-		// want is the outcome in each state, in allStates order.
-		want [len(allStates)]string
+		// want is the outcome in each state, in api.SandboxStates order.
+		want []string
 		// calls are what the operation calls when it proceeds; a refusal or a no-op calls nothing.
 		calls map[string]int
 		// ends is where a proceeding operation leaves the sandbox; empty is where it was.
@@ -105,21 +120,21 @@ func TestOperationInEveryState(t *testing.T) {
 	}{{
 		name:    "start",
 		do:      func(f *fakeManager) error { _, err := f.Start(ctx, "box"); return err },
-		want:    [...]string{inval, does, inval, noop, inval, inval, does},
+		want:    []string{inval, does, inval, noop, inval, inval, does},
 		calls:   map[string]int{"volume.Mount": 1, "runtime.Start": 1},
 		ends:    api.StateRunning,
 		refusal: `sandbox "box" is %s`,
 	}, {
 		name:    "stop",
 		do:      func(f *fakeManager) error { _, err := f.Stop(ctx, "box"); return err },
-		want:    [...]string{inval, noop, does, does, does, inval, does},
+		want:    []string{inval, noop, does, does, does, inval, does},
 		calls:   map[string]int{"runtime.Stop": 1, "volume.Unmount": 1},
 		ends:    api.StateStopped,
 		refusal: `sandbox "box" is %s`,
 	}, {
 		name:  "delete",
 		do:    func(f *fakeManager) error { return f.Delete(ctx, "box", false) },
-		want:  [...]string{does, does, does, does, does, does, does},
+		want:  []string{does, does, does, does, does, does, does},
 		calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1},
 		ends:  gone,
 	}, {
@@ -128,19 +143,19 @@ func TestOperationInEveryState(t *testing.T) {
 			_, err := f.Exec(ctx, "box", runtime.ExecSpec{Argv: []string{"true"}})
 			return err
 		},
-		want:    [...]string{notRun, notRun, notRun, does, notRun, notRun, notRun},
+		want:    []string{notRun, notRun, notRun, does, notRun, notRun, notRun},
 		calls:   map[string]int{"runtime.Exec": 1},
 		refusal: "sandbox \"box\" is %s: start it with `hiloop sandbox start box`",
 	}, {
 		name:    "dial",
 		do:      func(f *fakeManager) error { _, err := f.DialLoopback(ctx, "box", "127.0.0.1:80"); return err },
-		want:    [...]string{notRun, notRun, notRun, does, notRun, notRun, notRun},
+		want:    []string{notRun, notRun, notRun, does, notRun, notRun, notRun},
 		calls:   map[string]int{"runtime.DialLoopback": 1},
 		refusal: "sandbox \"box\" is %s: start it with `hiloop sandbox start box`",
 	}, {
 		name:    "grow",
 		do:      func(f *fakeManager) error { _, err := f.Grow(ctx, "box", 2); return err },
-		want:    [...]string{inval, does, inval, does, inval, inval, does},
+		want:    []string{inval, does, inval, does, inval, inval, does},
 		calls:   map[string]int{"volume.Grow": 1},
 		refusal: `sandbox "box" is %s`,
 	}, {
@@ -149,18 +164,23 @@ func TestOperationInEveryState(t *testing.T) {
 			_, err := f.Snapshot(ctx, "box", api.SnapshotsPost{Name: "s2"})
 			return err
 		},
-		want:    [...]string{inval, does, inval, does, inval, inval, does},
+		want:    []string{inval, does, inval, does, inval, inval, does},
 		calls:   map[string]int{"volume.Snapshot": 1},
 		refusal: `sandbox "box" is %s`,
 	}, {
 		name:    "restore",
 		do:      func(f *fakeManager) error { _, err := f.Restore(ctx, "box", "snap"); return err },
-		want:    [...]string{inval, does, inval, inval, inval, inval, inval},
+		want:    []string{inval, does, inval, inval, inval, inval, inval},
 		calls:   map[string]int{"volume.Restore": 1},
 		refusal: "sandbox \"box\" is %s: stop it before restoring (`hiloop sandbox stop box`)",
 	}}
+	states := api.SandboxStates()
 	for _, op := range ops {
-		for i, state := range allStates {
+		if len(op.want) != len(states) {
+			t.Errorf("%s: %d outcomes for %d states %v", op.name, len(op.want), len(states), states)
+			continue
+		}
+		for i, state := range states {
 			want := op.want[i]
 			t.Run(fmt.Sprintf("%s/%s", op.name, state), func(t *testing.T) {
 				f := newFakeManager(t)
@@ -392,7 +412,7 @@ func TestReconcileEveryState(t *testing.T) {
 	restart := map[string]int{"runtime.Stop": 1, "volume.Unmount": 1, "volume.Mount": 1, "runtime.Start": 1}
 	release := map[string]int{"runtime.Stop": 1, "volume.Unmount": 1}
 	teardown := map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1}
-	for _, tc := range []struct {
+	cases := []struct {
 		state api.SandboxState
 		dead  bool // the container did not survive the restart
 		fail  string
@@ -412,7 +432,17 @@ func TestReconcileEveryState(t *testing.T) {
 		{state: api.StateRunning, dead: true, fail: "runtime.Start", calls: map[string]int{"runtime.Stop": 2, "volume.Unmount": 2, "volume.Mount": 1, "runtime.Start": 1}, ends: api.StateFailed},
 		{state: api.StateStopping, fail: "runtime.Stop", calls: map[string]int{"runtime.Stop": 1}, ends: api.StateFailed},
 		{state: api.StateDeleting, fail: "volume.Delete", calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1}, ends: api.StateFailed},
-	} {
+	}
+	covered := map[api.SandboxState]bool{}
+	for _, tc := range cases {
+		covered[tc.state] = true
+	}
+	for _, state := range api.SandboxStates() {
+		if !covered[state] {
+			t.Errorf("no case reconciles a sandbox found %s", state)
+		}
+	}
+	for _, tc := range cases {
 		name := string(tc.state)
 		if tc.dead {
 			name += "/dead"
@@ -452,5 +482,56 @@ func TestSetStateRefusesAnEdgeOutsideTheMachine(t *testing.T) {
 	}
 	if got := f.stateOf(t); got != api.StateStopped {
 		t.Errorf("the stored record moved to %s", got)
+	}
+}
+
+// A sandbox in a state this daemon does not know (a newer daemon wrote it, then was downgraded)
+// can be deleted and nothing else; Reconcile leaves it alone.
+func TestAStateOutsideTheMachineCanBeDeleted(t *testing.T) {
+	ctx := context.Background()
+	const future api.SandboxState = "hibernating"
+	if _, ok := machine[future]; ok {
+		t.Fatalf("%s is in the machine: pick a state it does not know", future)
+	}
+	for _, tc := range []struct {
+		name  string
+		fail  string
+		calls map[string]int
+		ends  api.SandboxState
+	}{
+		{name: "delete", calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1}, ends: gone},
+		// A delete that fails leaves the sandbox failed, where the machine takes over.
+		{name: "failed delete", fail: "volume.Delete", calls: map[string]int{"runtime.Stop": 1, "volume.Delete": 1}, ends: api.StateFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeManager(t)
+			rec := f.boxIn(t, future)
+			f.rt.setRunning(rec.ID, true) // what the newer daemon left running goes with the delete
+			f.vol.setMounted(rec.ID)
+
+			if err := f.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wantCalls(t, f.calls.take(), nil)
+			if got := f.stateOf(t); got != future {
+				t.Fatalf("Reconcile left the sandbox %s, want it %s", got, future)
+			}
+			_, err := f.Start(ctx, "box")
+			wantCode(t, err, api.CodeInvalidState)
+			_, err = f.Stop(ctx, "box")
+			wantCode(t, err, api.CodeInvalidState)
+			wantCalls(t, f.calls.take(), nil)
+
+			if tc.fail != "" {
+				f.calls.failNext(tc.fail, errors.New("injected"))
+			}
+			if err := f.Delete(ctx, "box", false); (err != nil) != (tc.fail != "") {
+				t.Fatalf("Delete: %v", err)
+			}
+			wantCalls(t, f.calls.take(), tc.calls)
+			if got := f.stateOf(t); got != tc.ends {
+				t.Errorf("Delete left the sandbox %s, want %s", got, tc.ends)
+			}
+		})
 	}
 }

@@ -60,9 +60,9 @@ func TestAPIDocsListEveryCode(t *testing.T) {
 		}
 		documented[code] = row[1]
 	}
-	declared := map[ErrorCode]bool{}
-	for name, code := range declaredCodes(t) {
-		declared[code] = true
+	known := map[ErrorCode]bool{}
+	for name, code := range declared[ErrorCode](t) {
+		known[code] = true
 		status, ok := documented[code]
 		if !ok {
 			t.Errorf("docs/api.md does not list %s (%s)", code, name)
@@ -71,7 +71,7 @@ func TestAPIDocsListEveryCode(t *testing.T) {
 		}
 	}
 	for code := range documented {
-		if !declared[code] {
+		if !known[code] {
 			t.Errorf("docs/api.md lists %q, which is no error code", code)
 		}
 	}
@@ -103,9 +103,9 @@ func TestCLIDocsListEveryExitCode(t *testing.T) {
 			t.Errorf("docs/cli.md has no row for exit code %d (%s)", exit, name)
 		}
 	}
-	declared := map[ErrorCode]bool{}
-	for _, code := range declaredCodes(t) {
-		declared[code] = true
+	known := map[ErrorCode]bool{}
+	for _, code := range declared[ErrorCode](t) {
+		known[code] = true
 		want, got := code.ExitCode(), listed[code]
 		switch {
 		case want == ExitCodeError && (len(got) == 0 || slices.Equal(got, []int{ExitCodeError})):
@@ -116,7 +116,7 @@ func TestCLIDocsListEveryExitCode(t *testing.T) {
 		}
 	}
 	for code := range listed {
-		if !declared[code] {
+		if !known[code] {
 			t.Errorf("docs/cli.md's exit codes name %q, which is no error code", code)
 		}
 	}

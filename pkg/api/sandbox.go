@@ -4,6 +4,7 @@ package api
 
 import (
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -21,7 +22,8 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 const MaxBodyBytes = 1 << 20
 
 // SandboxState is where a sandbox is in its lifecycle:
-// creating → stopped ⇄ starting → running → stopping → stopped; deleting; failed.
+// creating → stopped → starting → running → stopping → stopped; deleting from any state; failed
+// after a start, stop or delete that failed.
 type SandboxState string
 
 // The sandbox states. Only the daemon writes them.
@@ -34,6 +36,13 @@ const (
 	StateDeleting SandboxState = "deleting"
 	StateFailed   SandboxState = "failed"
 )
+
+var sandboxStates = [...]SandboxState{
+	StateCreating, StateStopped, StateStarting, StateRunning, StateStopping, StateDeleting, StateFailed,
+}
+
+// SandboxStates returns every sandbox state.
+func SandboxStates() []SandboxState { return slices.Clone(sandboxStates[:]) }
 
 // StorageClass is the lifetime of a sandbox's /workspace.
 type StorageClass string
@@ -141,6 +150,14 @@ func ValidateName(kind, name string) error {
 	return nil
 }
 
+// validateWorkspaceGiB checks a workspace capacity a client asked for, at create or grow.
+func validateWorkspaceGiB(gib int) error {
+	if gib < MinWorkspaceGiB || gib > MaxWorkspaceGiB {
+		return Errorf(CodeInvalidArgument, "invalid workspace_gib %d: use %d to %d", gib, MinWorkspaceGiB, MaxWorkspaceGiB)
+	}
+	return nil
+}
+
 // Normalize fills the defaults of a create request and validates every field.
 func (p *SandboxesPost) Normalize() error {
 	if err := ValidateName("sandbox", p.Name); err != nil {
@@ -158,8 +175,10 @@ func (p *SandboxesPost) Normalize() error {
 	default:
 		return Errorf(CodeInvalidArgument, "invalid storage_class %q: use durable or ephemeral", p.StorageClass)
 	}
-	if p.WorkspaceGiB != 0 && (p.WorkspaceGiB < MinWorkspaceGiB || p.WorkspaceGiB > MaxWorkspaceGiB) {
-		return Errorf(CodeInvalidArgument, "invalid workspace_gib %d: use %d to %d", p.WorkspaceGiB, MinWorkspaceGiB, MaxWorkspaceGiB)
+	if p.WorkspaceGiB != 0 {
+		if err := validateWorkspaceGiB(p.WorkspaceGiB); err != nil {
+			return err
+		}
 	}
 	if p.FromSnapshot != "" {
 		if err := ValidateName("snapshot", p.FromSnapshot); err != nil {

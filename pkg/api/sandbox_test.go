@@ -63,6 +63,36 @@ func TestSandboxesPostNormalize(t *testing.T) {
 	}
 }
 
+// A grow asks for a size within the limits a create has, with the create's message.
+func TestGrowPostValidate(t *testing.T) {
+	for _, tc := range []struct {
+		gib  int
+		want string // "" for valid
+	}{
+		{1, ""},
+		{MaxWorkspaceGiB, ""},
+		{0, "invalid workspace_gib 0: use 1 to 16383"},
+		{-1, "invalid workspace_gib -1: use 1 to 16383"},
+		{MaxWorkspaceGiB + 1, "invalid workspace_gib 16384: use 1 to 16383"},
+	} {
+		err := (&GrowPost{WorkspaceGiB: tc.gib}).Validate()
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("Validate(%d) = %v", tc.gib, err)
+			}
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeInvalidArgument || e.Message != tc.want {
+			t.Errorf("Validate(%d) = %v, want invalid_argument %q", tc.gib, err, tc.want)
+		}
+		create := SandboxesPost{Name: "web", WorkspaceGiB: tc.gib}
+		if cerr := create.Normalize(); tc.gib != 0 && (cerr == nil || cerr.Error() != err.Error()) {
+			t.Errorf("create with workspace_gib %d says %v, grow %v", tc.gib, cerr, err)
+		}
+	}
+}
+
 func TestExecRequestValidate(t *testing.T) {
 	r := ExecRequest{Command: []string{"true"}}
 	if err := r.Validate(); err != nil {
@@ -113,4 +143,10 @@ func TestSandboxWire(t *testing.T) {
 			t.Errorf("%T encodes as\n%s, %v\nwant\n%s", tc.v, b, err, tc.want)
 		}
 	}
+}
+
+// SandboxStates is what the daemon's state machine must have a row for: a state declared and
+// left out of it would go unchecked there.
+func TestSandboxStatesListsEveryDeclaredState(t *testing.T) {
+	wantAllDeclared(t, "SandboxStates()", SandboxStates())
 }

@@ -46,3 +46,9 @@ func TestEventTypeValid(t *testing.T) {
 		t.Error("turn_end is not valid")
 	}
 }
+
+// EventTypes is what the event log accepts: a type declared and left out of it would be refused
+// at run time.
+func TestEventTypesListsEveryDeclaredType(t *testing.T) {
+	wantAllDeclared(t, "EventTypes()", EventTypes())
+}

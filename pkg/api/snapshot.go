@@ -56,6 +56,10 @@ type GrowPost struct {
 	WorkspaceGiB int `json:"workspace_gib"`
 }
 
+// Validate checks a grow request's size against the limits a create has; whether it exceeds the
+// current size only the daemon knows.
+func (p *GrowPost) Validate() error { return validateWorkspaceGiB(p.WorkspaceGiB) }
+
 // RestorePost is the body of POST /v1/sandboxes/{name}/restore.
 type RestorePost struct {
 	// Snapshot is the name of the snapshot to roll /workspace back to.
