@@ -6,45 +6,61 @@
 package atomicfile
 
 import (
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 )
 
-// Seams for tests: a failing write or fsync cannot be provoked on an ordinary filesystem.
+// Seams for tests: a failing write, fsync or removal cannot be provoked on an ordinary
+// filesystem.
 var (
-	writeFile = (*os.File).Write
-	syncFile  = (*os.File).Sync
+	writeFile  = (*os.File).Write
+	syncFile   = (*os.File).Sync
+	removeFile = os.Remove
 )
+
+// ErrNotDurable is wrapped, together with the cause, by the error WriteFile and WriteNewFile
+// return when path already holds the new content but the fsync of its directory failed: every
+// reader sees the new file, yet a crash may still undo it. A caller that can live with that
+// (because it would redo the write after a crash anyway) tests for it with errors.Is.
+var ErrNotDurable = errors.New("in place but not yet durable")
 
 // WriteFile replaces path with data, created with permissions perm (exactly, whatever the
 // umask). An error in writing or renaming leaves path as it was (the old content, or no file);
-// an error in the final fsync of the directory leaves the new content in place, but perhaps not
-// through a crash.
+// an error in the final fsync of the directory wraps ErrNotDurable and leaves the new content
+// in place.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	return write(path, data, perm, os.Rename)
 }
 
 // WriteNewFile writes data to path, created with permissions perm, unless something is there
 // already: then it returns an error for which errors.Is(err, fs.ErrExist) holds and leaves path
-// alone. Of several processes racing to create path, exactly one succeeds. Errors are those of
-// WriteFile.
+// alone. Of several processes racing to create path, exactly one succeeds. Other errors are
+// those of WriteFile: path is left alone, except that an error wrapping ErrNotDurable means
+// path holds the new file.
 func WriteNewFile(path string, data []byte, perm fs.FileMode) error {
 	// A hard link, unlike a rename, fails if the name exists.
 	return write(path, data, perm, func(tmp, path string) error {
-		err := os.Link(tmp, path)
-		if rerr := os.Remove(tmp); err == nil {
-			err = rerr
+		if err := os.Link(tmp, path); err != nil {
+			return err
 		}
-		return err
+		// path holds the file now, so the write has succeeded whatever follows. A temporary
+		// name that will not go is a second link to the same file: hidden, unique (CreateTemp),
+		// with path's permissions, and never read or reused; it costs a directory entry, not
+		// correctness, so failing the caller over it would misreport what happened.
+		_ = removeFile(tmp)
+		return nil
 	})
 }
 
 // write fills a temporary file next to path and hands it to publish, which gives it the name
-// path and leaves no temporary name behind when it succeeds.
+// path; when publish fails, it has left path alone.
 func write(path string, data []byte, perm fs.FileMode, publish func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
+	// The name starts with a dot so that a temporary file left by a crash stays out of listings.
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -64,10 +80,13 @@ func write(path string, data []byte, perm fs.FileMode, publish func(tmp, path st
 		err = publish(tmp, path)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = removeFile(tmp)
 		return err
 	}
-	return SyncDir(dir)
+	if err := SyncDir(dir); err != nil {
+		return fmt.Errorf("%s: %w: %w", path, ErrNotDurable, err)
+	}
+	return nil
 }
 
 // SyncDir makes a rename, link or removal in dir last through a crash. On Windows it does

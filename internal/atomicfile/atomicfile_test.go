@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -118,8 +119,12 @@ func TestWriteFails(t *testing.T) {
 						want = []string{"f"}
 					}
 					inject()
-					if err := writeTo(path, []byte("new content"), 0o600); !errors.Is(err, injected) {
+					err := writeTo(path, []byte("new content"), 0o600)
+					if !errors.Is(err, injected) {
 						t.Fatalf("%s: %v, want the injected error", name, err)
+					}
+					if errors.Is(err, ErrNotDurable) {
+						t.Errorf("%s: %v claims the new content is in place", name, err)
 					}
 					b, err := os.ReadFile(path)
 					switch {
@@ -137,9 +142,9 @@ func TestWriteFails(t *testing.T) {
 	}
 }
 
-// The directory's fsync comes after the rename: its failure is reported, with the new content
-// already in place.
-func TestWriteFileDirSyncFails(t *testing.T) {
+// The directory's fsync comes after the rename or link: its failure is reported as
+// ErrNotDurable, with the new content already in place.
+func TestDirSyncFails(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("directories are not fsynced on Windows")
 	}
@@ -151,12 +156,53 @@ func TestWriteFileDirSyncFails(t *testing.T) {
 		}
 		return f.Sync()
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "f")
-	if err := WriteFile(path, []byte("new"), 0o600); !errors.Is(err, injected) {
-		t.Fatalf("WriteFile: %v, want the injected error", err)
+	for name, writeTo := range map[string]func(string, []byte, fs.FileMode) error{
+		"WriteFile":    WriteFile,
+		"WriteNewFile": WriteNewFile,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "f")
+			err := writeTo(path, []byte("new"), 0o600)
+			if !errors.Is(err, ErrNotDurable) || !errors.Is(err, injected) {
+				t.Fatalf("%s: %v, want an error wrapping ErrNotDurable and the injected error", name, err)
+			}
+			if b, err := os.ReadFile(path); err != nil || string(b) != "new" {
+				t.Errorf("read back %q, %v; want %q", b, err, "new")
+			}
+			if names := dirNames(t, dir); !slices.Equal(names, []string{"f"}) {
+				t.Errorf("directory holds %q, want only f", names)
+			}
+		})
 	}
-	if b, err := os.ReadFile(path); err != nil || string(b) != "new" {
-		t.Errorf("read back %q, %v; want %q", b, err, "new")
+}
+
+// Once the link is made the file is created: a temporary name that cannot be removed is no
+// failure of WriteNewFile's, and what it leaves is the same file under a hidden name.
+func TestWriteNewFileTempRemovalFails(t *testing.T) {
+	t.Cleanup(func() { removeFile = os.Remove })
+	removeFile = func(string) error { return errors.New("injected") }
+	dir := t.TempDir()
+	path := filepath.Join(dir, "key")
+	if err := WriteNewFile(path, []byte("first"), 0o600); err != nil {
+		t.Fatalf("WriteNewFile: %v, want success: the file is in place", err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "first" {
+		t.Errorf("read back %q, %v; want %q", b, err, "first")
+	}
+	names := dirNames(t, dir)
+	if len(names) != 2 || names[1] != "key" || !strings.HasPrefix(names[0], ".key.tmp-") {
+		t.Fatalf("directory holds %q, want key and one hidden temporary name", names)
+	}
+	kept, err := os.Stat(filepath.Join(dir, names[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || !os.SameFile(st, kept) {
+		t.Errorf("the leftover %s is not the file at %s", names[0], path)
+	}
+	checkPerm(t, filepath.Join(dir, names[0]), 0o600)
+	if err := WriteNewFile(path, []byte("second"), 0o600); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("a second WriteNewFile: %v, want fs.ErrExist", err)
 	}
 }

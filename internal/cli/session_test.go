@@ -77,16 +77,20 @@ func chunk(kind, text string) map[string]any {
 
 func turnEnd(reason api.StopReason) api.TurnEndData { return api.TurnEndData{StopReason: reason} }
 
+// reply answers as the daemon does: v as JSON with status.
+func reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// fail answers with the daemon's error body for code.
+func fail(w http.ResponseWriter, code api.ErrorCode, msg string) {
+	reply(w, code.HTTPStatus(), api.ErrorBody{Error: &api.Error{Code: code, Message: msg}})
+}
+
 func (d *fakeSessions) handler() http.Handler {
 	mux := http.NewServeMux()
-	reply := func(w http.ResponseWriter, status int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(v)
-	}
-	fail := func(w http.ResponseWriter, code api.ErrorCode, msg string) {
-		reply(w, code.HTTPStatus(), api.ErrorBody{Error: &api.Error{Code: code, Message: msg}})
-	}
 	// known answers for the session's id, else session_not_found
 	known := func(w http.ResponseWriter, r *http.Request) bool {
 		if r.PathValue("id") != "s1" {

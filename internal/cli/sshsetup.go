@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -129,20 +131,41 @@ func quoteConfig(s string) string {
 }
 
 // pinHostKey records the endpoint's host key (learned over the authenticated API) in the
-// CLI's known_hosts, replacing what was there for that endpoint.
+// CLI's known_hosts, replacing what was there for that endpoint. The endpoint's line keeps its
+// place, so pinning the keys of several endpoints in turn leaves the file as it was.
 func pinHostKey(dir string, info api.SSHInfo) (string, error) {
 	path := filepath.Join(dir, "known_hosts")
 	alias := hostAlias(info)
+	pin := alias + " " + info.HostKey
 	var lines []string
+	pinned := false
 	if data, err := os.ReadFile(path); err == nil {
 		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			if line != "" && !strings.HasPrefix(line, alias+" ") {
+			switch {
+			case line == "":
+			case !strings.HasPrefix(line, alias+" "):
 				lines = append(lines, line)
+			case !pinned:
+				lines = append(lines, pin)
+				pinned = true
 			}
 		}
 	}
-	lines = append(lines, alias+" "+info.HostKey)
-	return path, atomicfile.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+	if !pinned {
+		lines = append(lines, pin)
+	}
+	return path, writeIfChanged(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+}
+
+// writeIfChanged replaces path with data unless path already holds exactly data. known_hosts
+// and the ssh config are written on every `hiloop sandbox ssh` and every git operation through
+// hiloop-ssh, almost always with what they already hold; an atomic write costs two fsyncs (a
+// full flush on macOS) each time.
+func writeIfChanged(path string, data []byte, perm fs.FileMode) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	return atomicfile.WriteFile(path, data, perm)
 }
 
 // sshConfigFor prepares everything ssh needs to reach sandbox name and returns the path of a
@@ -161,7 +184,7 @@ func sshConfigFor(ctx context.Context, c *client.Client, name string) (string, e
 		return "", err
 	}
 	cfg := filepath.Join(dir, name+".config")
-	return cfg, atomicfile.WriteFile(cfg, []byte(block), 0o600)
+	return cfg, writeIfChanged(cfg, []byte(block), 0o600)
 }
 
 // hostBlock asks the daemon how to reach sandbox name, pins the endpoint's host key, and returns

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -100,12 +101,34 @@ func checkInstall(t *testing.T, script string) {
 }
 
 // TestInstallPinsWhatItInstalls holds the packages, versions and directories each install script
-// installs; a change here is a change of what images get.
+// installs, the entry point it checks and how the harness starts; a change here is a change of
+// what images get.
 func TestInstallPinsWhatItInstalls(t *testing.T) {
-	want := map[string]struct{ dir, npmInstall string }{
-		"claude-code": {"/opt/hiloop/harness/claude-code", "node@22 @agentclientprotocol/claude-agent-acp@0.101.0"},
-		"codex":       {"/opt/hiloop/harness/codex", "node@22 @agentclientprotocol/codex-acp@2.6.0"},
-		"opencode":    {"/opt/hiloop/harness/opencode", "opencode-ai@1.18.33"},
+	want := map[string]struct {
+		dir, npmInstall string
+		// entry is the JavaScript file the install checks for, relative to dir; "" for none.
+		entry string
+		// argv starts the harness; launcher, if set, is a line of the launcher Install writes.
+		argv, launcher string
+	}{
+		"claude-code": {
+			dir:        "/opt/hiloop/harness/claude-code",
+			npmInstall: "node@22 @agentclientprotocol/claude-agent-acp@0.101.0",
+			entry:      "node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js",
+			argv:       "/opt/hiloop/harness/claude-code/bin/claude-code-acp",
+			launcher:   `exec "$node" "$dir/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js" "$@"`,
+		},
+		"codex": {
+			dir:        "/opt/hiloop/harness/codex",
+			npmInstall: "node@22 @agentclientprotocol/codex-acp@2.6.0",
+			entry:      "node_modules/@agentclientprotocol/codex-acp/dist/index.js",
+			argv:       "/opt/hiloop/harness/codex/node_modules/node/bin/node /opt/hiloop/harness/codex/node_modules/@agentclientprotocol/codex-acp/dist/index.js",
+		},
+		"opencode": {
+			dir:        "/opt/hiloop/harness/opencode",
+			npmInstall: "opencode-ai@1.18.33",
+			argv:       "/opt/hiloop/harness/opencode/node_modules/.bin/opencode acp",
+		},
 	}
 	for _, name := range Names() {
 		a, _ := Lookup(name)
@@ -121,6 +144,19 @@ func TestInstallPinsWhatItInstalls(t *testing.T) {
 		}
 		if !strings.Contains(a.Install, "\nnpm install --no-fund --no-audit --no-update-notifier "+w.npmInstall+"\n") {
 			t.Errorf("%s does not npm install exactly %q:\n%s", name, w.npmInstall, a.Install)
+		}
+		checks := regexp.MustCompile(`(?m)^test -f .*$`).FindAllString(a.Install, -1)
+		switch {
+		case w.entry == "" && len(checks) != 0:
+			t.Errorf("%s checks for %q, want no entry point checked", name, checks)
+		case w.entry != "" && !slices.Equal(checks, []string{`test -f "$dir/` + w.entry + `"`}):
+			t.Errorf("%s checks for %q, want only %s", name, checks, w.entry)
+		}
+		if got := strings.Join(a.Argv, " "); got != w.argv {
+			t.Errorf("%s starts as %q, want %q", name, got, w.argv)
+		}
+		if w.launcher != "" && !strings.Contains(a.Install, "\n"+w.launcher+"\n") {
+			t.Errorf("%s's launcher lacks the line %s:\n%s", name, w.launcher, a.Install)
 		}
 	}
 }

@@ -87,17 +87,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.HostKeyPath == "" {
 		return nil, errors.New("sshd: HostKeyPath is required")
 	}
-	signer, err := loadOrCreateHostKey(cfg.HostKeyPath)
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	signer, err := loadOrCreateHostKey(cfg.HostKeyPath, log)
 	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("sshd: %w", err)
-	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: log, ln: ln, signer: signer, conns: map[*conn]struct{}{}}
 	s.ssh = &glider.Server{

@@ -3,6 +3,10 @@ package sshd
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +14,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/hiloop/hiloop/internal/atomicfile"
 	"github.com/hiloop/hiloop/internal/runtime"
 )
 
@@ -57,6 +62,62 @@ func TestHostKeyKept(t *testing.T) {
 	}
 	if _, err := New(Config{Listen: "127.0.0.1:0", HostKeyPath: path, Sandboxes: noSandboxes{}, Keys: noKeys{}}); err == nil {
 		t.Error("New with a corrupt host key succeeded")
+	}
+}
+
+// A key that reached its path but whose directory fsync failed is served, with a warning; any
+// other failure to write it stops the start.
+func TestHostKeyWriteFails(t *testing.T) {
+	injected := errors.New("injected")
+	t.Cleanup(func() { writeNewFile = atomicfile.WriteNewFile })
+	for _, tc := range []struct {
+		name  string
+		write func(string, []byte, fs.FileMode) error
+		start bool
+	}{
+		{"not durable", func(path string, data []byte, perm fs.FileMode) error {
+			if err := atomicfile.WriteNewFile(path, data, perm); err != nil {
+				return err
+			}
+			return fmt.Errorf("%s: %w: %w", path, atomicfile.ErrNotDurable, injected)
+		}, true},
+		{"not written", func(string, []byte, fs.FileMode) error { return injected }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writeNewFile = tc.write
+			path := filepath.Join(t.TempDir(), "ssh_host_ed25519_key")
+			var log bytes.Buffer
+			s, err := New(Config{Listen: "127.0.0.1:0", HostKeyPath: path, Sandboxes: noSandboxes{}, Keys: noKeys{},
+				Log: slog.New(slog.NewTextHandler(&log, nil))})
+			if !tc.start {
+				if !errors.Is(err, injected) {
+					t.Fatalf("New: %v, want the injected error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New: %v, want a start with the key in place", err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := s.Serve(ctx); err != nil { // closes the listener
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			onDisk, err := gossh.ParsePrivateKey(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(onDisk.PublicKey().Marshal(), s.HostKey().Marshal()) {
+				t.Error("the server serves a key other than the one at its path")
+			}
+			if !bytes.Contains(log.Bytes(), []byte("not yet durable")) {
+				t.Errorf("log %q does not warn that the key is not yet durable", log.Bytes())
+			}
+		})
 	}
 }
 

@@ -23,16 +23,27 @@ type NPM struct {
 	// Version is Package's exact version: without a pin, npm installs whatever the image's Node
 	// accepts, which can be a much older release.
 	Version string
+	// Entry is the package's JavaScript entry point relative to the package's directory, e.g.
+	// "dist/index.js": the script fails unless the install put it there, and the harness is
+	// started through EntryPath. Empty for a package run otherwise (a native binary in
+	// node_modules/.bin).
+	Entry string
 	// Node22 installs the npm package node@22 beside Package, for a harness that needs a newer
 	// Node than the image's (node_modules/node/bin/node), and checks that it is Node 22.
 	Node22 bool
-	// Then is shell, run in $dir after the install, that fails when the install is unusable and
-	// finishes it (e.g. writes a launcher).
+	// Then is shell, run in $dir after the install and the checks of Node22 and Entry, that
+	// fails when the install is unusable and finishes it (e.g. writes a launcher).
 	Then string
 }
 
-// Script returns the Install script: NPMPrelude, the pinned npm install into Dir, Then, and
-// permissions that let every user (the agent runs as uid 1000) read and run what was installed.
+// EntryPath is the path of Entry relative to Dir: node_modules/<Package>/<Entry>.
+func (n NPM) EntryPath() string {
+	return "node_modules/" + n.Package + "/" + n.Entry
+}
+
+// Script returns the Install script: NPMPrelude, the pinned npm install into Dir, the checks of
+// Node22 and Entry, Then, and permissions that let every user (the agent runs as uid 1000) read
+// and run what was installed.
 func (n NPM) Script() string {
 	var b strings.Builder
 	b.WriteString(NPMPrelude)
@@ -51,6 +62,9 @@ v22.*) ;;
 *) echo "` + n.Harness + `: node_modules/node/bin/node is not Node 22" >&2; exit 1 ;;
 esac
 `)
+	}
+	if n.Entry != "" {
+		b.WriteString(`test -f "$dir/` + n.EntryPath() + `"` + "\n")
 	}
 	b.WriteString(n.Then)
 	b.WriteString(`chmod -R a+rX "$dir"` + "\n")

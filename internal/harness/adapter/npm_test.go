@@ -28,25 +28,36 @@ func TestNPMScriptRuns(t *testing.T) {
 mkdir -p node_modules/node/bin
 printf '#!/bin/sh\necho %s\n' "$NODE_VERSION" >node_modules/node/bin/node
 chmod +x node_modules/node/bin/node
+if [ -n "$INSTALLS_ENTRY" ]; then
+	mkdir -p node_modules/@scope/pkg-a/dist
+	touch node_modules/@scope/pkg-a/dist/index.js
+fi
 `)
 
 	for _, tc := range []struct {
-		name        string
-		node22      bool
-		nodeVersion string
-		wantArgs    string
-		wantErr     string
+		name          string
+		node22        bool
+		nodeVersion   string
+		entry         string
+		installsEntry bool
+		wantArgs      string
+		wantErr       string
 	}{
-		{"plain", false, "v18.19.0", "install --no-fund --no-audit --no-update-notifier pkg-a@1.2.3", ""},
-		{"node 22", true, "v22.11.0", "install --no-fund --no-audit --no-update-notifier node@22 pkg-a@1.2.3", ""},
-		{"not node 22", true, "v18.19.0", "", "h: node_modules/node/bin/node is not Node 22"},
+		{"plain", false, "v18.19.0", "", false, "install --no-fund --no-audit --no-update-notifier @scope/pkg-a@1.2.3", ""},
+		{"node 22", true, "v22.11.0", "", false, "install --no-fund --no-audit --no-update-notifier node@22 @scope/pkg-a@1.2.3", ""},
+		{"not node 22", true, "v18.19.0", "", false, "", "h: node_modules/node/bin/node is not Node 22"},
+		{"entry", true, "v22.11.0", "dist/index.js", true, "install --no-fund --no-audit --no-update-notifier node@22 @scope/pkg-a@1.2.3", ""},
+		{"no entry", true, "v22.11.0", "dist/index.js", false, "", "/opt/h/node_modules/@scope/pkg-a/dist/index.js"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "opt", "h")
-			script := NPM{Harness: "h", Dir: dir, Package: "pkg-a", Version: "1.2.3", Node22: tc.node22,
+			script := NPM{Harness: "h", Dir: dir, Package: "@scope/pkg-a", Version: "1.2.3", Entry: tc.entry, Node22: tc.node22,
 				Then: `touch "$dir/then-ran"` + "\n"}.Script()
-			cmd := exec.Command(bash, "-c", script)
+			cmd := exec.Command(bash, "-x", "-c", script) // -x: a failed test -f shows what it tested
 			cmd.Env = []string{"PATH=" + stubs + ":/usr/bin:/bin", "NODE_VERSION=" + tc.nodeVersion}
+			if tc.installsEntry {
+				cmd.Env = append(cmd.Env, "INSTALLS_ENTRY=1")
+			}
 			out, err := cmd.CombinedOutput()
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(string(out), tc.wantErr) {
@@ -71,6 +82,13 @@ chmod +x node_modules/node/bin/node
 				t.Error("Then did not run")
 			}
 		})
+	}
+}
+
+func TestNPMEntryPath(t *testing.T) {
+	n := NPM{Dir: "/opt/h", Package: "@scope/pkg-a", Entry: "dist/index.js"}
+	if got, want := n.EntryPath(), "node_modules/@scope/pkg-a/dist/index.js"; got != want {
+		t.Errorf("EntryPath() = %q, want %q", got, want)
 	}
 }
 

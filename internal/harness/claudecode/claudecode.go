@@ -64,7 +64,7 @@ func env(e adapter.Env) []string {
 // permission mode to "default" in $CLAUDE_CONFIG_DIR/settings.json, keeping every other setting:
 // 0.101.0 otherwise starts in "auto", which asks the model instead of the ACP client. The config
 // dir is in /workspace, which the image build cannot reach, so the pin happens at every start.
-const launcher = `#!/bin/sh
+var launcher = `#!/bin/sh
 # Written by hiloop's claude-code install script. Pins Claude Code's permission mode to "default"
 # so that session/request_permission reaches the ACP client, then starts claude-agent-acp.
 set -eu
@@ -86,21 +86,26 @@ fs.writeFileSync(path, JSON.stringify(settings, null, 2) + "\n");
 ' "$config/settings.json"
 PATH="$dir/node_modules/node/bin:$PATH"
 export PATH
-exec "$node" "$dir/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js" "$@"
+exec "$node" "$dir/` + npm.EntryPath() + `" "$@"
 `
 
-// install installs Node 22 (the npm package node@22), the pinned adapter and the launcher into
-// Dir.
-var install = adapter.NPM{
+// npm is Node 22 (the npm package node@22) and the pinned adapter, installed into Dir.
+var npm = adapter.NPM{
 	Harness: Name,
 	Dir:     Dir,
 	Package: Package,
 	Version: Version,
+	Entry:   "dist/index.js",
 	Node22:  true,
-	Then: `test -f "$dir/node_modules/` + Package + `/dist/index.js"
-mkdir -p "$dir/bin"
+}
+
+// install installs what npm names, then writes the launcher into Dir/bin.
+var install = func() string {
+	n := npm
+	n.Then = `mkdir -p "$dir/bin"
 cat >"$dir/bin/claude-code-acp" <<'LAUNCHER'
 ` + launcher + `LAUNCHER
 chmod 0755 "$dir/bin/claude-code-acp"
-`,
-}.Script()
+`
+	return n.Script()
+}()

@@ -35,7 +35,7 @@ const GatewayPath = "/openai/v1"
 func Adapter() adapter.Adapter {
 	return adapter.Adapter{
 		Name: Name,
-		Argv: []string{Dir + "/node_modules/node/bin/node", Dir + "/node_modules/" + Package + "/dist/index.js"},
+		Argv: []string{Dir + "/node_modules/node/bin/node", Dir + "/" + npm.EntryPath()},
 		Env:  env,
 		Logins: []adapter.Login{
 			{Name: "api-key", Description: "an OpenAI API key, swapped in by the gateway"},
@@ -58,12 +58,15 @@ func env(e adapter.Env) []string {
 	return env
 }
 
-// install installs Node 22 (the npm package node@22) and the pinned adapter into Dir.
-var install = adapter.NPM{
+// npm is Node 22 (the npm package node@22) and the pinned adapter, installed into Dir.
+var npm = adapter.NPM{
 	Harness: Name,
 	Dir:     Dir,
 	Package: Package,
 	Version: Version,
+	Entry:   "dist/index.js",
 	Node22:  true,
-	Then:    `test -f "$dir/node_modules/` + Package + `/dist/index.js"` + "\n",
-}.Script()
+}
+
+// install is npm's install script.
+var install = npm.Script()
