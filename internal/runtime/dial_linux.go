@@ -27,7 +27,7 @@ func (r *Runtime) DialLoopback(ctx context.Context, id, addr string) (net.Conn, 
 	if err != nil {
 		return nil, err
 	}
-	ns, err := r.netns(id)
+	ns, err := r.NetNS(id)
 	if err != nil {
 		return nil, err
 	}
@@ -79,14 +79,18 @@ func loopbackTargets(addr string) ([]string, error) {
 	return nil, fmt.Errorf("runtime: dial: %q is not a sandbox loopback address: want 127.0.0.1:PORT, [::1]:PORT or localhost:PORT", addr)
 }
 
-// netns opens the network namespace of the running sandbox id.
-func (r *Runtime) netns(id string) (*os.File, error) {
+// NetNS opens the network namespace of the running sandbox id (ErrNotRunning when it does not
+// run); the caller closes it.
+func (r *Runtime) NetNS(id string) (*os.File, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
 	c, err := libcontainer.Load(r.cfg.StateDir, id)
 	if err != nil {
 		if errors.Is(err, libcontainer.ErrNotExist) {
 			return nil, ErrNotRunning
 		}
-		return nil, fmt.Errorf("runtime: dial: %w", err)
+		return nil, fmt.Errorf("runtime: open network namespace of %s: %w", id, err)
 	}
 	st, err := c.State()
 	if err != nil || st.InitProcessPid == 0 {

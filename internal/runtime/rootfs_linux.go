@@ -26,8 +26,9 @@ const (
 )
 
 // mountRootfs wipes the upper layer, mounts a fresh overlay of image and upper at
-// layerDir/merged and writes the sandbox's /etc/hostname and /etc/hosts into it.
-func mountRootfs(imageDir, layerDir, hostname string) (string, error) {
+// layerDir/merged and writes the sandbox's /etc/hostname and /etc/hosts into it, and
+// /etc/resolv.conf when nameserver is set.
+func mountRootfs(imageDir, layerDir, hostname, nameserver string) (string, error) {
 	for _, p := range []string{imageDir, layerDir} {
 		if strings.ContainsAny(p, ",:") {
 			return "", fmt.Errorf("path %q: overlay paths must not contain ',' or ':'", p)
@@ -69,7 +70,7 @@ func mountRootfs(imageDir, layerDir, hostname string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mount overlay on %s: %w", merged, err)
 	}
-	if err := writeEtc(merged, hostname); err != nil {
+	if err := writeEtc(merged, hostname, nameserver); err != nil {
 		_ = unmountAll(merged)
 		return "", err
 	}
@@ -159,9 +160,10 @@ func (r *Runtime) RemoveLayer(layerDir string) error {
 	return fmt.Errorf("runtime: remove layer: %s stays mounted", dir)
 }
 
-// writeEtc writes /etc/hostname and /etc/hosts into the rootfs without following symlinks,
-// so an image cannot point the writes at the host.
-func writeEtc(rootfs, hostname string) error {
+// writeEtc writes /etc/hostname, /etc/hosts and (with a nameserver) /etc/resolv.conf into the
+// rootfs without following symlinks, so an image cannot point the writes at the host. An image's
+// resolv.conf that is a symlink (systemd-resolved's stub) is replaced by a file.
+func writeEtc(rootfs, hostname, nameserver string) error {
 	if hostname == "" {
 		return nil
 	}
@@ -184,7 +186,11 @@ func writeEtc(rootfs, hostname string) error {
 	hosts := "127.0.0.1\tlocalhost\n" +
 		"::1\tlocalhost ip6-localhost ip6-loopback\n" +
 		"127.0.1.1\t" + hostname + "\n"
-	for name, content := range map[string]string{"hostname": hostname + "\n", "hosts": hosts} {
+	files := map[string]string{"hostname": hostname + "\n", "hosts": hosts}
+	if nameserver != "" {
+		files["resolv.conf"] = "nameserver " + nameserver + "\n"
+	}
+	for name, content := range files {
 		if err := unix.Unlinkat(etc, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("replace /etc/%s: %w", name, err)
 		}

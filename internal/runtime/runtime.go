@@ -34,6 +34,9 @@ type Spec struct {
 	CPUs float64
 	// MemoryMB limits memory in MiB (0 means no limit).
 	MemoryMB int
+	// Nameserver is the resolver /etc/resolv.conf names, e.g. "127.0.0.1" for the egress
+	// gateway's; empty leaves the image's file.
+	Nameserver string
 }
 
 // ExecSpec describes one process to run in a running sandbox.

@@ -52,9 +52,11 @@ func (l *callLog) failNext(name string, err error) {
 
 // fakeRuntime runs nothing: it remembers which sandboxes it started.
 type fakeRuntime struct {
-	log     *callLog
-	mu      sync.Mutex
-	running map[string]bool
+	log      *callLog
+	mu       sync.Mutex
+	running  map[string]bool
+	lastSpec runtime.Spec     // the last Start's
+	lastExec runtime.ExecSpec // the last Exec's
 }
 
 func (r *fakeRuntime) setRunning(id string, on bool) {
@@ -67,6 +69,9 @@ func (r *fakeRuntime) Start(_ context.Context, s runtime.Spec) error {
 	if err := r.log.call("runtime.Start"); err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.lastSpec = s
+	r.mu.Unlock()
 	r.setRunning(s.ID, true)
 	return nil
 }
@@ -111,10 +116,13 @@ func (r *fakeRuntime) DialLoopback(_ context.Context, id, _ string) (net.Conn, e
 }
 
 // Exec returns no process: the manager only passes it on.
-func (r *fakeRuntime) Exec(_ context.Context, id string, _ runtime.ExecSpec) (runtime.Process, error) {
+func (r *fakeRuntime) Exec(_ context.Context, id string, spec runtime.ExecSpec) (runtime.Process, error) {
 	if err := r.log.call("runtime.Exec"); err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	r.lastExec = spec
+	r.mu.Unlock()
 	if !r.Running(id) {
 		return nil, runtime.ErrNotRunning
 	}

@@ -43,6 +43,22 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.Process, error)
 }
 
+// Egress gives running sandboxes their way out (internal/gateway's Gateway, wired by the
+// daemon). Without one a sandbox has loopback only.
+type Egress interface {
+	// Attach programs the running sandbox id's network and serves its egress. It is called
+	// after every start and for a sandbox found still running at a daemon start, so it must
+	// take over a sandbox that is set up already.
+	Attach(ctx context.Context, id, name string) error
+	// Detach stops serving the sandbox's egress and ends its connections; a no-op for a
+	// sandbox that is not attached.
+	Detach(id string)
+	// Env is the environment every process of an attached sandbox starts with.
+	Env() []string
+	// Nameserver is the resolver an attached sandbox's /etc/resolv.conf names.
+	Nameserver() string
+}
+
 // Images resolves an image name to its built root filesystem.
 type Images interface {
 	Get(name string) (images.Image, error)
@@ -56,6 +72,7 @@ type Manager struct {
 	images   Images
 	layerDir string // <data>/sandboxes: one directory per sandbox id for the runtime's layers
 	log      *slog.Logger
+	egress   Egress // nil: sandboxes have loopback only
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
@@ -69,6 +86,10 @@ type Manager struct {
 func NewManager(st *store.Store, rt Runtime, vol volume.Driver, img Images, layerDir string, log *slog.Logger) *Manager {
 	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
 }
+
+// SetEgress gives every sandbox the manager starts from now on, and every one Reconcile finds
+// running, its way out through e. Call it before Reconcile.
+func (m *Manager) SetEgress(e Egress) { m.egress = e }
 
 // lock serializes transitions of one sandbox; the returned func unlocks.
 func (m *Manager) lock(name string) func() {
@@ -177,6 +198,7 @@ func (m *Manager) undoCreate(ctx context.Context, rec store.Sandbox) {
 
 // teardown stops the container and deletes the volume and layers of rec; it is idempotent.
 func (m *Manager) teardown(ctx context.Context, rec store.Sandbox) error {
+	m.detach(rec.ID)
 	if err := m.runtime.Stop(ctx, rec.ID, runtime.DefaultStopGrace); err != nil {
 		return fmt.Errorf("stop container: %w", err)
 	}
@@ -285,7 +307,7 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 	if err != nil {
 		return fmt.Errorf("mount workspace: %w", err)
 	}
-	return m.runtime.Start(ctx, runtime.Spec{
+	spec := runtime.Spec{
 		ID:           rec.ID,
 		Hostname:     rec.Name,
 		ImageDir:     img.Path,
@@ -293,7 +315,21 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 		WorkspaceDir: ws,
 		CPUs:         rec.CPUs,
 		MemoryMB:     rec.MemoryMB,
-	})
+	}
+	if m.egress != nil {
+		spec.Nameserver = m.egress.Nameserver()
+	}
+	if err := m.runtime.Start(ctx, spec); err != nil {
+		return err
+	}
+	// Before the sandbox is reported running: its first exec already has its way out. Until
+	// then it has no route at all, so nothing leaves it uncaptured.
+	if m.egress != nil {
+		if err := m.egress.Attach(ctx, rec.ID, rec.Name); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+	}
+	return nil
 }
 
 // Stop stops a sandbox; stopping a stopped one succeeds and changes nothing.
@@ -334,6 +370,7 @@ func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
 
 // stopContainer stops the container and releases the workspace (dropping an ephemeral one).
 func (m *Manager) stopContainer(ctx context.Context, rec *store.Sandbox) error {
+	m.detach(rec.ID)
 	if err := m.runtime.Stop(ctx, rec.ID, runtime.DefaultStopGrace); err != nil {
 		return err
 	}
@@ -392,11 +429,22 @@ func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) 
 	if err != nil {
 		return nil, err
 	}
+	if m.egress != nil {
+		// The caller's variables come last, so they win over the egress's.
+		spec.Env = append(m.egress.Env(), spec.Env...)
+	}
 	p, err := m.runtime.Exec(ctx, rec.ID, spec)
 	if errors.Is(err, runtime.ErrNotRunning) {
 		return nil, notRunning(rec)
 	}
 	return p, err
+}
+
+// detach ends the sandbox id's egress, if it has one.
+func (m *Manager) detach(id string) {
+	if m.egress != nil {
+		m.egress.Detach(id)
+	}
 }
 
 // runningRecord returns the record of a sandbox that is running, else sandbox_not_running.

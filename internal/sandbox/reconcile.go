@@ -77,9 +77,17 @@ func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 		err = m.delete(ctx, &rec)
 	case reconcileKeepIfLive, reconcileRestart:
 		if plan == reconcileKeepIfLive && m.runtime.Running(rec.ID) {
-			// Still running from before the restart: the workspace stays mounted with it.
-			log.Info("sandbox still running")
-			return
+			// Still running from before the restart: the workspace stays mounted with it, and
+			// its egress, served by the daemon that died, is served again.
+			if m.egress == nil {
+				log.Info("sandbox still running")
+				return
+			}
+			if err = m.egress.Attach(ctx, rec.ID, rec.Name); err == nil {
+				log.Info("sandbox still running; egress served again")
+				return
+			}
+			log.Error("sandbox still running, but its egress cannot be served again: restarting it", "err", err)
 		}
 		log.Info("restarting sandbox that was running")
 		if err = m.stopContainer(ctx, &rec); err == nil {
