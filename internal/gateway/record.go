@@ -1,0 +1,42 @@
+package gateway
+
+import (
+	"net/netip"
+	"time"
+)
+
+// The kinds of Record: how a sandbox's traffic reached the gateway.
+const (
+	KindTLS       = "tls"        // a captured connection opening with a TLS ClientHello, decided by its SNI
+	KindHTTP      = "http"       // a captured plain HTTP/1 connection, decided by its Host
+	KindConnect   = "connect"    // a CONNECT through the explicit proxy
+	KindProxyHTTP = "proxy-http" // a plain HTTP request through the explicit proxy
+	KindTCP       = "tcp"        // a captured connection with no name in it, decided by its address
+	KindDNS       = "dns"        // a query to the sandbox's resolver
+)
+
+// Record is one decision of the gateway, handed to an Audit callback: a connection allowed or
+// refused, or a DNS query answered. The callback runs on the goroutine serving the sandbox, so it
+// must not block; storing and showing records is the audit log's business, not the gateway's.
+type Record struct {
+	Sandbox string    // the sandbox's name
+	Time    time.Time // when the connection or query arrived
+	Kind    string    // one of the Kind constants
+
+	Host string         // the name asked for (SNI, Host, CONNECT target, DNS question), lower case, no trailing dot; empty when only an address is known
+	Port uint16         // the destination port asked for; 0 for dns
+	Addr netip.AddrPort // the address actually dialled; zero when nothing was (refused, dns)
+
+	// Allowed reports whether the connection went through, or whether a DNS query got an answer
+	// (possibly an empty one); Rule names what decided: the rule that denied, or for dns
+	// "route", "localhost", "nxdomain", "servfail", "busy", "formerr", "notimp", "refused".
+	Allowed bool
+	Rule    string
+
+	BytesUp   int64         // bytes from the sandbox (for dns: the query message)
+	BytesDown int64         // bytes to the sandbox (for dns: the answer message)
+	Duration  time.Duration // from arrival until the connection closed or the answer was sent
+
+	QueryType string       // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
+	Answers   []netip.Addr // dns only: the addresses answered
+}
