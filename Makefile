@@ -73,7 +73,8 @@ FUZZ_TARGETS := \
 	./internal/runtime/initproc:FuzzMessageRoundTrip \
 	./internal/runtime/initproc:FuzzLookupUser \
 	./internal/cli:FuzzShimArgs \
-	./internal/session:FuzzTap
+	./internal/session:FuzzTap \
+	./internal/gateway:FuzzResolverPacket
 FUZZTIME ?= 60s
 # FUZZPARALLEL limits the fuzzing workers (default: one per CPU). -fuzzminimizetime is cut from
 # its default of 60s, which would let minimizing one new input take a whole 60s budget.

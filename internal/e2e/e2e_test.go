@@ -113,6 +113,7 @@ func TestScripts(t *testing.T) {
 			"capture":     cmdCapture,
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
+			"testserver":  cmdTestServer,
 		},
 	})
 }

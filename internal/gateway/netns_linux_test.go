@@ -49,7 +49,7 @@ func newNetNS(t *testing.T) *os.File {
 }
 
 // dial connects from inside ns, as a process of the sandbox would.
-func dial(t *testing.T, ns *os.File, network, addr string) (net.Conn, error) {
+func dialIn(t *testing.T, ns *os.File, network, addr string) (net.Conn, error) {
 	t.Helper()
 	return await(t, "dial "+addr, func() (net.Conn, error) {
 		return inNamespace(ns, func() (net.Conn, error) { return net.Dial(network, addr) })
@@ -106,7 +106,7 @@ func TestSetupCaptures(t *testing.T) {
 			{"[::1]:" + strconv.Itoa(ProxyPort), proxy6},
 		} {
 			t.Run(tc.dst, func(t *testing.T) {
-				c, err := dial(t, ns, "tcp", tc.dst)
+				c, err := dialIn(t, ns, "tcp", tc.dst)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -146,7 +146,7 @@ func TestSetupCaptures(t *testing.T) {
 			{"[2001:db8::53]:53", dnsUDP6},
 		} {
 			t.Run(tc.dst, func(t *testing.T) {
-				c, err := dial(t, ns, "udp", tc.dst)
+				c, err := dialIn(t, ns, "udp", tc.dst)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -187,7 +187,7 @@ func TestSetupCaptures(t *testing.T) {
 	t.Run("other udp", func(t *testing.T) {
 		for _, dst := range []string{"8.8.8.8:443", "[2001:db8::1]:443", "10.0.0.1:123"} {
 			t.Run(dst, func(t *testing.T) {
-				c, err := dial(t, ns, "udp", dst)
+				c, err := dialIn(t, ns, "udp", dst)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -223,7 +223,7 @@ func TestSetupCaptures(t *testing.T) {
 
 	t.Run("loopback untouched", func(t *testing.T) {
 		own := listen(t, ns, "tcp", "127.0.0.1:0")
-		c, err := dial(t, ns, "tcp", own.Addr().String())
+		c, err := dialIn(t, ns, "tcp", own.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +240,7 @@ func TestSetupCaptures(t *testing.T) {
 		closed := listen(t, ns, "tcp", "127.0.0.1:0")
 		addr := closed.Addr().String()
 		closed.Close()
-		if c, err := dial(t, ns, "tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
+		if c, err := dialIn(t, ns, "tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
 			if c != nil {
 				c.Close()
 			}
@@ -321,7 +321,7 @@ func TestSetupIdempotent(t *testing.T) {
 	}
 
 	proxy := listen(t, ns, "tcp", "127.0.0.1:"+strconv.Itoa(ProxyPort))
-	c, err := dial(t, ns, "tcp", "1.2.3.4:80")
+	c, err := dialIn(t, ns, "tcp", "1.2.3.4:80")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// cmdTestServer starts servers on the host's loopback that a script's sandboxes reach through
+// the egress gateway (with sandboxd --gateway-resolve): `testserver NAME HOST...` serves HTTPS
+// with a certificate for every HOST, issued by a CA of its own written to $WORK/NAME-ca.pem, and
+// plain HTTP, and sets NAME_TLS_PORT and NAME_HTTP_PORT. Both answer every request with one line
+// per fact ("server NAME", "host H", "method M", "path P", then each request header, lower case,
+// sorted), so scripts can assert on what arrived; GET /bytes/N answers N bytes of data instead.
+func cmdTestServer(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: testserver NAME HOST...")
+	}
+	name, hosts := args[0], args[1:]
+	ca, leaf, err := testCertificates(hosts)
+	ts.Check(err)
+	ts.Check(os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+"-ca.pem"), ca, 0o644))
+
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
+			size, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Length", n)
+			buf := make([]byte, 64<<10)
+			for size > 0 {
+				k, err := w.Write(buf[:min(int64(len(buf)), size)])
+				if err != nil {
+					return
+				}
+				size -= int64(k)
+			}
+			return
+		}
+		lines := []string{"server " + name, "host " + r.Host, "method " + r.Method, "path " + r.URL.RequestURI()}
+		var hdrs []string
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				hdrs = append(hdrs, strings.ToLower(k)+": "+v)
+			}
+		}
+		sort.Strings(hdrs)
+		fmt.Fprintln(w, strings.Join(append(lines, hdrs...), "\n"))
+	})
+	tlsSrv := httptest.NewUnstartedServer(handler)
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	tlsSrv.StartTLS()
+	plain := httptest.NewServer(handler)
+	ts.Defer(func() {
+		tlsSrv.Close()
+		plain.Close()
+	})
+	for env, srv := range map[string]*httptest.Server{"_TLS_PORT": tlsSrv, "_HTTP_PORT": plain} {
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		ts.Setenv(name+env, port)
+	}
+}
+
+// testCertificates makes a CA (returned as PEM) and a leaf for hosts that it signed.
+func testCertificates(hosts []string) ([]byte, tls.Certificate, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "hiloop e2e test CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: hosts[0]},
+		DNSNames:     hosts,
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	leaf := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), leaf, nil
+}
