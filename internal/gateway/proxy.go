@@ -63,6 +63,8 @@ type Proxy struct {
 	MaxConns         int           // connections at once, over it a reset; 0: DefaultMaxConns
 
 	initOnce  sync.Once
+	ctx       context.Context // ends at Close: no dial outlives the Proxy
+	cancel    context.CancelFunc
 	server    *http.Server // the explicit proxy
 	transport *http.Transport
 	forwarder *httputil.ReverseProxy
@@ -78,6 +80,7 @@ var ErrProxyClosed = errors.New("gateway: proxy closed")
 
 func (p *Proxy) init() {
 	p.initOnce.Do(func() {
+		p.ctx, p.cancel = context.WithCancel(context.Background())
 		p.listeners = map[net.Listener]struct{}{}
 		p.conns = map[net.Conn]struct{}{}
 		p.transport = &http.Transport{
@@ -101,6 +104,7 @@ func (p *Proxy) init() {
 			IdleTimeout:       p.idleTimeout(),
 			MaxHeaderBytes:    maxHead,
 			ErrorLog:          log.New(io.Discard, "", 0),
+			BaseContext:       func(net.Listener) context.Context { return p.ctx },
 			ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 				return context.WithValue(ctx, explicitKey{}, c)
 			},
@@ -173,6 +177,7 @@ func (p *Proxy) Close() error {
 	p.init()
 	p.mu.Lock()
 	p.closed = true
+	p.cancel()
 	var closers []io.Closer
 	for ln := range p.listeners {
 		closers = append(closers, ln)
@@ -272,7 +277,7 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	if host == "" {
 		host = dst.Addr().String()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.dialTimeout())
+	ctx, cancel := context.WithTimeout(p.ctx, p.dialTimeout())
 	up, err := p.dial(ctx, host, dst.Port())
 	cancel()
 	rec.Addr, rec.Rule = up.addr, up.route
@@ -360,8 +365,7 @@ func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, e
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a.Unmap(), port)
 		if err := p.Policy.Check(ap.Addr()); err != nil {
-			if denied == nil {
-				denied = err.(*Denied)
+			if denied == nil && errors.As(err, &denied) {
 				denied.Host = host
 				failed.addr = ap
 			}
