@@ -380,8 +380,11 @@ func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, e
 			break
 		}
 	}
-	if dialErr != nil {
+	switch {
+	case dialErr != nil:
 		return failed, dialErr
+	case denied == nil: // not a nil *Denied in a non-nil error
+		return failed, &upstreamError{msg: fmt.Sprintf("cannot resolve %s: no usable address", host)}
 	}
 	return failed, denied
 }
