@@ -74,7 +74,9 @@ FUZZ_TARGETS := \
 	./internal/runtime/initproc:FuzzLookupUser \
 	./internal/cli:FuzzShimArgs \
 	./internal/session:FuzzTap \
-	./internal/gateway:FuzzResolverPacket
+	./internal/gateway:FuzzResolverPacket \
+	./internal/gateway:FuzzAddrPolicy \
+	./internal/gateway:FuzzSniff
 FUZZTIME ?= 60s
 # FUZZPARALLEL limits the fuzzing workers (default: one per CPU). -fuzzminimizetime is cut from
 # its default of 60s, which would let minimizing one new input take a whole 60s budget.

@@ -12,12 +12,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/eventlog"
+	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
 	"github.com/hiloop/hiloop/internal/session"
@@ -46,6 +48,12 @@ type Config struct {
 	FakeAgentPath string
 	// SSHListen turns the managed SSH endpoint on at this TCP address; empty leaves it off.
 	SSHListen string
+	// GatewayRoutes send a host and port to another address, for every sandbox (tests, split
+	// horizons): --gateway-resolve.
+	GatewayRoutes []gateway.Route
+	// EgressAllowCIDRs are ranges sandboxes may reach although they are denied by default
+	// (private, link-local, the host's own addresses): --egress-allow-cidr.
+	EgressAllowCIDRs []netip.Prefix
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -61,6 +69,7 @@ type Daemon struct {
 	sandboxes *sandbox.Manager
 	events    *eventlog.Log
 	sessions  *session.Service
+	gateway   *gateway.Gateway
 	sshKeys   *sshKeys
 	ssh       *sshd.Server // nil while the endpoint is off
 }
@@ -121,6 +130,16 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
+	d.gateway, err = gateway.New(gateway.Config{
+		Routes: d.cfg.GatewayRoutes,
+		Policy: &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
+		Audit:  auditLog(d.log),
+		Log:    d.log,
+	})
+	if err != nil {
+		return err
+	}
+	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt})
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}
@@ -167,6 +186,10 @@ func (d *Daemon) Close() error {
 	}
 	if d.events != nil {
 		d.events.Close()
+	}
+	if d.gateway != nil {
+		// Sandboxes run on without egress until the next daemon serves them again.
+		d.gateway.Close()
 	}
 	// With no workspace mounted the volume driver can let go of its own mount point too.
 	if c, ok := d.volumes.(interface{ Close() error }); ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
 )
 
@@ -32,6 +34,7 @@ func Main() int {
 	runtime.MaybeInit()
 	cfg := Config{Version: Version}
 	var tokenFile, logLevel string
+	var routes, allowCIDRs []string
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
 		Short:         "Run the hiloop sandbox daemon",
@@ -51,6 +54,20 @@ func Main() int {
 				return err
 			}
 			cfg.Token = token
+			for _, r := range routes {
+				route, err := gateway.ParseRoute(r)
+				if err != nil {
+					return fmt.Errorf("invalid --gateway-resolve: %w", err)
+				}
+				cfg.GatewayRoutes = append(cfg.GatewayRoutes, route)
+			}
+			for _, c := range allowCIDRs {
+				prefix, err := netip.ParsePrefix(c)
+				if err != nil {
+					return fmt.Errorf("invalid --egress-allow-cidr %q: want an address range such as 10.1.0.0/16", c)
+				}
+				cfg.EgressAllowCIDRs = append(cfg.EgressAllowCIDRs, prefix.Masked())
+			}
 			if cfg.InitPath == "" {
 				cfg.InitPath, err = findInit()
 			} else {
@@ -87,6 +104,8 @@ func Main() int {
 	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
+	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
+	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default: private, link-local or the host's own addresses (repeatable)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxd:", err)

@@ -25,13 +25,18 @@ type Record struct {
 
 	Host string         // the name asked for (SNI, Host, CONNECT target, DNS question), lower case, no trailing dot; empty when only an address is known
 	Port uint16         // the destination port asked for; 0 for dns
-	Addr netip.AddrPort // the address actually dialled; zero when nothing was (refused, dns)
+	Addr netip.AddrPort // the address dialled (or refused); zero when none was reached, and for dns
 
-	// Allowed reports whether the connection went through, or whether a DNS query got an answer
-	// (possibly an empty one); Rule names what decided: the rule that denied, or for dns
-	// "route", "localhost", "nxdomain", "servfail", "busy", "formerr", "notimp", "refused".
+	// Allowed reports whether the policy let the connection through, or whether a DNS query got
+	// an answer (possibly an empty one). Rule names what decided: the rule that denied (naming
+	// the address and the range it is in), the route used, or for dns "route", "localhost",
+	// "nxdomain", "servfail", "busy", "formerr", "notimp", "refused".
 	Allowed bool
 	Rule    string
+	// Err says what went wrong when a connection could not be carried although the policy
+	// allowed it, or no decision could be taken: a malformed or slow request, a DNS failure, an
+	// unreachable upstream, the connection cap. "" when nothing went wrong.
+	Err string
 
 	BytesUp   int64         // bytes from the sandbox (for dns: the query message)
 	BytesDown int64         // bytes to the sandbox (for dns: the answer message)

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// Config is what a daemon's gateway serves every sandbox with.
+type Config struct {
+	// Routes are sandboxd's --gateway-resolve mappings.
+	Routes []Route
+	// Policy checks every address dialled except a route's; nil: the default AddrPolicy.
+	Policy *AddrPolicy
+	// Lookup resolves names on the host for the sandboxes' resolvers and the proxy; nil: the
+	// host's resolver.
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Audit receives every decision; it must not block for long. nil: none.
+	Audit func(Record)
+	Log   *slog.Logger
+}
+
+// Gateway serves the egress of every attached sandbox: in each sandbox's own network
+// namespace, the capture rules, the proxy's listeners on ProxyPort and the resolver's on
+// DNSPort. Its goroutines run in the daemon's namespace, so upstream dials and lookups leave
+// from the host.
+type Gateway struct {
+	cfg   Config
+	names *Names
+
+	mu    sync.Mutex
+	boxes map[string]*attachment // sandbox id → what serves it
+}
+
+// attachment is one sandbox's share of the gateway.
+type attachment struct {
+	proxy   *Proxy
+	closers []io.Closer // the resolver's sockets
+	wg      sync.WaitGroup
+}
+
+// New returns a gateway for cfg.
+func New(cfg Config) (*Gateway, error) {
+	if len(cfg.Routes) > MaxNames {
+		return nil, fmt.Errorf("gateway: %d routed hosts, at most %d", len(cfg.Routes), MaxNames)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Gateway{cfg: cfg, names: NewNames(cfg.Routes), boxes: map[string]*attachment{}}, nil
+}
+
+// listenAddrs are the gateway's sockets inside every sandbox.
+var (
+	proxyAddrs = []string{"127.0.0.1:" + strconv.Itoa(ProxyPort), "[::1]:" + strconv.Itoa(ProxyPort)}
+	dnsAddrs   = []string{"127.0.0.1:" + strconv.Itoa(DNSPort), "[::1]:" + strconv.Itoa(DNSPort)}
+)
+
+// Attach captures the egress of the sandbox whose network namespace is ns (id is the daemon's
+// id for it, name its name for the audit) and serves it until Detach. Attaching a sandbox that
+// is attached already, or that a previous daemon served, starts afresh.
+func (g *Gateway) Attach(id, name string, ns *os.File) (retErr error) {
+	g.Detach(id)
+	if err := Setup(ns); err != nil {
+		return fmt.Errorf("gateway: capture the egress of %s: %w", name, err)
+	}
+	a := &attachment{proxy: &Proxy{
+		Sandbox:       name,
+		Routes:        g.cfg.Routes,
+		SyntheticHost: g.names.Host,
+		OriginalDst:   OriginalDst,
+		Policy:        g.cfg.Policy,
+		Lookup:        g.cfg.Lookup,
+		Audit:         g.cfg.Audit,
+		Log:           g.cfg.Log.With("sandbox", name),
+	}}
+	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Audit: g.cfg.Audit, Sandbox: name}
+	defer func() {
+		if retErr != nil {
+			a.close()
+		}
+	}()
+	for _, addr := range proxyAddrs {
+		ln, err := Listen(ns, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("gateway: listen on %s in %s: %w", addr, name, err)
+		}
+		a.closers = append(a.closers, ln) // Proxy.Close closes it too; a second close is harmless
+		a.serve(func() error { return a.proxy.Serve(ln) })
+	}
+	for _, addr := range dnsAddrs {
+		pc, err := ListenPacket(ns, "udp", addr)
+		if err != nil {
+			return fmt.Errorf("gateway: listen on udp %s in %s: %w", addr, name, err)
+		}
+		a.closers = append(a.closers, pc)
+		a.serve(func() error { return res.ServeUDP(pc) })
+		ln, err := Listen(ns, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("gateway: listen on tcp %s in %s: %w", addr, name, err)
+		}
+		a.closers = append(a.closers, ln)
+		a.serve(func() error { return res.ServeTCP(ln) })
+	}
+	g.mu.Lock()
+	g.boxes[id] = a
+	g.mu.Unlock()
+	g.cfg.Log.Debug("gateway attached", "sandbox", name)
+	return nil
+}
+
+// serve runs one server of the attachment until its socket closes.
+func (a *attachment) serve(fn func() error) {
+	a.wg.Go(func() {
+		if err := fn(); err != nil && !errors.Is(err, ErrProxyClosed) && !errors.Is(err, net.ErrClosed) {
+			a.proxy.Log.Error("gateway server ended", "err", err)
+		}
+	})
+}
+
+// close ends every connection and listener of the attachment and waits for its servers.
+func (a *attachment) close() {
+	a.proxy.Close()
+	for _, c := range a.closers {
+		c.Close()
+	}
+	a.wg.Wait()
+}
+
+// Detach stops serving the sandbox id and ends its connections, also those mid-transfer. The
+// capture rules stay in its namespace (they go with it), so it has no way out until the next
+// Attach. A sandbox that is not attached is left alone.
+func (g *Gateway) Detach(id string) {
+	g.mu.Lock()
+	a := g.boxes[id]
+	delete(g.boxes, id)
+	g.mu.Unlock()
+	if a != nil {
+		a.close()
+	}
+}
+
+// Close detaches every sandbox.
+func (g *Gateway) Close() {
+	g.mu.Lock()
+	ids := make([]string, 0, len(g.boxes))
+	for id := range g.boxes {
+		ids = append(ids, id)
+	}
+	g.mu.Unlock()
+	for _, id := range ids {
+		g.Detach(id)
+	}
+}
