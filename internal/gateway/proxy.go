@@ -160,8 +160,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			case errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
 				errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM):
 				// Out of descriptors or memory for now: wait for connections to end.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
+				backoff = retryAfter(backoff)
 				continue
 			}
 			return err
