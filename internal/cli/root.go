@@ -91,6 +91,16 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 	}
 }
 
+// maxArgs refuses more than n positional arguments, naming what the command takes.
+func maxArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return &usageError{fmt.Errorf("%s takes at most %s", cmd.CommandPath(), names)}
+		}
+		return nil
+	}
+}
+
 // runCommand does a command's work with the options its flags and arguments parsed into, or,
 // in a test, hands them to runF instead.
 func runCommand[T any](cmd *cobra.Command, f *Factory, opts *T, runF func(*T) error, run func(context.Context, *Factory, *T) error) error {

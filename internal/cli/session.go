@@ -131,12 +131,7 @@ func newCmdSessionList(f *Factory, runF func(*SessionListOptions) error) *cobra.
 		Aliases: []string{"ls"},
 		Short:   "List sessions, all or those in one sandbox",
 		Example: "  hiloop session list\n  hiloop session list web -o json",
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 {
-				return &usageError{fmt.Errorf("session list takes at most one SANDBOX name")}
-			}
-			return nil
-		},
+		Args:    maxArgs(1, "one SANDBOX name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Sandbox = args[0]

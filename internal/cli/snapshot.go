@@ -220,12 +220,7 @@ func newCmdSnapshotList(f *Factory, runF func(*SnapshotListOptions) error) *cobr
 		Use:     "list [NAME]",
 		Aliases: []string{"ls"},
 		Short:   "List snapshots, all or those of one sandbox",
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 {
-				return &usageError{fmt.Errorf("snapshot list takes at most one sandbox NAME")}
-			}
-			return nil
-		},
+		Args:    maxArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.Sandbox = args[0]

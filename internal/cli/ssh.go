@@ -187,12 +187,7 @@ func newCmdSSHKeyAdd(f *Factory, runF func(*SSHKeyAddOptions) error) *cobra.Comm
 		Short: "Register a public key (without a file: the CLI's own key, created if needed)",
 		Example: `  hiloop ssh-key add ~/.ssh/id_ed25519.pub --name laptop
   hiloop ssh-key add`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 1 {
-				return &usageError{errors.New("ssh-key add takes at most one PUBLIC_KEY_FILE")}
-			}
-			return nil
-		},
+		Args: maxArgs(1, "one PUBLIC_KEY_FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.File = args[0]
