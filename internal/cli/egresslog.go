@@ -77,30 +77,32 @@ func sandboxEgressLogRun(ctx context.Context, f *Factory, opts *SandboxEgressLog
 		return err
 	}
 	show := func(rec api.EgressRecord) error { return writeEgressRecord(f.IO.Out, opts.Output, rec) }
-	if opts.Output == "table" {
-		if _, err := fmt.Fprintln(f.IO.Out, egressHeader); err != nil {
+	// What is stored first, a page at a time; the header only once the sandbox is known.
+	after := opts.After
+	for first := true; ; first = false {
+		page, err := c.EgressLog(ctx, opts.Name, after, api.MaxEgressLogPage, 0)
+		if err != nil {
 			return err
+		}
+		if first && opts.Output == "table" {
+			if _, err := fmt.Fprintln(f.IO.Out, egressHeader); err != nil {
+				return err
+			}
+		}
+		for _, rec := range page {
+			if err := show(rec); err != nil {
+				return err
+			}
+			after = rec.Seq
+		}
+		if len(page) < api.MaxEgressLogPage {
+			break
 		}
 	}
 	if !opts.Follow {
-		after := opts.After
-		for {
-			page, err := c.EgressLog(ctx, opts.Name, after, api.MaxEgressLogPage, 0)
-			if err != nil {
-				return err
-			}
-			for _, rec := range page {
-				if err := show(rec); err != nil {
-					return err
-				}
-				after = rec.Seq
-			}
-			if len(page) < api.MaxEgressLogPage {
-				return nil
-			}
-		}
+		return nil
 	}
-	err = c.FollowEgressLog(ctx, opts.Name, opts.After, show, client.OnStreamLost(func(err error) {
+	err = c.FollowEgressLog(ctx, opts.Name, after, show, client.OnStreamLost(func(err error) {
 		fmt.Fprintf(f.IO.ErrOut, "hiloop: %s; reconnecting\n", err)
 	}))
 	if ctx.Err() != nil {
