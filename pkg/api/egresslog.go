@@ -4,7 +4,8 @@ import "time"
 
 // EgressRecord is one decision of a sandbox's egress gateway, as its audit log keeps it: a
 // connection allowed or refused, a DNS query answered, or a note that records were dropped.
-// Every field is always present, so a reader need not tell "empty" from "missing".
+// Every field but Answers and Dropped is always present, so a reader need not tell "empty" from
+// "missing".
 type EgressRecord struct {
 	// Seq numbers the sandbox's records from 1, with no holes; the daemon keeps a bounded number
 	// per sandbox and drops the oldest, so the first one kept may have a higher seq.
