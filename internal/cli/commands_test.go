@@ -195,6 +195,15 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "-o", "xml", "s1", "hi"),
 		refused(ExitNotFound, "Bad/Id", "hi"),
 	}},
+	{"hiloop sandbox egress log", parser(newCmdSandboxEgressLog), []flagCase{
+		ok(&SandboxEgressLogOptions{Name: "web", Output: "table"}, "web"),
+		ok(&SandboxEgressLogOptions{Name: "web", After: 42, Follow: true, Output: "json"}, "web", "--after", "42", "-f", "-o", "json"),
+		ok(&SandboxEgressLogOptions{Name: "web", Follow: true, Output: "yaml"}, "--follow", "web", "-o", "yaml"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "db"),
+		refused(ExitUsage, "web", "--after", "-1"),
+		refused(ExitUsage, "web", "-o", "xml"),
+	}},
 	{"hiloop session events", parser(newCmdSessionEvents), []flagCase{
 		ok(&SessionEventsOptions{Session: "s1", Output: "table"}, "s1"),
 		ok(&SessionEventsOptions{Session: "s1", After: 120, Follow: true, Output: "json"}, "s1", "--after", "120", "-f", "-o", "json"),

@@ -30,6 +30,7 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 		newCmdSandboxGrow(f, nil),
 		newCmdSandboxRestore(f, nil),
 		newCmdSnapshot(f),
+		newCmdSandboxEgressParent(f),
 	)
 	return cmd
 }

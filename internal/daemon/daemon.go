@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/egresslog"
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -70,6 +71,7 @@ type Daemon struct {
 	events    *eventlog.Log
 	sessions  *session.Service
 	gateway   *gateway.Gateway
+	egressLog *egresslog.Log
 	sshKeys   *sshKeys
 	ssh       *sshd.Server // nil while the endpoint is off
 }
@@ -130,10 +132,13 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
+	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
+		return err
+	}
 	d.gateway, err = gateway.New(gateway.Config{
 		Routes: d.cfg.GatewayRoutes,
 		Policy: &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
-		Audit:  auditLog(d.log),
+		Audit:  egressAudit(d.egressLog, d.log),
 		Log:    d.log,
 	})
 	if err != nil {
@@ -142,6 +147,10 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt})
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
+	}
+	d.sandboxes.OnDelete(d.egressLogDeleted)
+	if err := d.pruneEgressLog(); err != nil {
+		return fmt.Errorf("prune the egress log: %w", err)
 	}
 	if d.events, err = eventlog.Open(d.store.Bolt()); err != nil {
 		return err
@@ -190,6 +199,9 @@ func (d *Daemon) Close() error {
 	if d.gateway != nil {
 		// Sandboxes run on without egress until the next daemon serves them again.
 		d.gateway.Close()
+	}
+	if d.egressLog != nil {
+		d.egressLog.Close() // after the gateway: its last records are stored
 	}
 	// With no workspace mounted the volume driver can let go of its own mount point too.
 	if c, ok := d.volumes.(interface{ Close() error }); ok {

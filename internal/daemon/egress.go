@@ -31,8 +31,7 @@ func (egress) Env() []string { return gateway.ProxyEnv() }
 func (egress) Nameserver() string { return "127.0.0.1" }
 
 // auditLog writes the gateway's decisions to the daemon's log: refusals at info, the rest at
-// debug.
-// TODO(issue 10, audit): keep them durably, bounded, for `hiloop sandbox egress log`.
+// debug. The audit log (egressAudit) keeps them for `hiloop sandbox egress log`.
 func auditLog(log *slog.Logger) func(gateway.Record) {
 	return func(r gateway.Record) {
 		level := slog.LevelDebug

@@ -24,6 +24,7 @@ func (d *Daemon) routes() []route {
 		{method: "POST", pattern: "/v1/sandboxes/{name}/stop", handle: d.stopSandbox, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/exec", handle: d.execSandbox},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/grow", handle: d.growSandbox, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/egress/log", handle: d.sandboxEgressLog},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", handle: d.restoreSandbox, idempotent: true},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.createSnapshot, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.listSnapshots},

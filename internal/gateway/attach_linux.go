@@ -71,6 +71,11 @@ func (g *Gateway) Attach(id, name string, ns *os.File) (retErr error) {
 	if err := Setup(ns); err != nil {
 		return fmt.Errorf("gateway: capture the egress of %s: %w", name, err)
 	}
+	audit := g.cfg.Audit
+	if audit != nil {
+		// The audit log keeps records by id, so a sandbox made later under the same name starts afresh.
+		audit = func(r Record) { r.SandboxID = id; g.cfg.Audit(r) }
+	}
 	a := &attachment{proxy: &Proxy{
 		Sandbox:       name,
 		Routes:        g.cfg.Routes,
@@ -78,10 +83,10 @@ func (g *Gateway) Attach(id, name string, ns *os.File) (retErr error) {
 		OriginalDst:   OriginalDst,
 		Policy:        g.cfg.Policy,
 		Lookup:        g.cfg.Lookup,
-		Audit:         g.cfg.Audit,
+		Audit:         audit,
 		Log:           g.cfg.Log.With("sandbox", name),
 	}}
-	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Audit: g.cfg.Audit, Sandbox: name}
+	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Audit: audit, Sandbox: name}
 	defer func() {
 		if retErr != nil {
 			a.close()

@@ -44,4 +44,11 @@ type Record struct {
 
 	QueryType string       // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
 	Answers   []netip.Addr // dns only: the addresses answered
+
+	// SandboxID is the daemon's id of the sandbox, stable for its life: the audit log keeps
+	// records by it, so a sandbox made later under the same name does not inherit them.
+	SandboxID string
+	// SecretInjected reports whether the gateway put a secret's value into the request (a
+	// terminated connection to a host the secret is bound to).
+	SecretInjected bool
 }

@@ -1,0 +1,444 @@
+// Package egresslog owns the audit log of the egress gateway: every decision the gateway takes
+// for a sandbox (api.EgressRecord, encoded as the API sends it), kept per sandbox id in the
+// "egress" bucket of the daemon's bbolt file, numbered, and bounded in size. It knows nothing of
+// the gateway, sandboxes or HTTP, and must not touch any other bucket.
+//
+// The gateway hands records over on the goroutines that serve sandboxes, so Add never blocks:
+// it queues, and one writer goroutine stores what is queued in batches. When the queue is full
+// Add counts the record as dropped, and the writer stores a record of kind dropped saying how
+// many were lost; nothing is lost without a trace.
+package egresslog
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+var bucketEgress = []byte("egress") // sandbox id → nested bucket: big-endian seq → api.EgressRecord JSON
+
+const (
+	// MaxRecords is how many records are kept per sandbox: the oldest go, in the transaction
+	// that adds new ones. A record takes about 300 bytes, so a sandbox's log stays under ~3 MB.
+	MaxRecords = 10000
+	// QueueSize is how many records may wait for the writer before Add drops them: a few
+	// seconds of a busy sandbox while the writer waits for a slow disk.
+	QueueSize = 8192
+	// maxBatch bounds how many records share one transaction and fsync.
+	maxBatch = 2048
+)
+
+// ErrClosed is returned by DeleteSandbox once the log is closed.
+var ErrClosed = errors.New("egress log is closed")
+
+// Config tunes a Log; the zero value is the daemon's.
+type Config struct {
+	MaxRecords int // per sandbox; 0: MaxRecords
+	QueueSize  int // 0: QueueSize
+	Logger     *slog.Logger
+}
+
+// Log is the egress audit log of every sandbox.
+type Log struct {
+	db   *bolt.DB
+	max  uint64
+	lg   *slog.Logger
+	q    chan queued     // records waiting for the writer
+	del  chan *deleteReq // sandboxes whose records go
+	kick chan struct{}   // buffered: drops are waiting to be noted
+	quit chan struct{}   // closed by Close
+	done chan struct{}   // closed when the writer has exited
+
+	mu      sync.Mutex
+	closed  bool
+	drops   map[string]uint64        // sandbox id → records dropped since the last dropped record
+	gone    map[string]bool          // deleted sandboxes: whatever still comes for them is not stored
+	changed map[string]chan struct{} // sandbox id → closed at its next commit (see Changed)
+}
+
+type queued struct {
+	id  string
+	rec api.EgressRecord
+}
+
+type deleteReq struct {
+	id   string
+	err  error
+	done chan struct{}
+}
+
+// Open opens the log kept in db, creating its bucket if needed, and starts its writer.
+func Open(db *bolt.DB, cfg Config) (*Log, error) {
+	err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketEgress)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("init egress bucket: %w", err)
+	}
+	if cfg.MaxRecords <= 0 {
+		cfg.MaxRecords = MaxRecords
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = QueueSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Log{
+		db:      db,
+		max:     uint64(cfg.MaxRecords),
+		lg:      cfg.Logger,
+		q:       make(chan queued, cfg.QueueSize),
+		del:     make(chan *deleteReq),
+		kick:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+		drops:   map[string]uint64{},
+		gone:    map[string]bool{},
+		changed: map[string]chan struct{}{},
+	}
+	go l.write()
+	return l, nil
+}
+
+// Add queues rec for the sandbox id; the writer numbers it and stores it. It never blocks: when
+// the queue is full the record is counted as dropped. Records added after Close are dropped.
+func (l *Log) Add(id string, rec api.EgressRecord) {
+	select {
+	case l.q <- queued{id: id, rec: rec}:
+		return
+	default:
+	}
+	l.mu.Lock()
+	l.drops[id]++
+	l.mu.Unlock()
+	// The writer may have drained the queue since: make sure it notes the drop.
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stores what is queued, stops the writer and wakes every waiter. It does not close the
+// database, which belongs to the caller.
+func (l *Log) Close() {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	l.mu.Unlock()
+	close(l.quit)
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, c := range l.changed {
+		close(c)
+		delete(l.changed, id)
+	}
+}
+
+// DeleteSandbox removes every record of the sandbox id, also those still queued, and stores none
+// that come for it later (ids are never reused).
+func (l *Log) DeleteSandbox(id string) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.gone[id] = true
+	l.mu.Unlock()
+	r := &deleteReq{id: id, done: make(chan struct{})}
+	select {
+	case l.del <- r:
+	case <-l.done:
+		return ErrClosed
+	}
+	<-r.done
+	return r.err
+}
+
+// Prune deletes the records of every sandbox keep says no longer exists: those deleted while no
+// daemon was there to be told.
+func (l *Log) Prune(keep func(id string) bool) error {
+	var ids []string
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEgress).ForEachBucket(func(k []byte) error {
+			if !keep(string(k)) {
+				ids = append(ids, string(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("list egress logs: %w", err)
+	}
+	for _, id := range ids {
+		if err := l.DeleteSandbox(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write is the single writer: it takes what is queued, stores it in one transaction with the
+// dropped records and deletions due, then wakes the waiters of the sandboxes it touched.
+func (l *Log) write() {
+	defer close(l.done)
+	next := map[string]uint64{} // sandbox id → last seq stored, cached from the bucket
+	batch := make([]queued, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		var dels []*deleteReq
+		quitting := false
+		select {
+		case q := <-l.q:
+			batch = append(batch, q)
+		case d := <-l.del:
+			dels = append(dels, d)
+		case <-l.kick:
+		case <-l.quit:
+			quitting = true
+		}
+		// Producers woken by the last commit are adding again; let them join this batch.
+		runtime.Gosched()
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case q := <-l.q:
+				batch = append(batch, q)
+			default:
+				break fill
+			}
+		}
+		l.commit(batch, dels, next)
+		if quitting && len(l.q) == 0 {
+			return
+		}
+	}
+}
+
+// commit stores one batch; a failure is logged and its records are counted as dropped, so the
+// next batch says so.
+func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) {
+	l.mu.Lock()
+	drops := l.drops
+	l.drops = map[string]uint64{}
+	gone := make(map[string]bool, len(dels))
+	for _, q := range batch {
+		if l.gone[q.id] {
+			gone[q.id] = true
+		}
+	}
+	for id := range drops {
+		if l.gone[id] {
+			delete(drops, id)
+		}
+	}
+	l.mu.Unlock()
+	if len(batch) == 0 && len(dels) == 0 && len(drops) == 0 {
+		return
+	}
+
+	touched := map[string]bool{}
+	now := time.Now().UTC()
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bucketEgress)
+		add := func(id string, rec api.EgressRecord) error {
+			b, err := root.CreateBucketIfNotExists([]byte(id))
+			if err != nil {
+				return err
+			}
+			seq, ok := next[id]
+			if !ok {
+				if k, _ := b.Cursor().Last(); k != nil {
+					seq = binary.BigEndian.Uint64(k)
+				}
+			}
+			seq++
+			next[id] = seq
+			rec.Seq = seq
+			v, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			touched[id] = true
+			return b.Put(seqKey(seq), v)
+		}
+		for _, q := range batch {
+			if gone[q.id] {
+				continue
+			}
+			// A record dropped before this one arrived gets its note first, in order.
+			if n := drops[q.id]; n > 0 {
+				delete(drops, q.id)
+				if err := add(q.id, droppedRecord(n, now)); err != nil {
+					return err
+				}
+			}
+			if err := add(q.id, q.rec); err != nil {
+				return err
+			}
+		}
+		for id, n := range drops {
+			if err := add(id, droppedRecord(n, now)); err != nil {
+				return err
+			}
+		}
+		for id := range touched {
+			if err := trim(root.Bucket([]byte(id)), next[id], l.max); err != nil {
+				return err
+			}
+		}
+		for _, d := range dels {
+			delete(next, d.id)
+			touched[d.id] = true
+			if err := root.DeleteBucket([]byte(d.id)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		clear(next) // the seqs handed out were not stored; reload them from the bucket
+		l.lg.Error("store egress records", "records", len(batch), "err", err)
+		l.mu.Lock()
+		for _, q := range batch {
+			if !gone[q.id] {
+				l.drops[q.id]++
+			}
+		}
+		for id, n := range drops {
+			l.drops[id] += n
+		}
+		l.mu.Unlock()
+		for _, d := range dels {
+			d.err = fmt.Errorf("delete the egress log of sandbox %s: %w", d.id, err)
+		}
+	}
+	for _, d := range dels {
+		close(d.done)
+	}
+	l.mu.Lock()
+	for id := range touched {
+		if c := l.changed[id]; c != nil {
+			close(c)
+			delete(l.changed, id)
+		}
+	}
+	l.mu.Unlock()
+}
+
+func droppedRecord(n uint64, now time.Time) api.EgressRecord {
+	return api.EgressRecord{Time: now, Kind: api.EgressKindDropped, Allowed: true, Dropped: n,
+		Error: fmt.Sprintf("%d records dropped: the daemon could not store them as fast as they came", n)}
+}
+
+// trim deletes the oldest records of b until it holds at most max. Seqs in a bucket have no
+// holes (only the oldest are ever deleted), so the count is last-first+1.
+func trim(b *bolt.Bucket, last, max uint64) error {
+	k, _ := b.Cursor().First()
+	if k == nil {
+		return nil
+	}
+	first := binary.BigEndian.Uint64(k)
+	for seq := first; last-seq+1 > max; seq++ {
+		if err := b.Delete(seqKey(seq)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Since returns up to limit stored records of the sandbox id with Seq > after, in order. A limit
+// of 0 or less means no limit. A sandbox with no records has none.
+func (l *Log) Since(id string, after uint64, limit int) ([]api.EgressRecord, error) {
+	var out []api.EgressRecord
+	err := l.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEgress).Bucket([]byte(id))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(seqKey(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
+			var rec api.EgressRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("decode record %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			out = append(out, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the egress log of sandbox %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// Changed returns a channel closed at the next commit that stores records for the sandbox id or
+// deletes them, or when the log closes. Take it before reading with Since, so that nothing stored
+// in between is missed.
+func (l *Log) Changed(id string) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.changed[id]
+	if c == nil {
+		c = make(chan struct{})
+		if l.closed {
+			close(c)
+			return c
+		}
+		l.changed[id] = c
+	}
+	return c
+}
+
+// Wait returns the records of the sandbox id after seq after, as Since does, waiting for up to
+// wait (or until ctx ends) for one to be stored when there is none yet.
+func (l *Log) Wait(ctx context.Context, id string, after uint64, limit int, wait time.Duration) ([]api.EgressRecord, error) {
+	var timeout <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		changed := l.Changed(id)
+		recs, err := l.Since(id, after, limit)
+		if err != nil || len(recs) > 0 || timeout == nil {
+			return recs, err
+		}
+		select {
+		case <-changed:
+			l.mu.Lock()
+			over := l.closed || l.gone[id]
+			l.mu.Unlock()
+			if over {
+				return l.Since(id, after, limit)
+			}
+		case <-timeout:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+}
+
+func seqKey(seq uint64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, seq)
+	return k
+}
