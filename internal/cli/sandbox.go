@@ -57,7 +57,7 @@ Its egress is open unless --egress closed; --egress-allow and --egress-deny take
 rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the policy later.`,
 		Example: `  hiloop sandbox create web --cpus 4 --memory-mb 8192 --workspace-gib 50
   hiloop sandbox create agent --egress closed --egress-allow api.anthropic.com --egress-allow '*.github.com'`,
-		Args:    exactArgs(1, "one sandbox NAME"),
+		Args: exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Post.Name = args[0]
 			if err := checkOutput(opts.Output); err != nil {
