@@ -68,6 +68,7 @@ FUZZ_TARGETS := \
 	./pkg/api:FuzzSandboxesPostNormalize \
 	./pkg/api:FuzzSessionsPostNormalize \
 	./pkg/api:FuzzExecRequestValidate \
+	./pkg/api:FuzzNormalizeEgressRule \
 	./internal/daemon:FuzzDecodeBody \
 	./internal/runtime/initproc:FuzzRecv \
 	./internal/runtime/initproc:FuzzMessageRoundTrip \

@@ -79,6 +79,20 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "web", "--cpus", "many"),
 		refused(ExitUsage, "web", "--bogus-flag"),
 		refused(ExitUsage, "web", "-o", "xml"),
+		ok(&SandboxCreateOptions{Post: func() api.SandboxesPost {
+			p := withName(defaultCreate, "web")
+			p.Egress = &api.Egress{Mode: api.EgressClosed, Allow: []string{"api.example.com", "*.github.com:443"}}
+			return p
+		}(), Output: "table"}, "web", "--egress", "closed", "--egress-allow", "API.example.com", "--egress-allow", "*.github.com:443"),
+		ok(&SandboxCreateOptions{Post: func() api.SandboxesPost {
+			p := withName(defaultCreate, "web")
+			p.Egress = &api.Egress{Mode: api.EgressOpen, Deny: []string{"*.example.net", "203.0.113.7:22"}}
+			return p
+		}(), Output: "table"}, "web", "--egress-deny", "*.example.net", "--egress-deny", "203.0.113.7:22"),
+		refused(ExitUsage, "web", "--egress", "shut"),
+		refused(ExitUsage, "web", "--egress-allow", "http://example.com"),
+		refused(ExitUsage, "web", "--egress-deny", "a.*.example.com"),
+		refused(ExitUsage, "web", "--egress-allow", "example.com:99999"),
 	}},
 	{"hiloop sandbox get", parser(newCmdSandboxGet), []flagCase{
 		ok(&SandboxGetOptions{Name: "web", Output: "table"}, "web"),
@@ -140,6 +154,21 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "web"),
 		refused(ExitUsage, "web", "--workspace-gib", "lots"),
 		refused(ExitUsage, "--workspace-gib", "50"),
+	}},
+	{"hiloop sandbox egress", parser(newCmdSandboxEgress), []flagCase{
+		ok(&SandboxEgressOptions{Name: "web", Output: "table"}, "web"),
+		ok(&SandboxEgressOptions{Name: "web", Output: "json"}, "web", "-o", "json"),
+		ok(&SandboxEgressOptions{Name: "web", Mode: api.EgressClosed, Allow: []string{"api.example.com", "[2001:db8::1]:443"},
+			Deny: []string{"*.example.net"}, RemoveAllow: []string{"old.example.com"}, RemoveDeny: []string{"10.1.2.3"}, Output: "table"},
+			"web", "--mode", "closed", "--allow", "Api.Example.com.", "--allow", "[2001:db8::1]:443", "--deny", "*.example.net",
+			"--remove-allow", "old.example.com", "--remove-deny", "10.1.2.3"),
+		ok(&SandboxEgressOptions{Name: "web", Mode: api.EgressOpen, Clear: true, Output: "table"}, "web", "--mode", "open", "--clear"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "db"),
+		refused(ExitUsage, "web", "--mode", "Closed"),
+		refused(ExitUsage, "web", "--allow", "*"),
+		refused(ExitUsage, "web", "--remove-deny", "x:0"),
+		refused(ExitUsage, "web", "-o", "xml"),
 	}},
 	{"hiloop sandbox restore", parser(newCmdSandboxRestore), []flagCase{
 		ok(&SandboxRestoreOptions{Name: "web", Snapshot: "web-1"}, "web", "web-1"),

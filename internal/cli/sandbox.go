@@ -29,8 +29,8 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 		newCmdSandboxSSH(f, nil),
 		newCmdSandboxGrow(f, nil),
 		newCmdSandboxRestore(f, nil),
+		newCmdSandboxEgress(f, nil),
 		newCmdSnapshot(f),
-		newCmdSandboxEgressParent(f),
 	)
 	return cmd
 }
@@ -43,6 +43,8 @@ type SandboxCreateOptions struct {
 
 func newCmdSandboxCreate(f *Factory, runF func(*SandboxCreateOptions) error) *cobra.Command {
 	opts := &SandboxCreateOptions{}
+	var egress api.Egress
+	var mode string
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a sandbox and start it",
@@ -50,13 +52,29 @@ func newCmdSandboxCreate(f *Factory, runF func(*SandboxCreateOptions) error) *co
 
 NAME is 1-63 characters of a-z, 0-9 and '-', starting with a letter; it is also the hostname.
 A durable /workspace survives stop and start; an ephemeral one is dropped at every stop.
-Everything outside /workspace comes back from the image on every start.`,
-		Example: "  hiloop sandbox create web --cpus 4 --memory-mb 8192 --workspace-gib 50",
-		Args:    exactArgs(1, "one sandbox NAME"),
+Everything outside /workspace comes back from the image on every start.
+Its egress is open unless --egress closed; --egress-allow and --egress-deny take HOST[:PORT]
+rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the policy later.`,
+		Example: `  hiloop sandbox create web --cpus 4 --memory-mb 8192 --workspace-gib 50
+  hiloop sandbox create agent --egress closed --egress-allow api.anthropic.com --egress-allow '*.github.com'`,
+		Args: exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Post.Name = args[0]
 			if err := checkOutput(opts.Output); err != nil {
 				return err
+			}
+			if fl := cmd.Flags(); fl.Changed("egress") || fl.Changed("egress-allow") || fl.Changed("egress-deny") {
+				var err error
+				if egress.Mode, err = egressMode("--egress", mode); err != nil {
+					return err
+				}
+				if egress.Allow, err = egressRules("--egress-allow", egress.Allow); err != nil {
+					return err
+				}
+				if egress.Deny, err = egressRules("--egress-deny", egress.Deny); err != nil {
+					return err
+				}
+				opts.Post.Egress = &egress
 			}
 			return runCommand(cmd, f, opts, runF, sandboxCreateRun)
 		},
@@ -70,6 +88,9 @@ Everything outside /workspace comes back from the image on every start.`,
 	fl.StringVar(&opts.Post.Image, "image", api.DefaultImage, "image to start from (`hiloop image list`)")
 	fl.BoolVar(&opts.Post.NoStart, "no-start", false, "leave the new sandbox stopped")
 	fl.StringVar(&opts.Post.FromSnapshot, "from-snapshot", "", "start /workspace as a copy of this snapshot")
+	fl.StringVar(&mode, "egress", string(api.EgressOpen), "egress policy: open (everything not denied) or closed (only what is allowed)")
+	fl.StringArrayVar(&egress.Allow, "egress-allow", nil, "let it reach HOST[:PORT], e.g. api.example.com or '*.example.com:443' (repeatable)")
+	fl.StringArrayVar(&egress.Deny, "egress-deny", nil, "refuse HOST[:PORT], in either mode (repeatable)")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -133,6 +154,7 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 		t.row("cpus:", strconv.FormatFloat(sb.CPUs, 'g', -1, 64))
 		t.row("memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
 		t.row("permissions:", string(sb.PermissionPolicy))
+		t.row("egress:", egressSummary(sb.Egress))
 		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
 		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
 		if sb.StartedAt != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // egress gives sandboxes their way out through the gateway, which it serves inside each
@@ -15,13 +16,46 @@ type egress struct {
 	rt *runtime.Runtime
 }
 
-func (e egress) Attach(_ context.Context, id, name string) error {
+func (e egress) Attach(_ context.Context, id, name string, policy api.Egress) error {
+	hp, err := hostPolicy(policy)
+	if err != nil {
+		return err
+	}
 	ns, err := e.rt.NetNS(id)
 	if err != nil {
 		return err
 	}
 	defer ns.Close()
-	return e.gw.Attach(id, name, ns)
+	return e.gw.Attach(id, name, ns, hp)
+}
+
+func (e egress) SetPolicy(id string, policy api.Egress) error {
+	hp, err := hostPolicy(policy)
+	if err != nil {
+		return err
+	}
+	e.gw.SetPolicy(id, hp)
+	return nil
+}
+
+// hostPolicy is a sandbox's egress policy as the gateway applies it. The rules were validated
+// at the API's edge; one the gateway cannot read is an error rather than a rule left out, which
+// could open a closed sandbox wider than asked.
+func hostPolicy(p api.Egress) (*gateway.HostPolicy, error) {
+	hp := &gateway.HostPolicy{Closed: p.Mode == api.EgressClosed}
+	for _, list := range []struct {
+		in  []string
+		out *[]gateway.HostRule
+	}{{p.Allow, &hp.Allow}, {p.Deny, &hp.Deny}} {
+		for _, s := range list.in {
+			r, err := gateway.ParseHostRule(s)
+			if err != nil {
+				return nil, err
+			}
+			*list.out = append(*list.out, r)
+		}
+	}
+	return hp, nil
 }
 
 func (e egress) Detach(id string) { e.gw.Detach(id) }

@@ -26,6 +26,7 @@ func (d *Daemon) routes() []route {
 		{method: "POST", pattern: "/v1/sandboxes/{name}/grow", handle: d.growSandbox, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/egress/log", handle: d.sandboxEgressLog},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", handle: d.restoreSandbox, idempotent: true},
+		{method: "PUT", pattern: "/v1/sandboxes/{name}/egress", handle: d.putEgress, idempotent: true},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.createSnapshot, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.listSnapshots},
 		{method: "GET", pattern: "/v1/snapshots", handle: d.listSnapshots},
@@ -162,6 +163,26 @@ func (d *Daemon) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	sb, err := d.sandboxes.Restore(r.Context(), name, p.Snapshot)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sb)
+}
+
+// putEgress replaces a sandbox's egress policy; a running sandbox's next connections follow it.
+func (d *Daemon) putEgress(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathName(r)
+	if err != nil {
+		return err
+	}
+	var p api.EgressPut
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	if err := p.Normalize(); err != nil {
+		return err
+	}
+	sb, err := d.sandboxes.SetEgressPolicy(r.Context(), name, p.Egress)
 	if err != nil {
 		return err
 	}

@@ -64,9 +64,10 @@ var (
 )
 
 // Attach captures the egress of the sandbox whose network namespace is ns (id is the daemon's
-// id for it, name its name for the audit) and serves it until Detach. Attaching a sandbox that
-// is attached already, or that a previous daemon served, starts afresh.
-func (g *Gateway) Attach(id, name string, ns *os.File) (retErr error) {
+// id for it, name its name for the audit) and serves it under the egress policy hp (nil: open)
+// until Detach. Attaching a sandbox that is attached already, or that a previous daemon served,
+// starts afresh.
+func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr error) {
 	g.Detach(id)
 	if err := Setup(ns); err != nil {
 		return fmt.Errorf("gateway: capture the egress of %s: %w", name, err)
@@ -86,7 +87,9 @@ func (g *Gateway) Attach(id, name string, ns *os.File) (retErr error) {
 		Audit:         audit,
 		Log:           g.cfg.Log.With("sandbox", name),
 	}}
-	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Audit: audit, Sandbox: name}
+	// Before the first listener: no connection is decided without the policy.
+	a.proxy.SetHostPolicy(hp)
+	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Audit: audit, Sandbox: name, Policy: a.proxy.HostPolicy}
 	defer func() {
 		if retErr != nil {
 			a.close()
@@ -137,6 +140,18 @@ func (a *attachment) close() {
 		c.Close()
 	}
 	a.wg.Wait()
+}
+
+// SetPolicy makes hp the egress policy of the attached sandbox id at once: connections and DNS
+// questions from then on follow it, connections already carried go on. A sandbox that is not
+// attached is left alone (the policy is handed over again at its next Attach).
+func (g *Gateway) SetPolicy(id string, hp *HostPolicy) {
+	g.mu.Lock()
+	a := g.boxes[id]
+	g.mu.Unlock()
+	if a != nil {
+		a.proxy.SetHostPolicy(hp)
+	}
 }
 
 // Detach stops serving the sandbox id and ends its connections, also those mid-transfer. The

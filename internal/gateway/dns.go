@@ -66,6 +66,9 @@ type Resolver struct {
 	Audit func(Record)
 	// Sandbox names the sandbox in audit records.
 	Sandbox string
+	// Policy returns the sandbox's egress policy at the time of a query; a name it refuses on
+	// every port is answered NXDOMAIN (Record.Rule names the rule). nil: every name is answered.
+	Policy func() *HostPolicy
 
 	once    sync.Once
 	queries chan struct{} // a slot per query in flight
@@ -315,6 +318,15 @@ func (r *Resolver) resolve(ctx context.Context, m *response, host string, busy b
 			m.answers = []netip.Addr{netip.IPv6Loopback()}
 		}
 		return "localhost"
+	}
+	if r.Policy != nil {
+		// A name the sandbox may not reach does not exist for it: tools fail at once with a
+		// clear "could not resolve", and the host's resolver is not asked about it.
+		var hd *HostDenied
+		if errors.As(r.Policy().CheckName(host), &hd) {
+			m.rcode = dnsmessage.RCodeNameError
+			return hd.Rule
+		}
 	}
 	if a, ok := r.Names.Addr(host); ok {
 		m.ttl = syntheticTTL

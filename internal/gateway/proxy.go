@@ -62,6 +62,8 @@ type Proxy struct {
 	IdleTimeout      time.Duration // a connection with no byte either way is closed; 0: DefaultIdleTimeout
 	MaxConns         int           // connections at once, over it a reset; 0: DefaultMaxConns
 
+	hostPolicy atomic.Pointer[HostPolicy] // the sandbox's egress policy; nil: open, no rules
+
 	initOnce  sync.Once
 	ctx       context.Context // ends at Close: no dial outlives the Proxy
 	cancel    context.CancelFunc
@@ -73,6 +75,26 @@ type Proxy struct {
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
+}
+
+// SetHostPolicy makes hp the sandbox's egress policy (nil: open, no rules). It may be called at
+// any time: connections and requests decided from then on follow it, those already carried
+// (an open tunnel, a spliced connection) go on.
+func (p *Proxy) SetHostPolicy(hp *HostPolicy) { p.hostPolicy.Store(hp) }
+
+// HostPolicy returns the sandbox's egress policy; nil: open, no rules.
+func (p *Proxy) HostPolicy() *HostPolicy { return p.hostPolicy.Load() }
+
+// decide applies the sandbox's egress policy to host (a name, or an address asked for
+// directly) and port. An address the gateway's resolver handed out for a routed host is decided
+// by that host's name.
+func (p *Proxy) decide(host string, port uint16) error {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if name, ok := p.syntheticHost(a.Unmap()); ok {
+			host = name
+		}
+	}
+	return p.HostPolicy().Check(host, port)
 }
 
 // ErrProxyClosed is returned by Serve after Close.
@@ -319,9 +341,14 @@ type upstream struct {
 
 // dial connects to host:port for the sandbox: by a route, else to an address literal the
 // policy allows, else to the first address host resolves to that the policy allows and that
-// answers. A refused address is a *Denied; a failure to resolve or to connect is an
+// answers. A destination the sandbox's HostPolicy refuses is a *HostDenied, a refused address
+// a *Denied; a failure to resolve or to connect is an
 // *upstreamError. upstream.addr is set on failure too, when an address was chosen.
 func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, error) {
+	// The sandbox's policy first: by name when there is one, else by the address asked for.
+	if err := p.decide(host, port); err != nil {
+		return upstream{}, err
+	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		a = a.Unmap()
 		name, ok := p.syntheticHost(a)
@@ -427,6 +454,12 @@ func (e *upstreamError) Unwrap() error { return e.err }
 
 // refusal turns a dial error into the HTTP status and text a client gets, and records it.
 func (p *Proxy) refusal(err error, rec *Record) (int, string) {
+	var hd *HostDenied
+	if errors.As(err, &hd) {
+		rec.Allowed = false
+		rec.Rule = hd.Rule
+		return http.StatusForbidden, fmt.Sprintf("%s (the sandbox's egress policy: `hiloop sandbox egress %s` shows and changes it)", hd.Error(), p.Sandbox)
+	}
 	var d *Denied
 	if errors.As(err, &d) {
 		rec.Allowed = false
@@ -804,6 +837,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *Record) {
 		return
 	}
 	rec.Host, rec.Port = host, port
+	// Decided here and not only when the transport dials: a request may reuse a pooled
+	// connection that an earlier policy let through.
+	if err := p.decide(host, port); err != nil {
+		status, msg := p.refusal(err, rec)
+		plainError(w, status, msg)
+		return
+	}
 	rec.Allowed = true
 	for _, rt := range p.Routes {
 		if rt.Host == host && rt.Port == port {

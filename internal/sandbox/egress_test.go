@@ -3,24 +3,70 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// fakeEgress counts attaches and detaches in the manager's call log.
-type fakeEgress struct{ log *callLog }
+// fakeEgress counts attaches, policy changes and detaches in the manager's call log, and keeps
+// the policy each attached sandbox is served under.
+type fakeEgress struct {
+	log      *callLog
+	mu       sync.Mutex
+	policies map[string]api.Egress // by sandbox id, while attached
+}
 
-func (e fakeEgress) Attach(context.Context, string, string) error { return e.log.call("egress.Attach") }
-func (e fakeEgress) Detach(string)                                { _ = e.log.call("egress.Detach") }
-func (e fakeEgress) Env() []string                                { return []string{"HTTP_PROXY=gw", "NO_PROXY=lo"} }
-func (e fakeEgress) Nameserver() string                           { return "127.0.0.9" }
+func newFakeEgress(log *callLog) *fakeEgress {
+	return &fakeEgress{log: log, policies: map[string]api.Egress{}}
+}
+
+func (e *fakeEgress) Attach(_ context.Context, id, _ string, p api.Egress) error {
+	if err := e.log.call("egress.Attach"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.policies[id] = p
+	return nil
+}
+
+func (e *fakeEgress) SetPolicy(id string, p api.Egress) error {
+	if err := e.log.call("egress.SetPolicy"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.policies[id]; ok {
+		e.policies[id] = p
+	}
+	return nil
+}
+
+func (e *fakeEgress) Detach(id string) {
+	_ = e.log.call("egress.Detach")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.policies, id)
+}
+
+func (e *fakeEgress) Env() []string      { return []string{"HTTP_PROXY=gw", "NO_PROXY=lo"} }
+func (e *fakeEgress) Nameserver() string { return "127.0.0.9" }
+
+// policy returns the policy the sandbox id is served under, and whether it is attached.
+func (e *fakeEgress) policy(id string) (api.Egress, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.policies[id]
+	return p, ok
+}
 
 func TestEgressFollowsTheSandbox(t *testing.T) {
 	f := newFakeManager(t)
-	f.SetEgress(fakeEgress{f.calls})
+	f.SetEgress(newFakeEgress(f.calls))
 	ctx := context.Background()
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal"})
 	if got := f.calls.take(); got["runtime.Start"] != 1 || got["egress.Attach"] != 1 {
@@ -69,7 +115,7 @@ func TestEgressFollowsTheSandbox(t *testing.T) {
 // would not know why.
 func TestStartFailsWhenEgressCannotAttach(t *testing.T) {
 	f := newFakeManager(t)
-	f.SetEgress(fakeEgress{f.calls})
+	f.SetEgress(newFakeEgress(f.calls))
 	ctx := context.Background()
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal", NoStart: true})
 	f.calls.take()
@@ -87,5 +133,87 @@ func TestStartFailsWhenEgressCannotAttach(t *testing.T) {
 	}
 	if sb.State != api.StateFailed || f.rt.Running(sb.ID) {
 		t.Errorf("state %s, running %v; want failed and not running", sb.State, f.rt.Running(sb.ID))
+	}
+}
+
+// A sandbox's egress policy is stored with it, handed to the egress at every attach, changed
+// live while it runs and kept while it is stopped; a record from before policies is open.
+func TestEgressPolicy(t *testing.T) {
+	f := newFakeManager(t)
+	eg := newFakeEgress(f.calls)
+	f.SetEgress(eg)
+	ctx := context.Background()
+	closed := api.Egress{Mode: api.EgressClosed, Allow: []string{"api.example.test"}}
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal", Egress: &closed})
+	if !reflect.DeepEqual(sb.Egress, closed) {
+		t.Errorf("created with %+v, want %+v", sb.Egress, closed)
+	}
+	if got, ok := eg.policy(sb.ID); !ok || !reflect.DeepEqual(got, closed) {
+		t.Fatalf("attached with %+v (%v), want %+v", got, ok, closed)
+	}
+
+	// A live change reaches the egress at once and is stored.
+	wider := api.Egress{Mode: api.EgressClosed, Allow: []string{"api.example.test", "other.example.test"}}
+	f.calls.take()
+	if sb, err := f.SetEgressPolicy(ctx, "web", wider); err != nil || !reflect.DeepEqual(sb.Egress, wider) {
+		t.Fatalf("SetEgressPolicy: %+v, %v", sb.Egress, err)
+	}
+	if got, _ := eg.policy(sb.ID); !reflect.DeepEqual(got, wider) {
+		t.Errorf("served under %+v after the change, want %+v", got, wider)
+	}
+	if got, err := f.Get(ctx, "web"); err != nil || !reflect.DeepEqual(got.Egress, wider) {
+		t.Errorf("get: %+v, %v", got.Egress, err)
+	}
+
+	// A failed live change changes nothing.
+	f.calls.failNext("egress.SetPolicy", errors.New("gateway gone"))
+	if _, err := f.SetEgressPolicy(ctx, "web", api.Egress{Mode: api.EgressOpen}); err == nil {
+		t.Fatal("a failed live change succeeded")
+	}
+	f.calls.failNext("egress.SetPolicy", nil)
+	if got, _ := f.Get(ctx, "web"); !reflect.DeepEqual(got.Egress, wider) {
+		t.Errorf("after a failed change: %+v, want %+v", got.Egress, wider)
+	}
+
+	// A stopped sandbox's change waits for its next start.
+	if _, err := f.Stop(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	open := api.Egress{Mode: api.EgressOpen, Deny: []string{"*.example.test"}}
+	f.calls.take()
+	if _, err := f.SetEgressPolicy(ctx, "web", open); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.calls.take(); got["egress.SetPolicy"] != 0 {
+		t.Errorf("a stopped sandbox's change reached the egress: %v", got)
+	}
+	if _, err := f.Start(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := eg.policy(sb.ID); !reflect.DeepEqual(got, open) {
+		t.Errorf("started under %+v, want %+v", got, open)
+	}
+
+	// A daemon restart attaches the running sandbox under its stored policy.
+	eg2 := newFakeEgress(f.calls)
+	f.SetEgress(eg2)
+	if err := f.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := eg2.policy(sb.ID); !ok || !reflect.DeepEqual(got, open) {
+		t.Errorf("reconciled under %+v (%v), want %+v", got, ok, open)
+	}
+
+	// A sandbox with no policy is open.
+	plain := mustCreate(t, f.Manager, api.SandboxesPost{Name: "plain", Image: "minimal"})
+	if want := (api.Egress{Mode: api.EgressOpen}); !reflect.DeepEqual(plain.Egress, want) {
+		t.Errorf("no policy: %+v, want %+v", plain.Egress, want)
+	}
+	if got, _ := eg2.policy(plain.ID); got.Mode != api.EgressOpen {
+		t.Errorf("no policy: attached with %+v", got)
+	}
+
+	if _, err := f.SetEgressPolicy(ctx, "nope", open); !isCode(err, api.CodeSandboxNotFound) {
+		t.Errorf("unknown sandbox: %v", err)
 	}
 }

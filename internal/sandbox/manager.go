@@ -46,10 +46,13 @@ type Runtime interface {
 // Egress gives running sandboxes their way out (internal/gateway's Gateway, wired by the
 // daemon). Without one a sandbox has loopback only.
 type Egress interface {
-	// Attach programs the running sandbox id's network and serves its egress. It is called
-	// after every start and for a sandbox found still running at a daemon start, so it must
-	// take over a sandbox that is set up already.
-	Attach(ctx context.Context, id, name string) error
+	// Attach programs the running sandbox id's network and serves its egress under policy. It
+	// is called after every start and for a sandbox found still running at a daemon start, so
+	// it must take over a sandbox that is set up already.
+	Attach(ctx context.Context, id, name string, policy api.Egress) error
+	// SetPolicy makes policy the egress policy of the attached sandbox id for the connections
+	// and DNS questions that come from then on; a no-op for a sandbox that is not attached.
+	SetPolicy(id string, policy api.Egress) error
 	// Detach stops serving the sandbox's egress and ends its connections; a no-op for a
 	// sandbox that is not attached.
 	Detach(id string)
@@ -120,6 +123,7 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		CPUs:         p.CPUs,
 		MemoryMB:     p.MemoryMB,
 		Policy:       string(p.PermissionPolicy),
+		Egress:       storeEgress(p.Egress),
 		State:        string(api.StateCreating),
 		CreatedAt:    time.Now().UTC(),
 	}
@@ -325,7 +329,7 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 	// Before the sandbox is reported running: its first exec already has its way out. Until
 	// then it has no route at all, so nothing leaves it uncaptured.
 	if m.egress != nil {
-		if err := m.egress.Attach(ctx, rec.ID, rec.Name); err != nil {
+		if err := m.egress.Attach(ctx, rec.ID, rec.Name, EgressOf(*rec)); err != nil {
 			return fmt.Errorf("egress: %w", err)
 		}
 	}
@@ -531,6 +535,7 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		State:            api.SandboxState(rec.State),
 		Workspace:        ws,
 		PermissionPolicy: PolicyOf(rec),
+		Egress:           EgressOf(rec),
 		Error:            rec.Error,
 		CreatedAt:        rec.CreatedAt,
 		StartedAt:        rec.StartedAt,
@@ -543,6 +548,55 @@ func PolicyOf(rec store.Sandbox) api.PermissionPolicy {
 		return api.PolicyAutoApprove
 	}
 	return api.PermissionPolicy(rec.Policy)
+}
+
+// EgressOf returns a sandbox's egress policy; a record without one is open.
+func EgressOf(rec store.Sandbox) api.Egress {
+	if rec.Egress == nil {
+		return api.Egress{Mode: api.EgressOpen}
+	}
+	return api.Egress{Mode: api.EgressMode(rec.Egress.Mode), Allow: rec.Egress.Allow, Deny: rec.Egress.Deny}
+}
+
+// storeEgress is p as the store keeps it; nil stays nil (open).
+func storeEgress(p *api.Egress) *store.Egress {
+	if p == nil {
+		return nil
+	}
+	return &store.Egress{Mode: string(p.Mode), Allow: p.Allow, Deny: p.Deny}
+}
+
+// SetEgressPolicy replaces a sandbox's egress policy with p, which the caller has normalised.
+// A running sandbox's new connections and DNS questions follow it at once; connections
+// already carried go on. The change is stored, so it outlives a stop and a daemon restart.
+func (m *Manager) SetEgressPolicy(ctx context.Context, name string, p api.Egress) (api.Sandbox, error) {
+	ctx = context.WithoutCancel(ctx)
+	defer m.lock(name)()
+	rec, err := m.record(name)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if _, err := admit(opEgress, rec); err != nil {
+		return api.Sandbox{}, err
+	}
+	old := EgressOf(rec)
+	live := m.egress != nil && rec.State == string(api.StateRunning)
+	if live {
+		if err := m.egress.SetPolicy(rec.ID, p); err != nil {
+			return api.Sandbox{}, fmt.Errorf("egress policy of %q: %w", name, err)
+		}
+	}
+	rec.Egress = storeEgress(&p)
+	if err := m.save(&rec); err != nil {
+		if live {
+			// Not stored, so not in force either: the old policy is what a restart would apply.
+			if rerr := m.egress.SetPolicy(rec.ID, old); rerr != nil {
+				m.log.Error("restore the egress policy after a failed store", "sandbox", name, "err", rerr)
+			}
+		}
+		return api.Sandbox{}, err
+	}
+	return m.view(ctx, rec), nil
 }
 
 func volumeError(err error, sizeGiB int) error {

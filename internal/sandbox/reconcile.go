@@ -83,7 +83,7 @@ func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 				log.Info("sandbox still running")
 				return
 			}
-			if err = m.egress.Attach(ctx, rec.ID, rec.Name); err == nil {
+			if err = m.egress.Attach(ctx, rec.ID, rec.Name, EgressOf(rec)); err == nil {
 				log.Info("sandbox still running; egress served again")
 				return
 			}

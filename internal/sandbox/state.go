@@ -33,6 +33,7 @@ const (
 	opGrow     operation = "grow"
 	opSnapshot operation = "snapshot"
 	opRestore  operation = "restore"
+	opEgress   operation = "egress" // a change of the egress policy
 )
 
 // verdict is what an operation does to a sandbox in one state.
@@ -85,7 +86,7 @@ var machine = map[api.SandboxState]stateRule{
 		recover: reconcileUndoCreate,
 	},
 	api.StateStopped: {
-		ops:  map[operation]verdict{opStart: proceed, opStop: already, opDelete: proceed, opGrow: proceed, opSnapshot: proceed, opRestore: proceed},
+		ops:  map[operation]verdict{opStart: proceed, opStop: already, opDelete: proceed, opGrow: proceed, opSnapshot: proceed, opRestore: proceed, opEgress: proceed},
 		next: []api.SandboxState{api.StateStarting, api.StateDeleting, api.StateFailed},
 		// Nothing of a stopped sandbox runs or stays mounted.
 		recover: reconcileRelease,
@@ -97,7 +98,7 @@ var machine = map[api.SandboxState]stateRule{
 		recover: reconcileRestart,
 	},
 	api.StateRunning: {
-		ops: map[operation]verdict{opStart: alreadyIfLive, opStop: proceed, opDelete: proceed, opExec: proceed, opGrow: proceed, opSnapshot: proceed},
+		ops: map[operation]verdict{opStart: alreadyIfLive, opStop: proceed, opDelete: proceed, opExec: proceed, opGrow: proceed, opSnapshot: proceed, opEgress: proceed},
 		// running → starting: Reconcile restarts a sandbox whose init died with the daemon.
 		next:    []api.SandboxState{api.StateStopping, api.StateStarting, api.StateDeleting, api.StateFailed},
 		recover: reconcileKeepIfLive,
@@ -114,7 +115,7 @@ var machine = map[api.SandboxState]stateRule{
 		recover: reconcileFinishDelete,
 	},
 	api.StateFailed: {
-		ops:     map[operation]verdict{opStart: proceed, opStop: proceed, opDelete: proceed, opGrow: proceed, opSnapshot: proceed},
+		ops:     map[operation]verdict{opStart: proceed, opStop: proceed, opDelete: proceed, opGrow: proceed, opSnapshot: proceed, opEgress: proceed},
 		next:    []api.SandboxState{api.StateStarting, api.StateStopping, api.StateDeleting, api.StateFailed},
 		recover: reconcileRelease,
 	},

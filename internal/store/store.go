@@ -83,11 +83,21 @@ type Sandbox struct {
 	MemoryMB     int     `json:"memory_mb"`
 	// Policy is the sandbox's permission policy; empty (records from before policies) means
 	// auto-approve.
-	Policy    string     `json:"permission_policy,omitempty"`
+	Policy string `json:"permission_policy,omitempty"`
+	// Egress is the sandbox's egress policy; nil (records from before policies) means open
+	// with no rules.
+	Egress    *Egress    `json:"egress,omitempty"`
 	State     string     `json:"state"`
 	Error     string     `json:"error,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
+}
+
+// Egress is a sandbox's stored egress policy, as pkg/api's Egress validated it.
+type Egress struct {
+	Mode  string   `json:"mode"`
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
 }
 
 // CreateSandbox stores a new record; ErrExists if the name is taken.

@@ -91,6 +91,9 @@ type SandboxesPost struct {
 	// PermissionPolicy answers its sessions' permission requests unless a session overrides it:
 	// "auto-approve" (default) or "ask".
 	PermissionPolicy PermissionPolicy `json:"permission_policy,omitempty"`
+	// Egress is the sandbox's egress policy; absent means open with no rules. It can be changed
+	// later with PUT /v1/sandboxes/{name}/egress.
+	Egress *Egress `json:"egress,omitempty"`
 }
 
 // Workspace describes a sandbox's /workspace volume.
@@ -124,6 +127,8 @@ type Sandbox struct {
 	Workspace Workspace `json:"workspace"`
 	// PermissionPolicy is the default policy of its sessions: "auto-approve" or "ask".
 	PermissionPolicy PermissionPolicy `json:"permission_policy"`
+	// Egress is the sandbox's egress policy, e.g. {"mode": "closed", "allow": ["api.example.com"]}.
+	Egress Egress `json:"egress"`
 	// Error says why the sandbox is "failed", if it is.
 	Error string `json:"error,omitempty"`
 	// CreatedAt is when the sandbox was created.
@@ -193,6 +198,11 @@ func (p *SandboxesPost) Normalize() error {
 	}
 	if p.PermissionPolicy == "" {
 		p.PermissionPolicy = PolicyAutoApprove
+	}
+	if p.Egress != nil {
+		if err := p.Egress.Normalize("egress"); err != nil {
+			return err
+		}
 	}
 	if p.CPUs == 0 {
 		p.CPUs = DefaultCPUs

@@ -185,3 +185,33 @@ func FuzzExecRequestValidate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzNormalizeEgressRule: an accepted rule's normal form is lower case, accepted again
+// unchanged, and names a port from 1 to 65535 when it names one; an Egress refusing it does so
+// as a client error.
+func FuzzNormalizeEgressRule(f *testing.F) {
+	for _, s := range []string{"api.example.com", "*.Example.com:443", "[2001:db8::1]:22", "203.0.113.7",
+		"::ffff:1.2.3.4", "a.*.b", "x:0", "x:", "[::1", "1.2.3.4.5", "http://x", "*", "_a.b-c.d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rule string) {
+		n, err := NormalizeEgressRule(rule)
+		if err != nil {
+			e := Egress{Allow: []string{rule}}
+			clientError(t, "egress rule "+strconv.Quote(rule), e.Normalize("egress"), CodeInvalidArgument)
+			return
+		}
+		if n != strings.ToLower(n) || n == "" {
+			t.Fatalf("%q normalised to %q", rule, n)
+		}
+		if again, err := NormalizeEgressRule(n); err != nil || again != n {
+			t.Fatalf("%q normalised to %q, which normalises to %q, %v", rule, n, again, err)
+		}
+		if i := strings.LastIndex(n, ":"); i >= 0 && !strings.Contains(n[:i], ":") || strings.Contains(n, "]:") {
+			p, err := strconv.Atoi(n[strings.LastIndex(n, ":")+1:])
+			if err != nil || p < 1 || p > 65535 {
+				t.Fatalf("%q normalised to %q, whose port is not 1-65535", rule, n)
+			}
+		}
+	})
+}

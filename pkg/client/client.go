@@ -110,7 +110,8 @@ func New(host, token string) (*Client, error) {
 func (c *Client) Host() string { return c.host }
 
 // checkRetry retries only what is safe: a request the daemon never received, or a request that
-// is safe to repeat (GET, or a mutating call carrying an idempotency key) that met a transient fault.
+// is safe to repeat (GET, PUT, which replaces a whole resource, or a mutating call carrying an
+// idempotency key) that met a transient fault.
 func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
@@ -119,7 +120,7 @@ func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, erro
 		// A refused or missing socket will not appear within a retry's wait: fail fast.
 		return false, nil
 	}
-	safe := resp.Request.Method == http.MethodGet || resp.Request.Header.Get(api.IdempotencyKeyHeader) != ""
+	safe := resp.Request.Method == http.MethodGet || resp.Request.Method == http.MethodPut || resp.Request.Header.Get(api.IdempotencyKeyHeader) != ""
 	switch resp.StatusCode {
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return safe, nil

@@ -39,6 +39,14 @@ func (c *Client) ListSandboxes(ctx context.Context) ([]api.Sandbox, error) {
 	return l.Sandboxes, err
 }
 
+// SetSandboxEgress replaces a sandbox's egress policy with p; a running sandbox's new
+// connections follow it at once. Putting the same policy again changes nothing.
+func (c *Client) SetSandboxEgress(ctx context.Context, name string, p api.Egress, opts ...CallOption) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, http.MethodPut, "/v1/sandboxes/"+url.PathEscape(name)+"/egress", api.EgressPut{Egress: p}, &sb, opts...)
+	return sb, err
+}
+
 // StartSandbox starts a sandbox; starting a running one is a no-op.
 func (c *Client) StartSandbox(ctx context.Context, name string, opts ...CallOption) (api.Sandbox, error) {
 	var sb api.Sandbox
