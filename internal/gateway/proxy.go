@@ -554,24 +554,53 @@ func (p *Proxy) splice(client, up net.Conn) (bytesUp, bytesDown int64, err error
 			}
 		}
 	}
+	// A peer that resets the connection (a server that closed first, then got the client's TLS
+	// close_notify) is gone either way. The other direction is given a moment to end by itself:
+	// when it ends cleanly the reset was only the end of the conversation, not a failure. Any
+	// other error closes both sides at once.
+	var closeOnce sync.Once
+	closeBoth := func() {
+		closeOnce.Do(func() {
+			client.Close()
+			up.Close()
+		})
+	}
+	ended := func(err error) {
+		switch {
+		case err == nil:
+		case peerReset(err):
+			time.AfterFunc(resetGrace, closeBoth)
+		default:
+			closeBoth()
+		}
+	}
 	errc := make(chan error, 1)
 	go func() {
 		err := copyOne(client, up, &bytesDown)
-		if err != nil {
-			client.Close()
-			up.Close()
-		}
+		ended(err)
 		errc <- err
 	}()
-	err = copyOne(up, client, &bytesUp)
-	if err != nil {
-		client.Close()
-		up.Close()
+	errUp := copyOne(up, client, &bytesUp)
+	ended(errUp)
+	errDown := <-errc
+	switch {
+	case errUp == nil && (errDown == nil || peerReset(errDown)):
+		return bytesUp, bytesDown, nil
+	case errDown == nil && peerReset(errUp):
+		return bytesUp, bytesDown, nil
+	case errUp != nil:
+		return bytesUp, bytesDown, errUp
 	}
-	if err2 := <-errc; err == nil {
-		err = err2
-	}
-	return bytesUp, bytesDown, err
+	return bytesUp, bytesDown, errDown
+}
+
+// resetGrace is how long the other direction of a splice may take to end by itself after one
+// direction's peer reset.
+const resetGrace = time.Second
+
+// peerReset reports whether a write failed because its receiver had gone (RST or EPIPE).
+func peerReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (p *Proxy) syntheticHost(a netip.Addr) (string, bool) {
