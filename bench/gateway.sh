@@ -44,10 +44,17 @@ $hiloop sandbox exec -i bench -- sh -c 'cat > /workspace/ca.pem' <"$work/srv/ca.
 in_sandbox() { $hiloop sandbox exec bench -- /workspace/gatewaybench "$1" "$NAME:443" "$NAME" /workspace/ca.pem "${@:2}"; }
 on_host() { "$work/gatewaybench" "$1" "127.0.0.1:$port" "$NAME" "$work/srv/ca.pem" "${@:2}"; }
 
+# For context: the same client in the sandbox against the same server started on the sandbox's own
+# loopback, which no gateway is on; what the sandbox costs a client, apart from the gateway.
+$hiloop sandbox exec bench -- sh -c 'mkdir /tmp/srv && nohup /workspace/gatewaybench serve /tmp/srv '"$NAME"' >/dev/null 2>&1 &'
+for _ in $(seq 100); do $hiloop sandbox exec bench -- test -f /tmp/srv/port && break; sleep 0.05; done
+in_sandbox_local() { $hiloop sandbox exec bench -- sh -c '/workspace/gatewaybench latency "127.0.0.1:$(cat /tmp/srv/port)" "$1" /tmp/srv/ca.pem "$2"' sh "$NAME" "$@"; }
+
 # Alternating keeps a burst of load from the other users of this machine off one side only.
 for _ in $(seq "$ROUNDS"); do
 	in_sandbox latency "$REQUESTS" >>"$work/lat_gw.txt"
 	on_host latency "$REQUESTS" >>"$work/lat_direct.txt"
+	in_sandbox_local "$REQUESTS" >>"$work/lat_local.txt"
 done
 # sandboxd's CPU time (user and system, in clock ticks) over the tunnelled downloads: the
 # gateway's own cost per byte, whatever the client and server cost.
@@ -75,7 +82,7 @@ import statistics, sys
 work, conns, hold, before, held, tck = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 nums = lambda f: sorted(float(x) for x in open(f"{work}/{f}"))
 pct = lambda v, q: v[min(len(v) - 1, int(q * len(v)))]
-gw, direct = nums("lat_gw.txt"), nums("lat_direct.txt")
+gw, direct, local = nums("lat_gw.txt"), nums("lat_direct.txt"), nums("lat_local.txt")
 print("| figure | through the gateway | direct on the host | target | met |")
 print("|---|---:|---:|---:|:-:|")
 for q, label in ((0.5, "p50"), (0.99, "p99")):
@@ -86,6 +93,8 @@ for q, label in ((0.5, "p50"), (0.99, "p99")):
         target, met = "context", ""
     print(f"| small HTTPS request, fresh connection each ({len(gw)} each way), {label} ms "
           f"(added: {g - d:+.2f}) | {g:.2f} | {d:.2f} | {target} | {met} |")
+print(f"| the same request in the sandbox to the server started on its own loopback (no gateway), p50 ms "
+      f"(added: {(pct(local, 0.5) - pct(direct, 0.5)) / 1000:+.2f}) | {pct(local, 0.5) / 1000:.2f} | {pct(direct, 0.5) / 1000:.2f} | context | |")
 tg, td = nums("tp_gw.txt"), nums("tp_direct.txt")
 mg, md = statistics.median(tg), statistics.median(td)
 rng = lambda v: f"{statistics.median(v):,.0f} ({v[0]:,.0f}–{v[-1]:,.0f})"
