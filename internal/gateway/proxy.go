@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,19 @@ type Proxy struct {
 	Audit func(Record)
 	// Log receives what the audit does not cover: a panic's stack. nil: discarded.
 	Log *slog.Logger
+
+	// Secrets returns the bindings to consider for a connection to host: at least those
+	// bound to host; it may return the sandbox's others too, so that their placeholders are
+	// recognised as misuse where the gateway reads requests. It is called when a connection
+	// arrives and again for each request it carries, so detaching and rotating apply at once.
+	// A TLS connection to a host some binding names is terminated with a leaf from CA (see
+	// terminate.go); every other connection is carried byte for byte. nil, or a nil CA: none.
+	Secrets func(host string) []Binding
+	// CA mints the leaves for terminated connections.
+	CA *CA
+	// UpstreamCAs are trusted, besides the host's trust store, to verify the real hosts of
+	// terminated connections (sandboxd --gateway-upstream-ca). nil: the host's store alone.
+	UpstreamCAs *x509.CertPool
 
 	HeaderTimeout    time.Duration // for a request head or ClientHello; 0: DefaultHeaderTimeout
 	FirstByteTimeout time.Duration // before a silent client is taken as server-speaks-first; 0: DefaultFirstByteTimeout
@@ -313,6 +327,15 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	}
 	defer up.conn.Close()
 	rec.Allowed = true
+	// Secrets (terminate.go): TLS to a host with a secret bound to it is terminated; a
+	// placeholder in a request head carried in clear is audited.
+	switch {
+	case h.kind == KindTLS && p.bound(host):
+		p.serveTerminated(c, h.head, normalHost(host), dst.Port(), up.conn, rec)
+		return true
+	case h.kind == KindHTTP && p.Secrets != nil:
+		rec.SecretMisuse = containsAny(h.head, placeholders(p.secretsFor(host)))
+	}
 	if len(h.head) > 0 {
 		up.conn.SetWriteDeadline(time.Now().Add(p.idleTimeout()))
 		n, err := up.conn.Write(h.head)
@@ -813,8 +836,18 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, ec *explicitConn
 	}
 	// Bytes the client sent after the request head (an eager ClientHello) were read by the
 	// server's buffer: they go first.
+	var b []byte
 	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
+		b, _ = brw.Reader.Peek(n)
+	}
+	// Secrets (terminate.go): TLS to a host with a secret bound to it is terminated.
+	if p.bound(host) {
+		var done bool
+		if b, done = p.connectTerminate(c, b, host, port, up.conn, rec); done {
+			return
+		}
+	}
+	if len(b) > 0 {
 		up.conn.SetWriteDeadline(time.Now().Add(p.idleTimeout()))
 		k, err := up.conn.Write(b)
 		rec.BytesUp += int64(k)
@@ -874,6 +907,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *Record) {
 		return
 	}
 	rec.Allowed = true
+	rec.SecretMisuse = p.plainMisuse(host, r) // Secrets (terminate.go): never injected in clear
 	for _, rt := range p.Routes {
 		if rt.Host == host && rt.Port == port {
 			rec.Rule = fmt.Sprintf("route %s:%d=%s", rt.Host, rt.Port, rt.To)

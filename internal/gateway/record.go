@@ -44,6 +44,15 @@ type Record struct {
 	BytesDown int64         // bytes to the sandbox (for dns: the answer message)
 	Duration  time.Duration // from arrival until the connection closed or the answer was sent
 
+	// Terminated reports a TLS connection the gateway terminated because a secret is bound to
+	// its host. Secret names the secrets injected into its requests (comma-separated labels:
+	// a secret's name or placeholder, never its value); SecretMisuse reports a placeholder seen
+	// where it is not bound (another header, the URL, the body, another host, clear text),
+	// which was sent on unchanged.
+	Terminated   bool
+	Secret       string
+	SecretMisuse bool
+
 	QueryType string       // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
 	Answers   []netip.Addr // dns only: the addresses answered
 

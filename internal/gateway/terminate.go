@@ -1,0 +1,361 @@
+package gateway
+
+// Termination: a TLS connection to a host with a secret bound to it (Proxy.Secrets) is not
+// tunnelled. The gateway completes the handshake with the sandbox's client using a leaf the
+// daemon's CA mints for the host, reads the requests (HTTP/1.1 or HTTP/2, by ALPN), puts the
+// secret in where it is bound (applySecrets) and sends each request on to the real host over a
+// TLS connection of its own, verified as any client would verify it.
+//
+// Only TLS is terminated: a plain-HTTP request to a bound host (port 80, or any request the
+// gateway reads in clear) never gets the secret, because the value would then cross the
+// network in clear text; its placeholder is sent as it is and audited as misuse.
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// upstreamSessions lets re-originated connections resume TLS sessions: a terminated client
+// that opens many connections costs the real host one full handshake, not one each.
+var upstreamSessions = tls.NewLRUClientSessionCache(256)
+
+// copyBuffers are the response bodies' copy buffers: larger than httputil's 32 KiB, so a big
+// download costs fewer writes, each a few full TLS records.
+var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { return new([128 << 10]byte) }}}
+
+type bufferPool struct{ pool sync.Pool }
+
+func (b *bufferPool) Get() []byte  { return b.pool.Get().(*[128 << 10]byte)[:] }
+func (b *bufferPool) Put(p []byte) { b.pool.Put((*[128 << 10]byte)(p)) }
+
+// upstreamTLS is how the gateway speaks TLS to the real host name: verified against the host's
+// trust store, or against UpstreamCAs (sandboxd --gateway-upstream-ca) as well.
+func (p *Proxy) upstreamTLS(name string) *tls.Config {
+	cfg := &tls.Config{
+		ServerName:         name,
+		NextProtos:         []string{"h2", "http/1.1"},
+		MinVersion:         tls.VersionTLS12,
+		ClientSessionCache: upstreamSessions,
+	}
+	if extra := p.UpstreamCAs; extra != nil {
+		// crypto/tls verifies against one pool, and the system pool cannot be merged with
+		// another: verify by hand, the same way, against either.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("tls: the server sent no certificate")
+			}
+			opts := x509.VerifyOptions{DNSName: name, Intermediates: x509.NewCertPool(), Roots: extra}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			if _, err := cs.PeerCertificates[0].Verify(opts); err == nil {
+				return nil
+			}
+			opts.Roots = nil // the host's trust store
+			if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+				return fmt.Errorf("tls: failed to verify certificate: %w", err)
+			}
+			return nil
+		}
+	}
+	return cfg
+}
+
+// terminated is one client connection the gateway terminated.
+type terminated struct {
+	p         *Proxy
+	name      string // the host, as bound and as verified upstream
+	port      uint16
+	authority string // name:port, the upstream URL's host
+	forwarder *httputil.ReverseProxy
+
+	seedMu sync.Mutex
+	seed   net.Conn // the connection dialled when the client arrived, for the first request
+
+	requests atomic.Int64
+	mu       sync.Mutex
+	secrets  []string // labels of the secrets injected, in order
+	misuse   bool
+	err      string // the first request's failure
+}
+
+// serveTerminated terminates the client's TLS connection c to name:port (head: what was read
+// from c already, the ClientHello at least) and carries its requests, the first over up, an
+// upstream connection dialled for it. It fills rec for the whole connection: bytes each way as
+// the client sent and received them, the secrets injected, misuse, the first failure.
+func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint16, up net.Conn, rec *Record) {
+	rec.Terminated = true
+	cc := &clientConn{Conn: c, prefix: head, idle: p.idleTimeout(), closed: make(chan struct{})}
+	defer func() {
+		rec.BytesUp += cc.read.Load()
+		rec.BytesDown += cc.written.Load()
+	}()
+	tc := tls.Server(cc, &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return p.CA.Leaf(name) },
+		NextProtos:     []string{"h2", "http/1.1"},
+		MinVersion:     tls.VersionTLS12,
+	})
+	ctx, cancel := context.WithTimeout(p.ctx, p.headerTimeout())
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		// Most often a client that does not trust the daemon's CA.
+		rec.Err = "TLS with the sandbox's client: " + err.Error()
+		cc.Close()
+		return
+	}
+
+	t := &terminated{p: p, name: name, port: port, seed: up, authority: net.JoinHostPort(name, strconv.Itoa(int(port)))}
+	tr := &http.Transport{
+		DialTLSContext:        t.dialTLS,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: p.idleTimeout(),
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // the client's Accept-Encoding goes upstream as it is
+	}
+	defer tr.CloseIdleConnections()
+	t.forwarder = &httputil.ReverseProxy{
+		Rewrite:       t.rewrite,
+		Transport:     tr,
+		FlushInterval: -1, // streamed responses (server-sent events, long polls) flow as they come
+		ErrorHandler:  t.failed,
+		ErrorLog:      log.New(io.Discard, "", 0),
+		BufferPool:    copyBuffers,
+	}
+	srv := &http.Server{
+		Handler:           t,
+		ReadHeaderTimeout: p.headerTimeout(),
+		IdleTimeout:       p.idleTimeout(),
+		MaxHeaderBytes:    maxHead,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		BaseContext:       func(net.Listener) context.Context { return p.ctx },
+	}
+	// net/http serves a *tls.Conn it accepts by the protocol ALPN chose, HTTP/2 included.
+	l := &oneConnListener{c: tc}
+	srv.Serve(l)
+	if l.took {
+		<-cc.closed
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.secrets) > 0 {
+		rec.Secret = strings.Join(t.secrets, ",")
+	}
+	rec.SecretMisuse = t.misuse
+	switch {
+	case !l.took:
+		rec.Err = "the gateway is closed"
+	case t.err != "":
+		rec.Err = t.err
+	case t.requests.Load() == 0:
+		rec.Err = "no request after the TLS handshake"
+	}
+}
+
+// ServeHTTP carries one request of the terminated connection to the real host.
+func (t *terminated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t.requests.Add(1)
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler { // httputil's way of saying a response broke off
+				t.fail(fmt.Sprintf("internal error: %v", v))
+				t.p.logPanic(v)
+			} else {
+				t.fail("the response broke off")
+			}
+			panic(http.ErrAbortHandler) // the server ends the request quietly
+		}
+	}()
+	// The bindings are asked for on every request: a secret detached or rotated a moment ago
+	// is already gone or new here.
+	bindings := t.p.secretsFor(t.name)
+	use := applySecrets(bindings, t.name, r)
+	var bodyMisuse, sent atomic.Bool
+	r.Body = watchBody(r.Body, placeholders(bindings), &bodyMisuse)
+	// A secret counts as injected once the headers carrying it went to the verified host, not
+	// when the host could not be reached.
+	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		WroteHeaders: func() { sent.Store(true) },
+	}))
+	t.forwarder.ServeHTTP(w, r)
+	t.mu.Lock()
+	for _, s := range use.injected {
+		if sent.Load() && !slices.Contains(t.secrets, s) {
+			t.secrets = append(t.secrets, s)
+		}
+	}
+	t.misuse = t.misuse || use.misuse || bodyMisuse.Load()
+	t.mu.Unlock()
+}
+
+// rewrite makes the upstream request: the client's, to the real host over TLS.
+func (t *terminated) rewrite(pr *httputil.ProxyRequest) {
+	forwardRewrite(pr)
+	pr.Out.URL.Scheme = "https"
+	pr.Out.URL.Host = t.authority
+	pr.Out.Host = pr.In.Host
+}
+
+func (t *terminated) fail(msg string) {
+	t.mu.Lock()
+	if t.err == "" {
+		t.err = msg
+	}
+	t.mu.Unlock()
+}
+
+// failed answers a request the gateway could not carry: 403 for a refused address, 502 when
+// the real host could not be reached or not verified.
+func (t *terminated) failed(w http.ResponseWriter, r *http.Request, err error) {
+	var fe *forwardDialError
+	if errors.As(err, &fe) {
+		var rec Record
+		status, msg := t.p.refusal(fe.err, &rec)
+		if rec.Rule != "" {
+			t.fail("denied: " + rec.Rule)
+		} else {
+			t.fail(rec.Err)
+		}
+		plainError(w, status, msg)
+		return
+	}
+	t.fail("upstream: " + err.Error())
+	switch {
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads an answer.
+	case isTimeout(err):
+		plainError(w, http.StatusGatewayTimeout, "upstream: "+err.Error())
+	default:
+		plainError(w, http.StatusBadGateway, "upstream: "+err.Error())
+	}
+}
+
+// dialTLS connects to the real host for the transport: over the connection dialled when the
+// client arrived if it is still unused, else through the same routes and policy as a tunnel.
+func (t *terminated) dialTLS(ctx context.Context, _, _ string) (conn net.Conn, err error) {
+	defer func() {
+		// The transport dials in a goroutine of its own: a panic here would end the daemon.
+		if v := recover(); v != nil {
+			err = fmt.Errorf("internal error: %v", v)
+			t.p.logPanic(v)
+		}
+	}()
+	t.seedMu.Lock()
+	raw := t.seed
+	t.seed = nil
+	t.seedMu.Unlock()
+	if raw == nil {
+		dctx, cancel := context.WithTimeout(ctx, t.p.dialTimeout())
+		up, err := t.p.dial(dctx, t.name, t.port)
+		cancel()
+		if err != nil {
+			return nil, &forwardDialError{err: err, addr: up.addr}
+		}
+		raw = up.conn
+	}
+	tc := tls.Client(&idleConn{Conn: raw, idle: t.p.idleTimeout()}, t.p.upstreamTLS(t.name))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// clientConn is the sandbox's side of a terminated connection, under the TLS server: it first
+// replays what was read while deciding, counts bytes, fails a write the client takes nothing of
+// for idle, and tells serveTerminated when the server is done with it.
+type clientConn struct {
+	net.Conn
+	prefix    []byte
+	idle      time.Duration
+	read      atomic.Int64
+	written   atomic.Int64
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *clientConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		c.read.Add(int64(n))
+		return n, nil
+	}
+	n, err := c.Conn.Read(b)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c *clientConn) Write(b []byte) (int, error) {
+	// The servers set no write deadline of their own (no WriteTimeout): a stream may last.
+	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	n, err := c.Conn.Write(b)
+	c.written.Add(int64(n))
+	return n, err
+}
+
+func (c *clientConn) Close() error {
+	err := net.ErrClosed
+	c.closeOnce.Do(func() {
+		err = c.Conn.Close()
+		close(c.closed)
+	})
+	return err
+}
+
+// prefixConn replays bytes read from a connection already before reading more of it.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+// connectTerminate is the CONNECT tunnel's side of termination, for a host with a secret bound
+// to it: if the client starts TLS for that host (no SNI, or the same name), the connection is
+// terminated and done is true. Otherwise it returns every byte read from c (early, the bytes
+// the client sent with the CONNECT, and what was read to decide) for the tunnel to send first.
+func (p *Proxy) connectTerminate(c net.Conn, early []byte, host string, port uint16, up net.Conn, rec *Record) (head []byte, done bool) {
+	h, err := sniff(&prefixConn{Conn: c, prefix: early}, p.firstTimeout(), p.headerTimeout())
+	if err != nil {
+		rec.Err = err.Error()
+		reset(c)
+		return nil, true
+	}
+	if h.kind != KindTLS || h.host != "" && h.host != host {
+		return h.head, false
+	}
+	p.serveTerminated(c, h.head, host, port, up, rec)
+	return nil, true
+}
+
+// plainMisuse reports whether a request the gateway carries in clear to host holds a
+// placeholder: it is sent as it is (no secret crosses the network in clear text) and audited.
+func (p *Proxy) plainMisuse(host string, r *http.Request) bool {
+	return applySecrets(p.secretsFor(host), "", r).misuse
+}
