@@ -24,6 +24,8 @@ const (
 	CodeGrowNotLarger        ErrorCode = "grow_not_larger"        // growth is one-way
 	CodeSSHKeyNotFound       ErrorCode = "ssh_key_not_found"      // no key by that name
 	CodeSSHKeyExists         ErrorCode = "ssh_key_exists"         // the name or the key is registered already
+	CodeSecretNotFound       ErrorCode = "secret_not_found"       // no secret by that name
+	CodeSecretExists         ErrorCode = "secret_exists"          // the secret's name is taken
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // the route has no such method
 	CodeSessionNotFound      ErrorCode = "session_not_found"      // no session by that id
 	CodeHarnessNotFound      ErrorCode = "harness_not_found"      // no harness adapter by that name
@@ -50,7 +52,7 @@ const (
 	ExitCodeError        = 1   // any other failure
 	ExitCodeUsage        = 2   // bad flags or arguments, or the daemon refused a value
 	ExitCodeUnreachable  = 3   // the daemon could not be reached or is shutting down (one retry covers both)
-	ExitCodeNotFound     = 4   // no such sandbox, image, snapshot, key, session or permission request
+	ExitCodeNotFound     = 4   // no such sandbox, image, snapshot, key, secret, session or permission request
 	ExitCodeConflict     = 5   // the sandbox's or session's state, or a name, forbids the call
 	ExitCodeUnsupported  = 6   // this deployment cannot do that
 	ExitCodeUnauthorized = 7   // the daemon refused the token
@@ -81,6 +83,8 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeGrowNotLarger:        {http.StatusBadRequest, ExitCodeUsage},
 	CodeSSHKeyNotFound:       {http.StatusNotFound, ExitCodeNotFound},
 	CodeSSHKeyExists:         {http.StatusConflict, ExitCodeConflict},
+	CodeSecretNotFound:       {http.StatusNotFound, ExitCodeNotFound},
+	CodeSecretExists:         {http.StatusConflict, ExitCodeConflict},
 	CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, ExitCodeError},
 	CodeSessionNotFound:      {http.StatusNotFound, ExitCodeNotFound},
 	CodeHarnessNotFound:      {http.StatusBadRequest, ExitCodeUsage},

@@ -94,6 +94,8 @@ type SandboxesPost struct {
 	// Egress is the sandbox's egress policy; absent means open with no rules. It can be changed
 	// later with PUT /v1/sandboxes/{name}/egress.
 	Egress *Egress `json:"egress,omitempty"`
+	// Secrets are attached to it from the start (see SecretAttachment); each must exist.
+	Secrets []SecretAttachment `json:"secrets,omitempty"`
 }
 
 // Workspace describes a sandbox's /workspace volume.
@@ -129,6 +131,8 @@ type Sandbox struct {
 	PermissionPolicy PermissionPolicy `json:"permission_policy"`
 	// Egress is the sandbox's egress policy, e.g. {"mode": "closed", "allow": ["api.example.com"]}.
 	Egress Egress `json:"egress"`
+	// Secrets are the secrets attached to it and their variables.
+	Secrets []SecretAttachment `json:"secrets,omitempty"`
 	// Error says why the sandbox is "failed", if it is.
 	Error string `json:"error,omitempty"`
 	// CreatedAt is when the sandbox was created.
@@ -203,6 +207,9 @@ func (p *SandboxesPost) Normalize() error {
 		if err := p.Egress.Normalize("egress"); err != nil {
 			return err
 		}
+	}
+	if err := NormalizeSecretAttachments("secrets", p.Secrets); err != nil {
+		return err
 	}
 	if p.CPUs == 0 {
 		p.CPUs = DefaultCPUs

@@ -1,0 +1,514 @@
+// Package secrets keeps the daemon's secrets sealed in its bbolt file, and which sandboxes they
+// are attached to. A value is sealed with AES-256-GCM (the standard library's crypto/aes and
+// crypto/cipher; issue 10 allows AES-256-GCM, so golang.org/x/crypto is not needed) under a
+// master key kept outside the bbolt file, with the secret's name as additional data, so the
+// bbolt file alone reveals nothing and a sealed value cannot be moved to another name.
+package secrets
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// KeySize is the master key's length: AES-256.
+const KeySize = 32
+
+// PlaceholderPrefix starts every placeholder, so one is easy to recognise in a sandbox.
+const PlaceholderPrefix = "hiloop-secret-"
+
+var (
+	bucketSecrets     = []byte("secrets")            // name → record JSON, value sealed
+	bucketAttachments = []byte("secret_attachments") // sandbox id \x00 secret → Attachment JSON
+	bucketMeta        = []byte("secrets_meta")       // keyCheck → the check value, sealed
+	keyCheck          = []byte("key_check")
+)
+
+// checkPlain is what the key check value seals: opening it proves the master key is the one
+// the stored secrets were sealed with.
+const checkPlain = "hiloop master key check v1"
+
+// record is a secret as the bbolt file keeps it.
+type record struct {
+	Name        string    `json:"name"`
+	Hosts       []string  `json:"hosts"`
+	Header      string    `json:"header"`
+	Format      string    `json:"format"`
+	PathPrefix  string    `json:"path_prefix,omitempty"`
+	Sealed      []byte    `json:"sealed"` // nonce ‖ AES-256-GCM(value), the name as additional data
+	Fingerprint string    `json:"fingerprint"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// Attachment is one secret attached to one sandbox.
+type Attachment struct {
+	SandboxID   string `json:"sandbox_id"`
+	Sandbox     string `json:"sandbox"` // its name, for Secret.UsedBy
+	Secret      string `json:"secret"`
+	Env         string `json:"env"`
+	Placeholder string `json:"placeholder"`
+}
+
+// Secret is a secret with what the gateway needs to put it in a request; never its value.
+type Secret struct {
+	Name       string
+	Hosts      []string
+	Header     string
+	Format     string
+	PathPrefix string
+}
+
+// Store is the daemon's secrets.
+type Store struct {
+	db      *bolt.DB
+	aead    cipher.AEAD
+	fpKey   []byte // keys the fingerprints; derived from the master key
+	keyFile string
+}
+
+// Open opens the secrets kept in db under the master key in keyFile. A keyFile that does not
+// exist is created with a new random key (0600) as long as nothing was sealed yet; once
+// something was, a missing or different key is an error naming keyFile, never a store that
+// silently cannot open its secrets.
+func Open(db *bolt.DB, keyFile string) (*Store, error) {
+	var sealedCheck []byte
+	err := db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketSecrets, bucketAttachments, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		sealedCheck = slices.Clone(tx.Bucket(bucketMeta).Get(keyCheck))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("secrets: %w", err)
+	}
+	key, err := os.ReadFile(keyFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && sealedCheck == nil:
+		key = make([]byte, KeySize)
+		rand.Read(key)
+		if err := os.MkdirAll(filepath.Dir(keyFile), 0o700); err != nil {
+			return nil, fmt.Errorf("secrets: create the master key %s: %w", keyFile, err)
+		}
+		if err := atomicfile.WriteNewFile(keyFile, key, 0o600); err != nil {
+			return nil, fmt.Errorf("secrets: create the master key %s: %w", keyFile, err)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("secrets: the master key %s is missing, but the database holds secrets sealed with it: restore the file from a backup or pass --master-key-file (without it the stored secrets cannot be opened; deleting them means removing the sandboxd.db)", keyFile)
+	case err != nil:
+		return nil, fmt.Errorf("secrets: read the master key %s: %w", keyFile, err)
+	}
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("secrets: the master key %s holds %d bytes, not %d: it is not a sandboxd master key", keyFile, len(key), KeySize)
+	}
+	s, err := newStore(db, key, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	if sealedCheck != nil {
+		if _, err := s.open(sealedCheck, keyCheck); err != nil {
+			return nil, fmt.Errorf("secrets: the master key %s is not the key the database's secrets were sealed with: pass the right --master-key-file", keyFile)
+		}
+		return s, nil
+	}
+	sealed := s.seal([]byte(checkPlain), keyCheck)
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyCheck, sealed) })
+	if err != nil {
+		return nil, fmt.Errorf("secrets: store the key check: %w", err)
+	}
+	return s, nil
+}
+
+func newStore(db *bolt.DB, key []byte, keyFile string) (*Store, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	// A separate key for fingerprints, so an HMAC never uses the encryption key itself.
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("hiloop secret fingerprint key"))
+	return &Store{db: db, aead: aead, fpKey: mac.Sum(nil), keyFile: keyFile}, nil
+}
+
+// seal encrypts plain with a random nonce, binding it to ad.
+func (s *Store) seal(plain, ad []byte) []byte {
+	nonce := make([]byte, s.aead.NonceSize())
+	rand.Read(nonce)
+	return s.aead.Seal(nonce, nonce, plain, ad)
+}
+
+func (s *Store) open(sealed, ad []byte) ([]byte, error) {
+	n := s.aead.NonceSize()
+	if len(sealed) < n {
+		return nil, errors.New("sealed value too short")
+	}
+	return s.aead.Open(nil, sealed[:n], sealed[n:], ad)
+}
+
+// fingerprint tells values apart without revealing them: an HMAC under a key only this daemon
+// has, so a short fingerprint of a guessable value cannot be checked against guesses.
+func (s *Store) fingerprint(value []byte) string {
+	mac := hmac.New(sha256.New, s.fpKey)
+	mac.Write(value)
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))[:16]
+}
+
+func adFor(name string) []byte { return []byte("secret\x00" + name) }
+
+func notFound(name string) error {
+	return api.Errorf(api.CodeSecretNotFound, "secret %q not found", name)
+}
+
+// Create stores a new secret from p, which the caller has normalised.
+func (s *Store) Create(p api.SecretsPost, now time.Time) (api.Secret, error) {
+	rec := record{
+		Name: p.Name, Hosts: p.Hosts, Header: p.Header, Format: p.Format, PathPrefix: p.PathPrefix,
+		Sealed: s.seal([]byte(p.Value), adFor(p.Name)), Fingerprint: s.fingerprint([]byte(p.Value)),
+		CreatedAt: now.UTC(), UpdatedAt: now.UTC(),
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSecrets)
+		if b.Get([]byte(p.Name)) != nil {
+			return api.Errorf(api.CodeSecretExists, "secret %q exists: rotate it to change its value, or delete it first", p.Name)
+		}
+		return putJSON(b, []byte(p.Name), rec)
+	})
+	if err != nil {
+		return api.Secret{}, err
+	}
+	return s.Get(p.Name)
+}
+
+// Rotate replaces a secret's value; its bindings and attachments stay.
+func (s *Store) Rotate(name, value string, now time.Time) (api.Secret, error) {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSecrets)
+		var rec record
+		if err := getJSON(b, []byte(name), &rec); err != nil {
+			return err
+		}
+		rec.Sealed = s.seal([]byte(value), adFor(name))
+		rec.Fingerprint = s.fingerprint([]byte(value))
+		rec.UpdatedAt = now.UTC()
+		return putJSON(b, []byte(name), rec)
+	})
+	if errors.Is(err, errNotFound) {
+		return api.Secret{}, notFound(name)
+	}
+	if err != nil {
+		return api.Secret{}, err
+	}
+	return s.Get(name)
+}
+
+// Get returns a secret as the API shows it.
+func (s *Store) Get(name string) (api.Secret, error) {
+	var out api.Secret
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var rec record
+		if err := getJSON(tx.Bucket(bucketSecrets), []byte(name), &rec); err != nil {
+			return err
+		}
+		used, err := usedBy(tx)
+		if err != nil {
+			return err
+		}
+		out = view(rec, used[name])
+		return nil
+	})
+	if errors.Is(err, errNotFound) {
+		return api.Secret{}, notFound(name)
+	}
+	return out, err
+}
+
+// List returns every secret, sorted by name.
+func (s *Store) List() ([]api.Secret, error) {
+	out := []api.Secret{}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		used, err := usedBy(tx)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketSecrets).ForEach(func(_, v []byte) error {
+			var rec record
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			out = append(out, view(rec, used[rec.Name]))
+			return nil
+		})
+	})
+	return out, err
+}
+
+func view(rec record, used []string) api.Secret {
+	sort.Strings(used)
+	if used == nil {
+		used = []string{}
+	}
+	return api.Secret{
+		Name: rec.Name, Hosts: rec.Hosts, Header: rec.Header, Format: rec.Format, PathPrefix: rec.PathPrefix,
+		Fingerprint: rec.Fingerprint, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, UsedBy: used,
+	}
+}
+
+// usedBy maps each secret to the names of the sandboxes it is attached to.
+func usedBy(tx *bolt.Tx) (map[string][]string, error) {
+	used := map[string][]string{}
+	err := tx.Bucket(bucketAttachments).ForEach(func(_, v []byte) error {
+		var a Attachment
+		if err := json.Unmarshal(v, &a); err != nil {
+			return err
+		}
+		used[a.Secret] = append(used[a.Secret], a.Sandbox)
+		return nil
+	})
+	return used, err
+}
+
+// Delete removes a secret and detaches it from every sandbox at once; it returns the ids of
+// the sandboxes it was attached to.
+func (s *Store) Delete(name string) ([]string, error) {
+	var ids []string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSecrets)
+		if b.Get([]byte(name)) == nil {
+			return errNotFound
+		}
+		if err := b.Delete([]byte(name)); err != nil {
+			return err
+		}
+		ab := tx.Bucket(bucketAttachments)
+		var keys [][]byte
+		err := ab.ForEach(func(k, v []byte) error {
+			var a Attachment
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			if a.Secret == name {
+				keys = append(keys, slices.Clone(k))
+				ids = append(ids, a.SandboxID)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := ab.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, errNotFound) {
+		return nil, notFound(name)
+	}
+	return ids, err
+}
+
+func attachKey(sandboxID, secret string) []byte { return []byte(sandboxID + "\x00" + secret) }
+
+// newPlaceholder is what a sandbox sees instead of a value: random, so it tells nothing and
+// is unique per secret and sandbox.
+func newPlaceholder() string {
+	b := make([]byte, 15)
+	rand.Read(b)
+	return PlaceholderPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// Attach attaches the secrets in list (normalised by the caller) to the sandbox id named
+// sandbox, all or none. A secret attached already keeps its placeholder and takes the new
+// variable. A variable another of the sandbox's secrets uses is refused.
+func (s *Store) Attach(sandboxID, sandbox string, list []api.SecretAttachment) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		sb, ab := tx.Bucket(bucketSecrets), tx.Bucket(bucketAttachments)
+		current, err := attachmentsOf(tx, sandboxID)
+		if err != nil {
+			return err
+		}
+		byEnv := map[string]string{}
+		for _, a := range current {
+			byEnv[a.Env] = a.Secret
+		}
+		for _, in := range list {
+			if sb.Get([]byte(in.Secret)) == nil {
+				return notFound(in.Secret)
+			}
+			a := Attachment{SandboxID: sandboxID, Sandbox: sandbox, Secret: in.Secret, Env: in.Env}
+			if i := slices.IndexFunc(current, func(c Attachment) bool { return c.Secret == in.Secret }); i >= 0 {
+				a.Placeholder = current[i].Placeholder
+				delete(byEnv, current[i].Env)
+			} else {
+				a.Placeholder = newPlaceholder()
+				if len(current) >= api.MaxSandboxSecrets {
+					return api.Errorf(api.CodeInvalidArgument, "sandbox %q has %d secrets attached: at most %d", sandbox, len(current), api.MaxSandboxSecrets)
+				}
+				current = append(current, a)
+			}
+			if other, ok := byEnv[a.Env]; ok && other != a.Secret {
+				return api.Errorf(api.CodeInvalidArgument, "sandbox %q has secret %q in %s already: choose another variable with --env", sandbox, other, a.Env)
+			}
+			byEnv[a.Env] = a.Secret
+			if err := putJSON(ab, attachKey(sandboxID, a.Secret), a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Detach detaches secret from the sandbox id; false if it was not attached.
+func (s *Store) Detach(sandboxID, secret string) (bool, error) {
+	found := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		ab := tx.Bucket(bucketAttachments)
+		k := attachKey(sandboxID, secret)
+		found = ab.Get(k) != nil
+		return ab.Delete(k)
+	})
+	return found, err
+}
+
+// DeleteSandbox detaches every secret of the sandbox id, which is gone.
+func (s *Store) DeleteSandbox(sandboxID string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		ab := tx.Bucket(bucketAttachments)
+		prefix := []byte(sandboxID + "\x00")
+		var keys [][]byte
+		c := ab.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, _ = c.Next() {
+			keys = append(keys, slices.Clone(k))
+		}
+		for _, k := range keys {
+			if err := ab.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Attachments returns the secrets attached to the sandbox id, sorted by secret.
+func (s *Store) Attachments(sandboxID string) ([]Attachment, error) {
+	var out []Attachment
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		out, err = attachmentsOf(tx, sandboxID)
+		return err
+	})
+	return out, err
+}
+
+func attachmentsOf(tx *bolt.Tx, sandboxID string) ([]Attachment, error) {
+	var out []Attachment
+	prefix := sandboxID + "\x00"
+	c := tx.Bucket(bucketAttachments).Cursor()
+	for k, v := c.Seek([]byte(prefix)); k != nil && strings.HasPrefix(string(k), prefix); k, v = c.Next() {
+		var a Attachment
+		if err := json.Unmarshal(v, &a); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// Bound returns, for each secret attached to the sandbox id, the attachment and where the
+// secret may be sent, in one consistent read.
+func (s *Store) Bound(sandboxID string) ([]Attachment, []Secret, error) {
+	var atts []Attachment
+	var secs []Secret
+	err := s.db.View(func(tx *bolt.Tx) error {
+		all, err := attachmentsOf(tx, sandboxID)
+		if err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketSecrets)
+		for _, a := range all {
+			var rec record
+			if err := getJSON(b, []byte(a.Secret), &rec); err != nil {
+				if errors.Is(err, errNotFound) {
+					continue
+				}
+				return err
+			}
+			atts = append(atts, a)
+			secs = append(secs, Secret{Name: rec.Name, Hosts: rec.Hosts, Header: rec.Header, Format: rec.Format, PathPrefix: rec.PathPrefix})
+		}
+		return nil
+	})
+	return atts, secs, err
+}
+
+// Value returns the current value of secret for the sandbox id, if the placeholder is still
+// the one attached there; nil otherwise (detached, deleted, re-attached elsewhere), so a
+// placeholder is worthless as soon as its attachment is gone.
+func (s *Store) Value(sandboxID, secret, placeholder string) []byte {
+	var value []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var a Attachment
+		if err := getJSON(tx.Bucket(bucketAttachments), attachKey(sandboxID, secret), &a); err != nil {
+			return err
+		}
+		if a.Placeholder != placeholder {
+			return errNotFound
+		}
+		var rec record
+		if err := getJSON(tx.Bucket(bucketSecrets), []byte(secret), &rec); err != nil {
+			return err
+		}
+		v, err := s.open(rec.Sealed, adFor(secret))
+		value = v
+		return err
+	})
+	if err != nil {
+		return nil
+	}
+	return value
+}
+
+var errNotFound = errors.New("not found")
+
+func getJSON(b *bolt.Bucket, key []byte, v any) error {
+	data := b.Get(key)
+	if data == nil {
+		return errNotFound
+	}
+	return json.Unmarshal(data, v)
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, data)
+}

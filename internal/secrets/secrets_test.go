@@ -1,0 +1,207 @@
+package secrets
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+const value = "sk-live-THE-REAL-VALUE-0123456789"
+
+func openDB(t *testing.T, path string) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func post() api.SecretsPost {
+	p := api.SecretsPost{Name: "openai", Hosts: []string{"API.example.test"}, Header: "X-Api-Key", Value: value}
+	if err := p.Normalize(); err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func TestSealedAtRestAndKeyChecks(t *testing.T) {
+	dir := t.TempDir()
+	dbPath, keyPath := filepath.Join(dir, "db"), filepath.Join(dir, "master.key")
+	db := openDB(t, dbPath)
+	s, err := Open(db, keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(keyPath)
+	if err != nil || st.Mode().Perm() != 0o600 || st.Size() != KeySize {
+		t.Fatalf("master key: %v %v", st, err)
+	}
+	sec, err := s.Create(post(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sec.Fingerprint, "hmac-sha256:") || strings.Contains(sec.Fingerprint, value) {
+		t.Fatalf("fingerprint %q", sec.Fingerprint)
+	}
+	if _, err := s.Create(post(), time.Now()); codeOf(err) != api.CodeSecretExists {
+		t.Fatalf("second create: %v", err)
+	}
+	if err := s.Attach("id1", "box", []api.SecretAttachment{{Secret: "openai", Env: "OPENAI"}}); err != nil {
+		t.Fatal(err)
+	}
+	atts, err := s.Attachments("id1")
+	if err != nil || len(atts) != 1 || !strings.HasPrefix(atts[0].Placeholder, PlaceholderPrefix) {
+		t.Fatalf("attachments %+v %v", atts, err)
+	}
+	if got := s.Value("id1", "openai", atts[0].Placeholder); string(got) != value {
+		t.Fatalf("value %q", got)
+	}
+	if got := s.Value("id1", "openai", "hiloop-secret-wrong"); got != nil {
+		t.Fatalf("value for a wrong placeholder: %q", got)
+	}
+	db.Close()
+
+	raw, err := os.ReadFile(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte(value)) || bytes.Contains(raw, []byte("REAL-VALUE")) {
+		t.Fatal("the bbolt file holds the value in clear")
+	}
+
+	// The same key opens it again and the value is there.
+	db = openDB(t, dbPath)
+	s, err = Open(db, keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Value("id1", "openai", atts[0].Placeholder); string(got) != value {
+		t.Fatalf("value after reopen %q", got)
+	}
+	// A wrong key is refused, naming the file.
+	wrong := filepath.Join(dir, "wrong.key")
+	if err := os.WriteFile(wrong, bytes.Repeat([]byte{7}, KeySize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(db, wrong); err == nil || !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), "not the key") {
+		t.Fatalf("wrong key: %v", err)
+	}
+	short := filepath.Join(dir, "short.key")
+	os.WriteFile(short, []byte("abc"), 0o600)
+	if _, err := Open(db, short); err == nil || !strings.Contains(err.Error(), short) {
+		t.Fatalf("short key: %v", err)
+	}
+	// A missing key with sealed secrets is refused, naming the file, and no new key is made.
+	if err := os.Rename(keyPath, keyPath+".bak"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(db, keyPath); err == nil || !strings.Contains(err.Error(), keyPath) || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("missing key: %v", err)
+	}
+	if _, err := os.Stat(keyPath); !os.IsNotExist(err) {
+		t.Fatalf("a missing key was replaced: %v", err)
+	}
+	db.Close()
+}
+
+func TestRotateDetachDelete(t *testing.T) {
+	dir := t.TempDir()
+	db := openDB(t, filepath.Join(dir, "db"))
+	defer db.Close()
+	s, err := Open(db, filepath.Join(dir, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := s.Create(post(), time.Now())
+	p2 := post()
+	p2.Name = "other"
+	if _, err := s.Create(p2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Attach("a", "box-a", []api.SecretAttachment{{Secret: "openai", Env: "K"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Attach("b", "box-b", []api.SecretAttachment{{Secret: "openai", Env: "K"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Two secrets cannot share a variable; an unknown secret is not found; nothing is half done.
+	err = s.Attach("a", "box-a", []api.SecretAttachment{{Secret: "other", Env: "K"}})
+	if codeOf(err) != api.CodeInvalidArgument {
+		t.Fatalf("shared variable: %v", err)
+	}
+	err = s.Attach("a", "box-a", []api.SecretAttachment{{Secret: "other", Env: "O"}, {Secret: "nosuch", Env: "N"}})
+	if codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("unknown secret: %v", err)
+	}
+	if atts, _ := s.Attachments("a"); len(atts) != 1 {
+		t.Fatalf("a failed attach left %+v", atts)
+	}
+	a, _ := s.Attachments("a")
+	b, _ := s.Attachments("b")
+	if a[0].Placeholder == b[0].Placeholder {
+		t.Fatal("two sandboxes share a placeholder")
+	}
+	// Re-attaching keeps the placeholder and takes the new variable.
+	if err := s.Attach("a", "box-a", []api.SecretAttachment{{Secret: "openai", Env: "NEW"}}); err != nil {
+		t.Fatal(err)
+	}
+	if a2, _ := s.Attachments("a"); a2[0].Placeholder != a[0].Placeholder || a2[0].Env != "NEW" {
+		t.Fatalf("re-attach: %+v", a2)
+	}
+	got, _ := s.Get("openai")
+	if strings.Join(got.UsedBy, ",") != "box-a,box-b" {
+		t.Fatalf("used by %v", got.UsedBy)
+	}
+	rot, err := s.Rotate("openai", "new-value", time.Now())
+	if err != nil || rot.Fingerprint == old.Fingerprint {
+		t.Fatalf("rotate: %+v %v", rot, err)
+	}
+	if v := s.Value("a", "openai", a[0].Placeholder); string(v) != "new-value" {
+		t.Fatalf("value after rotate %q", v)
+	}
+	if ok, err := s.Detach("a", "openai"); !ok || err != nil {
+		t.Fatalf("detach %v %v", ok, err)
+	}
+	if v := s.Value("a", "openai", a[0].Placeholder); v != nil {
+		t.Fatal("a detached placeholder still has a value")
+	}
+	ids, err := s.Delete("openai")
+	if err != nil || strings.Join(ids, ",") != "b" {
+		t.Fatalf("delete: %v %v", ids, err)
+	}
+	if v := s.Value("b", "openai", b[0].Placeholder); v != nil {
+		t.Fatal("a deleted secret's placeholder still has a value")
+	}
+	if _, err := s.Get("openai"); codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("get deleted: %v", err)
+	}
+	if _, err := s.Rotate("openai", "x", time.Now()); codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("rotate deleted: %v", err)
+	}
+	if err := s.Attach("c", "box-c", []api.SecretAttachment{{Secret: "other", Env: "O"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox("c"); err != nil {
+		t.Fatal(err)
+	}
+	if atts, _ := s.Attachments("c"); len(atts) != 0 {
+		t.Fatalf("after DeleteSandbox: %+v", atts)
+	}
+}
+
+func codeOf(err error) api.ErrorCode {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
