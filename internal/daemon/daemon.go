@@ -23,6 +23,7 @@ import (
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
+	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/sshd"
 	"github.com/hiloop/hiloop/internal/store"
@@ -55,6 +56,9 @@ type Config struct {
 	// EgressAllowCIDRs are ranges sandboxes may reach although they are denied by default
 	// (private, link-local, the host's own addresses): --egress-allow-cidr.
 	EgressAllowCIDRs []netip.Prefix
+	// MasterKeyFile holds the key that seals the secrets; empty means <DataDir>/master.key,
+	// created on first start: --master-key-file.
+	MasterKeyFile string
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -72,6 +76,7 @@ type Daemon struct {
 	sessions  *session.Service
 	gateway   *gateway.Gateway
 	egressLog *egresslog.Log
+	secrets   *secrets.Store
 	sshKeys   *sshKeys
 	ssh       *sshd.Server // nil while the endpoint is off
 }
@@ -144,11 +149,19 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt})
+	keyFile := d.cfg.MasterKeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(d.cfg.DataDir, "master.key")
+	}
+	if d.secrets, err = secrets.Open(d.store.Bolt(), keyFile); err != nil {
+		return err
+	}
+	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, secrets: d.secrets, log: d.log})
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}
 	d.sandboxes.OnDelete(d.egressLogDeleted)
+	d.sandboxes.OnDelete(d.secretsDeleted)
 	if err := d.pruneEgressLog(); err != nil {
 		return fmt.Errorf("prune the egress log: %w", err)
 	}

@@ -6,14 +6,17 @@ import (
 
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // egress gives sandboxes their way out through the gateway, which it serves inside each
 // sandbox's own network namespace. It is the sandbox manager's Egress.
 type egress struct {
-	gw *gateway.Gateway
-	rt *runtime.Runtime
+	gw      *gateway.Gateway
+	rt      *runtime.Runtime
+	secrets *secrets.Store
+	log     *slog.Logger
 }
 
 func (e egress) Attach(_ context.Context, id, name string, policy api.Egress) error {
@@ -26,7 +29,11 @@ func (e egress) Attach(_ context.Context, id, name string, policy api.Egress) er
 		return err
 	}
 	defer ns.Close()
-	return e.gw.Attach(id, name, ns, hp)
+	if err := e.gw.Attach(id, name, ns, hp); err != nil {
+		return err
+	}
+	e.gw.SetSecrets(id, secretBindings(e.secrets, id, e.log.Error))
+	return nil
 }
 
 func (e egress) SetPolicy(id string, policy api.Egress) error {
@@ -60,7 +67,17 @@ func hostPolicy(p api.Egress) (*gateway.HostPolicy, error) {
 
 func (e egress) Detach(id string) { e.gw.Detach(id) }
 
-func (egress) Env() []string { return gateway.ProxyEnv() }
+// Env is the proxy variables and the placeholders of the secrets attached to the sandbox id.
+// A store that cannot be read leaves the placeholders out (the process runs, its secrets do not
+// work) rather than failing every exec.
+func (e egress) Env(id string) []string {
+	env := gateway.ProxyEnv()
+	sec, err := secretEnv(e.secrets, id)
+	if err != nil {
+		e.log.Error("read the secrets of a sandbox", "id", id, "err", err)
+	}
+	return append(env, sec...)
+}
 
 func (egress) Nameserver() string { return "127.0.0.1" }
 

@@ -45,6 +45,15 @@ func (d *Daemon) routes() []route {
 		{method: "POST", pattern: "/v1/sessions/{id}/permissions/{tool_call_id}", handle: d.answerPermission, idempotent: true},
 		{method: "GET", pattern: "/v1/sessions/{id}/events", handle: d.sessionEvents},
 		{method: "GET", pattern: "/v1/sessions/{id}/stream", handle: d.streamSession},
+		// Creating and rotating a secret honour no Idempotency-Key: a receipt keeps a hash of the
+		// request body, which holds the value, and the bbolt file must reveal nothing of it.
+		{method: "POST", pattern: "/v1/secrets", handle: d.createSecret},
+		{method: "GET", pattern: "/v1/secrets", handle: d.listSecrets},
+		{method: "GET", pattern: "/v1/secrets/{secret}", handle: d.getSecret},
+		{method: "DELETE", pattern: "/v1/secrets/{secret}", handle: d.deleteSecret, idempotent: true},
+		{method: "POST", pattern: "/v1/secrets/{secret}/rotate", handle: d.rotateSecret},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/secrets", handle: d.attachSandboxSecret, idempotent: true},
+		{method: "DELETE", pattern: "/v1/sandboxes/{name}/secrets/{secret}", handle: d.detachSandboxSecret, idempotent: true},
 		{method: "GET", pattern: "/v1/images", handle: d.listImages},
 		{method: "POST", pattern: "/v1/images/{name}/build", handle: d.buildImage},
 	}
@@ -64,6 +73,11 @@ func (d *Daemon) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	for i := range list {
+		if list[i], err = d.withSecrets(list[i]); err != nil {
+			return err
+		}
+	}
 	return writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: list})
 }
 
@@ -75,11 +89,23 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := p.Normalize(); err != nil {
 		return err
 	}
+	// The secrets must exist before anything is made; one deleted in the meantime fails the
+	// attach below, and the sandbox is left without it.
+	for _, a := range p.Secrets {
+		if _, err := d.secrets.Get(a.Secret); err != nil {
+			return err
+		}
+	}
 	sb, err := d.sandboxes.Create(r.Context(), p)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, sb)
+	if len(p.Secrets) > 0 {
+		if err := d.secrets.Attach(sb.ID, sb.Name, p.Secrets); err != nil {
+			return err
+		}
+	}
+	return d.writeSandbox(w, http.StatusCreated, sb)
 }
 
 func (d *Daemon) getSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -91,7 +117,7 @@ func (d *Daemon) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sb)
+	return d.writeSandbox(w, http.StatusOK, sb)
 }
 
 func (d *Daemon) deleteSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -179,3 +179,9 @@ func (g *Gateway) Close() {
 		g.Detach(id)
 	}
 }
+
+// SetSecrets makes fn the lookup of the secrets bound to the attached sandbox id's requests.
+//
+// TODO: a stub so the daemon's side of secrets builds on its own; the gateway's real
+// SetSecrets (terminating TLS for bound hosts) replaces it when both land.
+func (g *Gateway) SetSecrets(id string, fn func(host string) []Binding) {}

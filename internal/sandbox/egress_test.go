@@ -53,7 +53,9 @@ func (e *fakeEgress) Detach(id string) {
 	delete(e.policies, id)
 }
 
-func (e *fakeEgress) Env() []string      { return []string{"HTTP_PROXY=gw", "NO_PROXY=lo"} }
+func (e *fakeEgress) Env(id string) []string {
+	return []string{"HTTP_PROXY=gw", "NO_PROXY=lo", "SANDBOX_ID=" + id}
+}
 func (e *fakeEgress) Nameserver() string { return "127.0.0.9" }
 
 // policy returns the policy the sandbox id is served under, and whether it is attached.
@@ -80,7 +82,12 @@ func TestEgressFollowsTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The caller's HTTP_PROXY comes after the egress's, so it wins.
-	if want := []string{"HTTP_PROXY=gw", "NO_PROXY=lo", "HTTP_PROXY=mine"}; !slices.Equal(f.rt.lastExec.Env, want) {
+	// The env is the sandbox's own (the daemon's adds its secrets' placeholders to it).
+	sb, err := f.Get(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"HTTP_PROXY=gw", "NO_PROXY=lo", "SANDBOX_ID=" + sb.ID, "HTTP_PROXY=mine"}; !slices.Equal(f.rt.lastExec.Env, want) {
 		t.Errorf("exec env = %q, want %q", f.rt.lastExec.Env, want)
 	}
 

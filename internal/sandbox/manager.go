@@ -56,8 +56,10 @@ type Egress interface {
 	// Detach stops serving the sandbox's egress and ends its connections; a no-op for a
 	// sandbox that is not attached.
 	Detach(id string)
-	// Env is the environment every process of an attached sandbox starts with.
-	Env() []string
+	// Env is the environment every process of the attached sandbox id starts with: the proxy
+	// variables, and the placeholders of the secrets attached to it. It is asked at every exec,
+	// so a secret attached or detached on a running sandbox applies to its next process.
+	Env(id string) []string
 	// Nameserver is the resolver an attached sandbox's /etc/resolv.conf names.
 	Nameserver() string
 }
@@ -435,7 +437,7 @@ func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) 
 	}
 	if m.egress != nil {
 		// The caller's variables come last, so they win over the egress's.
-		spec.Env = append(m.egress.Env(), spec.Env...)
+		spec.Env = append(m.egress.Env(rec.ID), spec.Env...)
 	}
 	p, err := m.runtime.Exec(ctx, rec.ID, spec)
 	if errors.Is(err, runtime.ErrNotRunning) {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,7 +124,7 @@ func FuzzSandboxesPostNormalize(f *testing.F) {
 		}
 		// A normalized request is a fixed point: the daemon may normalize what it stored again.
 		q := p
-		if err := q.Normalize(); err != nil || q != p {
+		if err := q.Normalize(); err != nil || !reflect.DeepEqual(q, p) {
 			t.Fatalf("Normalize is not idempotent: %+v became %+v, %v", p, q, err)
 		}
 	})
