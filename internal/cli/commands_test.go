@@ -93,6 +93,62 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "web", "--egress-allow", "http://example.com"),
 		refused(ExitUsage, "web", "--egress-deny", "a.*.example.com"),
 		refused(ExitUsage, "web", "--egress-allow", "example.com:99999"),
+		ok(&SandboxCreateOptions{Post: func() api.SandboxesPost {
+			p := withName(defaultCreate, "web")
+			p.Secrets = []api.SecretAttachment{{Secret: "openai-key", Env: "OPENAI_KEY"}, {Secret: "gh", Env: "GITHUB_TOKEN"}}
+			return p
+		}(), Output: "table"}, "web", "--secret", "openai-key", "--secret", "gh:GITHUB_TOKEN"),
+		refused(ExitUsage, "web", "--secret", "gh:1BAD"),
+		refused(ExitUsage, "web", "--secret", "gh", "--secret", "gh:OTHER"),
+		refused(ExitUsage, "web", "--secret", "Bad_Name"),
+	}},
+	{"hiloop sandbox secret attach", parser(newCmdSandboxSecretAttach), []flagCase{
+		ok(&SandboxSecretAttachOptions{Name: "web", Attachment: api.SecretAttachment{Secret: "openai-key", Env: "OPENAI_KEY"}, Output: "table"}, "web", "openai-key"),
+		ok(&SandboxSecretAttachOptions{Name: "web", Attachment: api.SecretAttachment{Secret: "gh", Env: "GH_TOKEN"}, Output: "json"}, "web", "gh", "--env", "GH_TOKEN", "-o", "json"),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "gh", "--env", "A-B"),
+		refused(ExitUsage, "web", "gh", "--value", "x"),
+	}},
+	{"hiloop sandbox secret detach", parser(newCmdSandboxSecretDetach), []flagCase{
+		ok(&SandboxSecretDetachOptions{Name: "web", Secret: "gh"}, "web", "gh"),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "gh", "extra"),
+	}},
+	{"hiloop secret create", parser(newCmdSecretCreate), []flagCase{
+		ok(&SecretCreateOptions{Post: api.SecretsPost{Name: "openai", Hosts: []string{"api.example.com"}, Header: "x-api-key", Format: "{value}"},
+			Source: SecretSource{FromStdin: true}, Output: "table"}, "openai", "--host", "API.example.com", "--header", "X-Api-Key", "--from-stdin"),
+		ok(&SecretCreateOptions{Post: api.SecretsPost{Name: "gh", Hosts: []string{"api.github.com", "uploads.github.com"}, Header: "authorization",
+			Format: "token {value}", PathPrefix: "/repos/"}, Source: SecretSource{FromFile: "tok"}, Output: "json"},
+			"gh", "--host", "api.github.com", "--host", "uploads.github.com", "--header", "authorization", "--format", "token {value}",
+			"--path-prefix", "/repos/", "--from-file", "tok", "-o", "json"),
+		refused(ExitUsage, "openai", "--host", "a.example", "--header", "x-api-key"),
+		refused(ExitUsage, "openai", "--host", "a.example", "--header", "x-api-key", "--from-stdin", "--from-file", "f"),
+		refused(ExitUsage, "openai", "--host", "a.example", "--header", "x-api-key", "--value", "v"),
+		refused(ExitUsage, "openai", "--header", "x-api-key", "--from-stdin"),
+		refused(ExitUsage, "openai", "--host", "*.example.com", "--header", "x-api-key", "--from-stdin"),
+		refused(ExitUsage, "openai", "--host", "a.example", "--from-stdin"),
+		refused(ExitUsage, "openai", "--host", "a.example", "--header", "x", "--format", "Bearer", "--from-stdin"),
+		refused(ExitUsage, "Open_AI", "--host", "a.example", "--header", "x", "--from-stdin"),
+	}},
+	{"hiloop secret list", parser(newCmdSecretList), []flagCase{
+		ok(&SecretListOptions{Output: "table"}),
+		ok(&SecretListOptions{Output: "json"}, "-o", "json"),
+		refused(ExitUsage, "openai"),
+	}},
+	{"hiloop secret get", parser(newCmdSecretGet), []flagCase{
+		ok(&SecretGetOptions{Name: "openai", Output: "table"}, "openai"),
+		ok(&SecretGetOptions{Name: "openai", Output: "yaml"}, "openai", "-o", "yaml"),
+		refused(ExitUsage),
+	}},
+	{"hiloop secret delete", parser(newCmdSecretDelete), []flagCase{
+		ok(&SecretDeleteOptions{Name: "openai"}, "openai"),
+		refused(ExitUsage),
+	}},
+	{"hiloop secret rotate", parser(newCmdSecretRotate), []flagCase{
+		ok(&SecretRotateOptions{Name: "openai", Source: SecretSource{FromStdin: true}, Output: "table"}, "openai", "--from-stdin"),
+		ok(&SecretRotateOptions{Name: "openai", Source: SecretSource{FromFile: "new"}, Output: "table"}, "openai", "--from-file", "new"),
+		refused(ExitUsage, "openai"),
+		refused(ExitUsage, "openai", "--value", "v"),
 	}},
 	{"hiloop sandbox get", parser(newCmdSandboxGet), []flagCase{
 		ok(&SandboxGetOptions{Name: "web", Output: "table"}, "web"),

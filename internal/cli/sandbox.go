@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,6 +31,7 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 		newCmdSandboxGrow(f, nil),
 		newCmdSandboxRestore(f, nil),
 		newCmdSandboxEgress(f, nil),
+		newCmdSandboxSecret(f),
 		newCmdSnapshot(f),
 	)
 	return cmd
@@ -45,6 +47,7 @@ func newCmdSandboxCreate(f *Factory, runF func(*SandboxCreateOptions) error) *co
 	opts := &SandboxCreateOptions{}
 	var egress api.Egress
 	var mode string
+	var secrets []string
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a sandbox and start it",
@@ -54,9 +57,11 @@ NAME is 1-63 characters of a-z, 0-9 and '-', starting with a letter; it is also 
 A durable /workspace survives stop and start; an ephemeral one is dropped at every stop.
 Everything outside /workspace comes back from the image on every start.
 Its egress is open unless --egress closed; --egress-allow and --egress-deny take HOST[:PORT]
-rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the policy later.`,
+rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the policy later.
+--secret attaches a secret (` + "`hiloop secret create`" + `): the sandbox sees only a placeholder.`,
 		Example: `  hiloop sandbox create web --cpus 4 --memory-mb 8192 --workspace-gib 50
-  hiloop sandbox create agent --egress closed --egress-allow api.anthropic.com --egress-allow '*.github.com'`,
+  hiloop sandbox create agent --egress closed --egress-allow api.anthropic.com --egress-allow '*.github.com'
+  hiloop sandbox create agent --secret anthropic:ANTHROPIC_API_KEY`,
 		Args: exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Post.Name = args[0]
@@ -76,6 +81,10 @@ rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the pol
 				}
 				opts.Post.Egress = &egress
 			}
+			var err error
+			if opts.Post.Secrets, err = secretFlags(secrets); err != nil {
+				return err
+			}
 			return runCommand(cmd, f, opts, runF, sandboxCreateRun)
 		},
 	}
@@ -91,6 +100,7 @@ rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the pol
 	fl.StringVar(&mode, "egress", string(api.EgressOpen), "egress policy: open (everything not denied) or closed (only what is allowed)")
 	fl.StringArrayVar(&egress.Allow, "egress-allow", nil, "let it reach HOST[:PORT], e.g. api.example.com or '*.example.com:443' (repeatable)")
 	fl.StringArrayVar(&egress.Deny, "egress-deny", nil, "refuse HOST[:PORT], in either mode (repeatable)")
+	fl.StringArrayVar(&secrets, "secret", nil, "attach a secret: NAME[:ENVVAR], the variable defaulting to NAME in upper case (repeatable)")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -155,6 +165,13 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 		t.row("memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
 		t.row("permissions:", string(sb.PermissionPolicy))
 		t.row("egress:", egressSummary(sb.Egress))
+		if len(sb.Secrets) > 0 {
+			var list []string
+			for _, a := range sb.Secrets {
+				list = append(list, a.Secret+" ($"+a.Env+")")
+			}
+			t.row("secrets:", strings.Join(list, ", "))
+		}
 		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
 		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
 		if sb.StartedAt != nil {
