@@ -101,7 +101,18 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Log, store: st, images: &images.Store{Dir: cfg.ImagesDir}}
+	// The secrets first: a missing or wrong master key stops the daemon before it touches
+	// anything else.
+	keyFile := cfg.MasterKeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(cfg.DataDir, "master.key")
+	}
+	sec, err := secrets.Open(st.Bolt(), keyFile)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Log, store: st, secrets: sec, images: &images.Store{Dir: cfg.ImagesDir}}
 	if err := d.open(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -147,13 +158,6 @@ func (d *Daemon) open(ctx context.Context) error {
 		Log:    d.log,
 	})
 	if err != nil {
-		return err
-	}
-	keyFile := d.cfg.MasterKeyFile
-	if keyFile == "" {
-		keyFile = filepath.Join(d.cfg.DataDir, "master.key")
-	}
-	if d.secrets, err = secrets.Open(d.store.Bolt(), keyFile); err != nil {
 		return err
 	}
 	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, secrets: d.secrets, log: d.log})
