@@ -55,6 +55,10 @@ type Config struct {
 	// EgressAllowCIDRs are ranges sandboxes may reach although they are denied by default
 	// (private, link-local, the host's own addresses): --egress-allow-cidr.
 	EgressAllowCIDRs []netip.Prefix
+	// GatewayUpstreamCAs are PEM files of CAs the gateway trusts, besides the host's system
+	// roots, when it verifies the real host of a connection it terminates (tests, private
+	// CAs): --gateway-upstream-ca.
+	GatewayUpstreamCAs []string
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -135,16 +139,26 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
+	ca, err := gateway.LoadOrCreateCA(d.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	upstream, err := upstreamPool(d.cfg.GatewayUpstreamCAs)
+	if err != nil {
+		return err
+	}
 	d.gateway, err = gateway.New(gateway.Config{
-		Routes: d.cfg.GatewayRoutes,
-		Policy: &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
-		Audit:  egressAudit(d.egressLog, d.log),
-		Log:    d.log,
+		Routes:      d.cfg.GatewayRoutes,
+		Policy:      &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
+		Audit:       egressAudit(d.egressLog, d.log),
+		Log:         d.log,
+		CA:          ca,
+		UpstreamCAs: upstream,
 	})
 	if err != nil {
 		return err
 	}
-	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt})
+	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, ca: ca})
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}

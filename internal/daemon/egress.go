@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
+	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -14,6 +17,7 @@ import (
 type egress struct {
 	gw *gateway.Gateway
 	rt *runtime.Runtime
+	ca *gateway.CA // trusted inside every sandbox
 }
 
 func (e egress) Attach(_ context.Context, id, name string, policy api.Egress) error {
@@ -60,9 +64,56 @@ func hostPolicy(p api.Egress) (*gateway.HostPolicy, error) {
 
 func (e egress) Detach(id string) { e.gw.Detach(id) }
 
-func (egress) Env() []string { return gateway.ProxyEnv() }
+// Env is the proxy variables and the trust store's: clients that read their own roots
+// (Node, Python's requests, curl and git builds with another TLS library) are pointed at the
+// system bundle the runtime writes with the gateway's CA in it; Node adds its one file to its
+// built-in roots.
+func (e egress) Env() []string {
+	env := gateway.ProxyEnv()
+	if e.ca == nil {
+		return env
+	}
+	return append(env,
+		"NODE_EXTRA_CA_CERTS="+runtime.ExtraCAPath,
+		"SSL_CERT_FILE="+runtime.CABundlePath,
+		"REQUESTS_CA_BUNDLE="+runtime.CABundlePath,
+		"CURL_CA_BUNDLE="+runtime.CABundlePath,
+		"GIT_SSL_CAINFO="+runtime.CABundlePath,
+	)
+}
 
 func (egress) Nameserver() string { return "127.0.0.1" }
+
+func (e egress) CACert() []byte {
+	if e.ca == nil {
+		return nil
+	}
+	return e.ca.CertPEM()
+}
+
+// upstreamPool is what the gateway verifies the real hosts of terminated connections against:
+// the host's system roots and the CAs in files (--gateway-upstream-ca). nil without files, which
+// leaves the host's trust store alone.
+func upstreamPool(files []string) (*x509.CertPool, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		// No system roots to add to: the gateway still tries the host's store on its own.
+		pool = x509.NewCertPool()
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--gateway-upstream-ca: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--gateway-upstream-ca: %s holds no PEM certificate", f)
+		}
+	}
+	return pool, nil
+}
 
 // auditLog writes the gateway's decisions to the daemon's log: refusals at info, the rest at
 // debug. The audit log (egressAudit) keeps them for `hiloop sandbox egress log`.
