@@ -7,6 +7,7 @@ package daemon
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,10 +56,10 @@ type Config struct {
 	// EgressAllowCIDRs are ranges sandboxes may reach although they are denied by default
 	// (private, link-local, the host's own addresses): --egress-allow-cidr.
 	EgressAllowCIDRs []netip.Prefix
-	// GatewayUpstreamCAs are PEM files of CAs the gateway trusts, besides the host's system
-	// roots, when it verifies the real host of a connection it terminates (tests, private
-	// CAs): --gateway-upstream-ca.
-	GatewayUpstreamCAs []string
+	// GatewayUpstreamCAs verify the real host of a connection the gateway terminates: the
+	// host's system roots plus the CAs of --gateway-upstream-ca (tests, private CAs). nil: the
+	// host's trust store alone.
+	GatewayUpstreamCAs *x509.CertPool
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -109,7 +110,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 }
 
 func (d *Daemon) open(ctx context.Context) error {
-	var err error
+	// First: a CA that cannot be loaded stops the start before anything is mounted.
+	ca, err := gateway.LoadOrCreateCA(d.cfg.DataDir)
+	if err != nil {
+		return err
+	}
 	volDir := filepath.Join(d.cfg.DataDir, "volumes")
 	switch d.cfg.VolumeDriver {
 	case "xfs", "":
@@ -139,21 +144,13 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
-	ca, err := gateway.LoadOrCreateCA(d.cfg.DataDir)
-	if err != nil {
-		return err
-	}
-	upstream, err := upstreamPool(d.cfg.GatewayUpstreamCAs)
-	if err != nil {
-		return err
-	}
 	d.gateway, err = gateway.New(gateway.Config{
 		Routes:      d.cfg.GatewayRoutes,
 		Policy:      &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
 		Audit:       egressAudit(d.egressLog, d.log),
 		Log:         d.log,
 		CA:          ca,
-		UpstreamCAs: upstream,
+		UpstreamCAs: d.cfg.GatewayUpstreamCAs,
 	})
 	if err != nil {
 		return err
