@@ -7,6 +7,7 @@ package daemon
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,10 @@ type Config struct {
 	// MasterKeyFile holds the key that seals the secrets; empty means <DataDir>/master.key,
 	// created on first start: --master-key-file.
 	MasterKeyFile string
+	// GatewayUpstreamCAs verify the real host of a connection the gateway terminates: the
+	// host's system roots plus the CAs of --gateway-upstream-ca (tests, private CAs). nil: the
+	// host's trust store alone.
+	GatewayUpstreamCAs *x509.CertPool
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -121,7 +126,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 }
 
 func (d *Daemon) open(ctx context.Context) error {
-	var err error
+	// First: a CA that cannot be loaded stops the start before anything is mounted.
+	ca, err := gateway.LoadOrCreateCA(d.cfg.DataDir)
+	if err != nil {
+		return err
+	}
 	volDir := filepath.Join(d.cfg.DataDir, "volumes")
 	switch d.cfg.VolumeDriver {
 	case "xfs", "":
@@ -152,15 +161,17 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.gateway, err = gateway.New(gateway.Config{
-		Routes: d.cfg.GatewayRoutes,
-		Policy: &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
-		Audit:  egressAudit(d.egressLog, d.log),
-		Log:    d.log,
+		Routes:      d.cfg.GatewayRoutes,
+		Policy:      &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
+		Audit:       egressAudit(d.egressLog, d.log),
+		Log:         d.log,
+		CA:          ca,
+		UpstreamCAs: d.cfg.GatewayUpstreamCAs,
 	})
 	if err != nil {
 		return err
 	}
-	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, secrets: d.secrets, log: d.log})
+	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, secrets: d.secrets, ca: ca, log: d.log})
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
+	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -16,6 +19,7 @@ type egress struct {
 	gw      *gateway.Gateway
 	rt      *runtime.Runtime
 	secrets *secrets.Store
+	ca      *gateway.CA // trusted inside every sandbox
 	log     *slog.Logger
 }
 
@@ -67,11 +71,26 @@ func hostPolicy(p api.Egress) (*gateway.HostPolicy, error) {
 
 func (e egress) Detach(id string) { e.gw.Detach(id) }
 
-// Env is the proxy variables and the placeholders of the secrets attached to the sandbox id.
-// A store that cannot be read leaves the placeholders out (the process runs, its secrets do not
-// work) rather than failing every exec.
+// Env is the proxy variables, the trust store's, and the placeholders of the secrets attached
+// to the sandbox id. Clients that read their own roots (Node, Python's requests, curl and git
+// builds with another TLS library) are pointed at the system bundle the runtime writes with the
+// gateway's CA in it; Node adds its one file to its built-in roots. A secrets store that cannot
+// be read leaves the placeholders out (the process runs, its secrets do not work) rather than
+// failing every exec.
 func (e egress) Env(id string) []string {
 	env := gateway.ProxyEnv()
+	if e.ca != nil {
+		env = append(env,
+			"NODE_EXTRA_CA_CERTS="+runtime.ExtraCAPath,
+			"SSL_CERT_FILE="+runtime.CABundlePath,
+			"REQUESTS_CA_BUNDLE="+runtime.CABundlePath,
+			"CURL_CA_BUNDLE="+runtime.CABundlePath,
+			"GIT_SSL_CAINFO="+runtime.CABundlePath,
+		)
+	}
+	if e.secrets == nil {
+		return env
+	}
 	sec, err := secretEnv(e.secrets, id)
 	if err != nil {
 		e.log.Error("read the secrets of a sandbox", "id", id, "err", err)
@@ -80,6 +99,37 @@ func (e egress) Env(id string) []string {
 }
 
 func (egress) Nameserver() string { return "127.0.0.1" }
+
+func (e egress) CACert() []byte {
+	if e.ca == nil {
+		return nil
+	}
+	return e.ca.CertPEM()
+}
+
+// upstreamPool is what the gateway verifies the real hosts of terminated connections against:
+// the host's system roots and the CAs in files (--gateway-upstream-ca). nil without files, which
+// leaves the host's trust store alone.
+func upstreamPool(files []string) (*x509.CertPool, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		// No system roots to add to: the gateway still tries the host's store on its own.
+		pool = x509.NewCertPool()
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--gateway-upstream-ca: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--gateway-upstream-ca: %s holds no PEM certificate", f)
+		}
+	}
+	return pool, nil
+}
 
 // auditLog writes the gateway's decisions to the daemon's log: refusals at info, the rest at
 // debug. The audit log (egressAudit) keeps them for `hiloop sandbox egress log`.

@@ -34,7 +34,7 @@ func Main() int {
 	runtime.MaybeInit()
 	cfg := Config{Version: Version}
 	var tokenFile, logLevel string
-	var routes, allowCIDRs []string
+	var routes, allowCIDRs, upstreamCAs []string
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
 		Short:         "Run the hiloop sandbox daemon",
@@ -67,6 +67,9 @@ func Main() int {
 					return fmt.Errorf("invalid --egress-allow-cidr %q: want an address range such as 10.1.0.0/16", c)
 				}
 				cfg.EgressAllowCIDRs = append(cfg.EgressAllowCIDRs, prefix.Masked())
+			}
+			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
+				return err
 			}
 			if cfg.InitPath == "" {
 				cfg.InitPath, err = findInit()
@@ -105,6 +108,7 @@ func Main() int {
 	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
 	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
+	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
 	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default: private, link-local or the host's own addresses (repeatable)")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

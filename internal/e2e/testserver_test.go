@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/hiloop/hiloop/internal/gateway"
 )
 
 // cmdTestServer starts servers on the host's loopback that a script's sandboxes reach through
@@ -29,14 +31,31 @@ import (
 // plain HTTP, and sets NAME_TLS_PORT and NAME_HTTP_PORT. Both answer every request with one line
 // per fact ("server NAME", "host H", "method M", "path P", then each request header, lower case,
 // sorted), so scripts can assert on what arrived; GET /bytes/N answers N bytes of data instead.
+// With -gateway-ca, the certificate is the one the egress gateway would mint for the first HOST,
+// from the gateway CA in $DATADIR (created there if the daemon has not made it yet).
 func cmdTestServer(ts *testscript.TestScript, neg bool, args []string) {
+	gatewayCA := len(args) > 0 && args[0] == "-gateway-ca"
+	if gatewayCA {
+		args = args[1:]
+	}
 	if neg || len(args) < 2 {
-		ts.Fatalf("usage: testserver NAME HOST...")
+		ts.Fatalf("usage: testserver [-gateway-ca] NAME HOST...")
 	}
 	name, hosts := args[0], args[1:]
-	ca, leaf, err := testCertificates(hosts)
-	ts.Check(err)
-	ts.Check(os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+"-ca.pem"), ca, 0o644))
+	var leaf tls.Certificate
+	if gatewayCA {
+		ts.Check(os.MkdirAll(ts.Getenv("DATADIR"), 0o700))
+		ca, err := gateway.LoadOrCreateCA(ts.Getenv("DATADIR"))
+		ts.Check(err)
+		l, err := ca.Leaf(hosts[0])
+		ts.Check(err)
+		leaf = *l
+	} else {
+		ca, l, err := testCertificates(hosts)
+		ts.Check(err)
+		ts.Check(os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+"-ca.pem"), ca, 0o644))
+		leaf = l
+	}
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {

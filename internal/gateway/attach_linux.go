@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // Config is what a daemon's gateway serves every sandbox with.
@@ -25,6 +27,12 @@ type Config struct {
 	// Audit receives every decision; it must not block for long. nil: none.
 	Audit func(Record)
 	Log   *slog.Logger
+	// CA mints the leaf certificates with which the gateway terminates TLS to hosts that have
+	// a secret bound to them (SetSecrets). nil: nothing is terminated, every host is tunnelled.
+	CA *CA
+	// UpstreamCAs verify the real hosts of terminated connections (the host's system roots
+	// and sandboxd --gateway-upstream-ca). nil: the host's trust store alone.
+	UpstreamCAs *x509.CertPool
 }
 
 // Gateway serves the egress of every attached sandbox: in each sandbox's own network
@@ -42,7 +50,8 @@ type Gateway struct {
 // attachment is one sandbox's share of the gateway.
 type attachment struct {
 	proxy   *Proxy
-	closers []io.Closer // the resolver's sockets
+	secrets atomic.Pointer[func(host string) []Binding] // SetSecrets; nil: none
+	closers []io.Closer                                 // the resolver's sockets
 	wg      sync.WaitGroup
 }
 
@@ -77,7 +86,8 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 		// The audit log keeps records by id, so a sandbox made later under the same name starts afresh.
 		audit = func(r Record) { r.SandboxID = id; g.cfg.Audit(r) }
 	}
-	a := &attachment{proxy: &Proxy{
+	a := &attachment{}
+	a.proxy = &Proxy{
 		Sandbox:       name,
 		Routes:        g.cfg.Routes,
 		SyntheticHost: g.names.Host,
@@ -86,7 +96,12 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 		Lookup:        g.cfg.Lookup,
 		Audit:         audit,
 		Log:           g.cfg.Log.With("sandbox", name),
-	}}
+		// The Proxy's fields are fixed once it serves; the bindings behind this one are not,
+		// so SetSecrets applies to the next connection and the next request at once.
+		Secrets:     a.secretsFor,
+		CA:          g.cfg.CA,
+		UpstreamCAs: g.cfg.UpstreamCAs,
+	}
 	// Before the first listener: no connection is decided without the policy.
 	a.proxy.SetHostPolicy(hp)
 	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Audit: audit, Sandbox: name, Policy: a.proxy.HostPolicy}
@@ -154,6 +169,32 @@ func (g *Gateway) SetPolicy(id string, hp *HostPolicy) {
 	}
 }
 
+// secretsFor is the attachment's Proxy.Secrets: what SetSecrets last gave it.
+func (a *attachment) secretsFor(host string) []Binding {
+	if fn := a.secrets.Load(); fn != nil {
+		return (*fn)(host)
+	}
+	return nil
+}
+
+// SetSecrets makes fn the lookup of the secrets bound to the attached sandbox id (see
+// Proxy.Secrets) at once: connections that arrive and requests carried from then on follow it,
+// so an attach, detach or rotation needs no reconnect. nil: the sandbox has none. A sandbox
+// that is not attached is left alone (hand its secrets over again after its next Attach).
+func (g *Gateway) SetSecrets(id string, fn func(host string) []Binding) {
+	g.mu.Lock()
+	a := g.boxes[id]
+	g.mu.Unlock()
+	if a == nil {
+		return
+	}
+	if fn == nil {
+		a.secrets.Store(nil)
+		return
+	}
+	a.secrets.Store(&fn)
+}
+
 // Detach stops serving the sandbox id and ends its connections, also those mid-transfer. The
 // capture rules stay in its namespace (they go with it), so it has no way out until the next
 // Attach. A sandbox that is not attached is left alone.
@@ -179,9 +220,3 @@ func (g *Gateway) Close() {
 		g.Detach(id)
 	}
 }
-
-// SetSecrets makes fn the lookup of the secrets bound to the attached sandbox id's requests.
-//
-// TODO: a stub so the daemon's side of secrets builds on its own; the gateway's real
-// SetSecrets (terminating TLS for bound hosts) replaces it when both land.
-func (g *Gateway) SetSecrets(id string, fn func(host string) []Binding) {}

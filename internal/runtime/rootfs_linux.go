@@ -3,10 +3,14 @@
 package runtime
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,9 +30,9 @@ const (
 )
 
 // mountRootfs wipes the upper layer, mounts a fresh overlay of image and upper at
-// layerDir/merged and writes the sandbox's /etc/hostname and /etc/hosts into it, and
-// /etc/resolv.conf when nameserver is set.
-func mountRootfs(imageDir, layerDir, hostname, nameserver string) (string, error) {
+// layerDir/merged and writes the sandbox's /etc/hostname and /etc/hosts into it,
+// /etc/resolv.conf when nameserver is set, and the trust store's files when cas is set.
+func mountRootfs(imageDir, layerDir, hostname, nameserver string, cas []byte) (string, error) {
 	for _, p := range []string{imageDir, layerDir} {
 		if strings.ContainsAny(p, ",:") {
 			return "", fmt.Errorf("path %q: overlay paths must not contain ',' or ':'", p)
@@ -70,7 +74,7 @@ func mountRootfs(imageDir, layerDir, hostname, nameserver string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("mount overlay on %s: %w", merged, err)
 	}
-	if err := writeEtc(merged, hostname, nameserver); err != nil {
+	if err := writeEtc(merged, hostname, nameserver, cas); err != nil {
 		_ = unmountAll(merged)
 		return "", err
 	}
@@ -160,10 +164,12 @@ func (r *Runtime) RemoveLayer(layerDir string) error {
 	return fmt.Errorf("runtime: remove layer: %s stays mounted", dir)
 }
 
-// writeEtc writes /etc/hostname, /etc/hosts and (with a nameserver) /etc/resolv.conf into the
-// rootfs without following symlinks, so an image cannot point the writes at the host. An image's
-// resolv.conf that is a symlink (systemd-resolved's stub) is replaced by a file.
-func writeEtc(rootfs, hostname, nameserver string) error {
+// writeEtc writes /etc/hostname, /etc/hosts, (with a nameserver) /etc/resolv.conf and (with
+// cas) the trust store's files (see Spec.ExtraCAs) into the rootfs without following symlinks
+// out of it, so an image cannot point the writes, or the read of its bundle, at the host. A file
+// of the image that is a symlink (systemd-resolved's stub resolv.conf, a bundle linked to
+// /etc/pki) is replaced by a file.
+func writeEtc(rootfs, hostname, nameserver string, cas []byte) error {
 	if hostname == "" {
 		return nil
 	}
@@ -172,13 +178,7 @@ func writeEtc(rootfs, hostname, nameserver string) error {
 		return fmt.Errorf("open rootfs: %w", err)
 	}
 	defer unix.Close(root)
-	etc, err := unix.Openat(root, "etc", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		if err := unix.Mkdirat(root, "etc", 0o755); err != nil {
-			return fmt.Errorf("mkdir /etc: %w", err)
-		}
-		etc, err = unix.Openat(root, "etc", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	}
+	etc, err := openDir(root, "etc", false)
 	if err != nil {
 		return fmt.Errorf("open /etc: %w", err)
 	}
@@ -191,21 +191,152 @@ func writeEtc(rootfs, hostname, nameserver string) error {
 		files["resolv.conf"] = "nameserver " + nameserver + "\n"
 	}
 	for name, content := range files {
-		if err := unix.Unlinkat(etc, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("replace /etc/%s: %w", name, err)
-		}
-		fd, err := unix.Openat(etc, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-		if err != nil {
+		if err := replaceFile(etc, name, []byte(content)); err != nil {
 			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
-		f := os.NewFile(uintptr(fd), name)
-		_, werr := f.WriteString(content)
-		cerr := f.Close()
-		if werr != nil || cerr != nil {
-			return fmt.Errorf("write /etc/%s: %w", name, errors.Join(werr, cerr))
-		}
+	}
+	if len(cas) > 0 {
+		return writeCAs(root, cas)
 	}
 	return nil
+}
+
+// maxBundle caps the image's CA bundle read into memory at every start (Debian's is ~200 KiB).
+const maxBundle = 16 << 20
+
+// writeCAs writes cas alone to ExtraCAPath and the image's bundle followed by cas to
+// CABundlePath. The image's bundle is read as the sandbox would see it: a symlink in its path
+// resolves inside the rootfs (RESOLVE_IN_ROOT), never on the host.
+func writeCAs(root int, cas []byte) error {
+	if !bytes.HasSuffix(cas, []byte("\n")) {
+		cas = append(slices.Clip(cas), '\n')
+	}
+	dir, name := path.Split(strings.TrimPrefix(ExtraCAPath, "/"))
+	fd, err := openDir(root, dir, false)
+	if err != nil {
+		return fmt.Errorf("open /%s: %w", dir, err)
+	}
+	err = replaceFile(fd, name, cas)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", ExtraCAPath, err)
+	}
+
+	rel := strings.TrimPrefix(CABundlePath, "/")
+	bundle, err := readInRoot(root, rel)
+	if err != nil {
+		return fmt.Errorf("read the image's %s: %w", CABundlePath, err)
+	}
+	if len(bundle) > 0 && !bytes.HasSuffix(bundle, []byte("\n")) {
+		bundle = append(bundle, '\n')
+	}
+	dir, name = path.Split(rel)
+	// The directories may be symlinks within the image (/etc/ssl → /usr/lib/ssl): followed
+	// inside the rootfs, as the sandbox's readers follow them.
+	fd, err = openDir(root, dir, true)
+	if err != nil {
+		return fmt.Errorf("open /%s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := replaceFile(fd, name, append(bundle, cas...)); err != nil {
+		return fmt.Errorf("write %s: %w", CABundlePath, err)
+	}
+	return nil
+}
+
+// readInRoot returns the regular file rel under root as the sandbox sees it, or nothing if
+// there is none (a missing file, a dangling symlink, something other than a regular file).
+func readInRoot(root int, rel string) ([]byte, error) {
+	// O_NONBLOCK: an image's FIFO in its place must not hang the start.
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxBundle+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxBundle {
+		return nil, fmt.Errorf("larger than %d bytes", maxBundle)
+	}
+	return b, nil
+}
+
+// openDir opens the directory rel under root, creating what is missing (0755). Without
+// inRoot, no component may be a symlink; with it, symlinks resolve inside root, as they do for
+// the sandbox's own processes.
+func openDir(root int, rel string, inRoot bool) (int, error) {
+	resolve := uint64(unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS)
+	if inRoot {
+		resolve = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
+	}
+	open := func(p string) (int, error) {
+		return unix.Openat2(root, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolve})
+	}
+	fd, err := unix.Dup(root)
+	if err != nil {
+		return -1, err
+	}
+	var prefix string
+	for name := range strings.SplitSeq(strings.Trim(rel, "/"), "/") {
+		if name == "" {
+			continue
+		}
+		prefix = path.Join(prefix, name)
+		next, err := open(prefix)
+		if errors.Is(err, unix.ENOENT) {
+			// Made in the directory prefix's parent resolved to, so opening prefix again finds it.
+			err = unix.Mkdirat(fd, name, 0o755)
+			if errors.Is(err, unix.EEXIST) {
+				// A symlink leading nowhere inside the rootfs (perhaps to a host path): it
+				// leads nowhere for the sandbox either, so a directory takes its place.
+				var st unix.Stat_t
+				if err = unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+					if err = unix.Unlinkat(fd, name, 0); err == nil {
+						err = unix.Mkdirat(fd, name, 0o755)
+					}
+				}
+			}
+			if err == nil {
+				next, err = open(prefix)
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("/%s: %w", prefix, err)
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// replaceFile makes name in dir a new file (0644) holding content, replacing whatever was there
+// (a file or a symlink, which is not followed).
+func replaceFile(dir int, name string, content []byte) error {
+	if err := unix.Unlinkat(dir, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	_, werr := f.Write(content)
+	cerr := f.Close()
+	return errors.Join(werr, cerr)
 }
 
 func fileExists(p string) bool {

@@ -37,7 +37,21 @@ type Spec struct {
 	// Nameserver is the resolver /etc/resolv.conf names, e.g. "127.0.0.1" for the egress
 	// gateway's; empty leaves the image's file.
 	Nameserver string
+	// ExtraCAs are PEM certificates the sandbox trusts besides the image's (the egress
+	// gateway's CA): written alone to ExtraCAPath and appended to a copy of the image's system
+	// bundle at CABundlePath (created if the image has none). Empty leaves the image's files.
+	ExtraCAs []byte
 }
+
+// Where a sandbox finds Spec.ExtraCAs.
+const (
+	// CABundlePath is the system bundle (Debian's path; OpenSSL, curl, Go and Python read it):
+	// the image's certificates and then Spec.ExtraCAs.
+	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
+	// ExtraCAPath holds Spec.ExtraCAs alone (for NODE_EXTRA_CA_CERTS, which adds to Node's own
+	// roots).
+	ExtraCAPath = "/etc/hiloop/gateway-ca.pem"
+)
 
 // ExecSpec describes one process to run in a running sandbox.
 type ExecSpec struct {

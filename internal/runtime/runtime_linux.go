@@ -146,7 +146,7 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if err := os.WriteFile(r.rootfsRecord(s.ID), []byte(merged), 0o600); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.Hostname, s.Nameserver); err != nil {
+	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
 	config, err := containerConfig(s, merged, r.cfg, cgroupName(r.cfg.StateDir, s.ID))

@@ -57,6 +57,9 @@ func (e *fakeEgress) Env(id string) []string {
 	return []string{"HTTP_PROXY=gw", "NO_PROXY=lo", "SANDBOX_ID=" + id}
 }
 func (e *fakeEgress) Nameserver() string { return "127.0.0.9" }
+func (e *fakeEgress) CACert() []byte     { return []byte(fakeCA) }
+
+const fakeCA = "-----BEGIN CERTIFICATE-----\nfake egress CA\n-----END CERTIFICATE-----\n"
 
 // policy returns the policy the sandbox id is served under, and whether it is attached.
 func (e *fakeEgress) policy(id string) (api.Egress, bool) {
@@ -76,6 +79,9 @@ func TestEgressFollowsTheSandbox(t *testing.T) {
 	}
 	if f.rt.lastSpec.Nameserver != "127.0.0.9" {
 		t.Errorf("runtime started with nameserver %q, want the egress's", f.rt.lastSpec.Nameserver)
+	}
+	if string(f.rt.lastSpec.ExtraCAs) != fakeCA {
+		t.Errorf("runtime started trusting %q, want the egress's CA", f.rt.lastSpec.ExtraCAs)
 	}
 
 	if _, err := f.Exec(ctx, "web", runtime.ExecSpec{Argv: []string{"true"}, Env: []string{"HTTP_PROXY=mine"}}); err != nil {

@@ -62,6 +62,9 @@ type Egress interface {
 	Env(id string) []string
 	// Nameserver is the resolver an attached sandbox's /etc/resolv.conf names.
 	Nameserver() string
+	// CACert is the PEM certificate of the CA whose leaves the egress presents to a sandbox
+	// (for hosts it terminates TLS to): trusted inside every sandbox from its start. nil: none.
+	CACert() []byte
 }
 
 // Images resolves an image name to its built root filesystem.
@@ -324,6 +327,7 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 	}
 	if m.egress != nil {
 		spec.Nameserver = m.egress.Nameserver()
+		spec.ExtraCAs = m.egress.CACert()
 	}
 	if err := m.runtime.Start(ctx, spec); err != nil {
 		return err

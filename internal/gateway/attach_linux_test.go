@@ -1,0 +1,102 @@
+//go:build linux
+
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// A sandbox's secrets change at once: a binding set while it runs makes the next connection to
+// the host terminated with the real value injected, and taking it away makes the next request,
+// even on a connection already terminated, carry the placeholder unchanged.
+func TestGatewaySetSecrets(t *testing.T) {
+	ns := newNetNS(t)
+	upPool, _, leaf := newCA(t)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(rw, "x-api-key=%s\n", r.Header.Get("X-Api-Key"))
+	}))
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+
+	ca, err := LoadOrCreateCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{
+		Routes:      []Route{{Host: "api.example.test", Port: 443, To: serverAddr(up)}},
+		CA:          ca,
+		UpstreamCAs: upPool,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	if err := g.Attach("id1", "box", ns, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// A client in the sandbox trusting both CAs, so the issuer tells terminated from tunnelled.
+	roots := upPool.Clone()
+	roots.AddCert(ca.Certificate())
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			// 198.18.0.1 is the route's synthetic address; the capture takes it to the gateway.
+			return inNamespace(ns, func() (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, "198.18.0.1:443")
+			})
+		},
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr}
+	get := func() (issuer, body string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "https://api.example.test/", nil)
+		req.Header.Set("X-Api-Key", phKey)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.TLS.PeerCertificates[0].Issuer.CommonName, string(b)
+	}
+	const tunnelled, terminated = "gateway test CA", "hiloop gateway CA"
+
+	if issuer, body := get(); issuer != tunnelled || body != "x-api-key="+phKey+"\n" {
+		t.Fatalf("without secrets: issuer %q, body %q; want tunnelled, placeholder unchanged", issuer, body)
+	}
+
+	g.SetSecrets("id1", func(string) []Binding {
+		return []Binding{{Name: "api-key", Header: "X-Api-Key", Hosts: []string{"api.example.test"}, Placeholder: phKey,
+			Value: func() []byte { return []byte("real-key-value") }}}
+	})
+	tr.CloseIdleConnections() // the tunnel already open stays a tunnel; the next connection is new
+	if issuer, body := get(); issuer != terminated || body != "x-api-key=real-key-value\n" {
+		t.Fatalf("with a secret: issuer %q, body %q; want terminated, value injected", issuer, body)
+	}
+
+	g.SetSecrets("id1", nil)
+	if issuer, body := get(); issuer != terminated || body != "x-api-key="+phKey+"\n" {
+		t.Fatalf("after the secret went, same connection: issuer %q, body %q; want the placeholder unchanged", issuer, body)
+	}
+	tr.CloseIdleConnections()
+	if issuer, _ := get(); issuer != tunnelled {
+		t.Fatalf("after the secret went, a new connection: issuer %q, want tunnelled", issuer)
+	}
+
+	// A sandbox that is not attached is left alone.
+	g.SetSecrets("nobody", func(string) []Binding { return nil })
+}
