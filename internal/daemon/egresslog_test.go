@@ -18,7 +18,7 @@ func TestEgressRecordFromGateway(t *testing.T) {
 	}{
 		{gateway.Record{Sandbox: "box", SandboxID: "id1", Time: at, Kind: gateway.KindTLS, Host: "api.example.test", Port: 443,
 			Addr: netip.MustParseAddrPort("127.0.0.1:8443"), Allowed: true, Rule: "route api.example.test:443",
-			BytesUp: 10, BytesDown: 20, Duration: 1500 * time.Microsecond, SecretInjected: true},
+			BytesUp: 10, BytesDown: 20, Duration: 1500 * time.Microsecond, Secret: "api-key"},
 			api.EgressRecord{Time: at.UTC(), Kind: "tls", Host: "api.example.test", Port: 443, Addr: "127.0.0.1:8443",
 				Allowed: true, Rule: "route api.example.test:443", BytesUp: 10, BytesDown: 20, DurationMS: 1.5, Secret: true}},
 		{gateway.Record{Time: at, Kind: gateway.KindHTTP, Port: 80, Addr: netip.MustParseAddrPort("[fd00::1]:80"),

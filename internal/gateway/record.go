@@ -59,7 +59,4 @@ type Record struct {
 	// SandboxID is the daemon's id of the sandbox, stable for its life: the audit log keeps
 	// records by it, so a sandbox made later under the same name does not inherit them.
 	SandboxID string
-	// SecretInjected reports whether the gateway put a secret's value into the request (a
-	// terminated connection to a host the secret is bound to).
-	SecretInjected bool
 }

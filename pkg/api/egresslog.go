@@ -36,8 +36,14 @@ type EgressRecord struct {
 	BytesDown  int64   `json:"bytes_down"`  // bytes to the sandbox
 	DurationMS float64 `json:"duration_ms"` // from arrival until the connection closed or the answer was sent
 	// Secret says whether the gateway put a secret's value into the request.
-	Secret    bool   `json:"secret"`
-	QueryType string `json:"query_type"` // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
+	Secret bool `json:"secret"`
+	// SecretMisuse says a secret's placeholder was seen where it is not bound (another host or
+	// header, the URL, the body, clear text) and was sent on unchanged.
+	SecretMisuse bool `json:"secret_misuse,omitempty"`
+	// Terminated says the gateway terminated the TLS connection because a secret is bound to
+	// its host; every other HTTPS connection is tunnelled byte for byte.
+	Terminated bool   `json:"terminated,omitempty"`
+	QueryType  string `json:"query_type"` // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
 	// Answers are the addresses a dns query was answered with.
 	Answers []string `json:"answers,omitempty"`
 	// Dropped is, on a record of kind dropped, how many records were lost before it because
