@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"time"
@@ -52,14 +50,7 @@ picked up where it left off, so no record is shown twice or missed.`,
 			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			return runCommand(cmd, f, opts, runF, func(ctx context.Context, f *Factory, opts *SandboxEgressLogOptions) error {
-				if opts.Follow {
-					var stop context.CancelFunc
-					ctx, stop = signal.NotifyContext(ctx, os.Interrupt)
-					defer stop()
-				}
-				return sandboxEgressLogRun(ctx, f, opts)
-			})
+			return runCommand(cmd, f, opts, runF, sandboxEgressLogRun)
 		},
 	}
 	fl := cmd.Flags()
@@ -72,6 +63,8 @@ picked up where it left off, so no record is shown twice or missed.`,
 // sandboxEgressLogRun prints a sandbox's egress records; with opts.Follow it runs until ctx
 // ends, and that is success.
 func sandboxEgressLogRun(ctx context.Context, f *Factory, opts *SandboxEgressLogOptions) error {
+	ctx, stop := followContext(ctx, opts.Follow)
+	defer stop()
 	c, err := f.Client()
 	if err != nil {
 		return err

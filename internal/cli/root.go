@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 
 	"github.com/spf13/cobra"
 
@@ -89,6 +90,15 @@ func exactArgs(n int, names string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// followContext is ctx, ended by Ctrl-C when follow is set: a command that follows a stream
+// until interrupted then ends with success.
+func followContext(ctx context.Context, follow bool) (context.Context, context.CancelFunc) {
+	if !follow {
+		return ctx, func() {}
+	}
+	return signal.NotifyContext(ctx, os.Interrupt)
 }
 
 // maxArgs refuses more than n positional arguments, naming what the command takes.

@@ -628,14 +628,7 @@ daemon is picked up where it left off, so no event is shown twice or missed.`,
 			if err := checkOutput(opts.Output); err != nil {
 				return err
 			}
-			return runCommand(cmd, f, opts, runF, func(ctx context.Context, f *Factory, opts *SessionEventsOptions) error {
-				if opts.Follow {
-					var stop context.CancelFunc
-					ctx, stop = signal.NotifyContext(ctx, os.Interrupt)
-					defer stop()
-				}
-				return sessionEventsRun(ctx, f, opts)
-			})
+			return runCommand(cmd, f, opts, runF, sessionEventsRun)
 		},
 	}
 	fl := cmd.Flags()
@@ -648,6 +641,8 @@ daemon is picked up where it left off, so no event is shown twice or missed.`,
 // sessionEventsRun prints a session's events; with opts.Follow it runs until ctx ends, and that
 // is success.
 func sessionEventsRun(ctx context.Context, f *Factory, opts *SessionEventsOptions) error {
+	ctx, stop := followContext(ctx, opts.Follow)
+	defer stop()
 	c, err := f.Client()
 	if err != nil {
 		return err
