@@ -312,6 +312,18 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	if host == "" {
 		host = dst.Addr().String()
 	}
+	if h.kind == KindHTTP {
+		// Every request of a kept-alive or pipelined connection is decided by its own Host:
+		// the connection is served by the same per-request forwarder as the explicit proxy,
+		// not spliced after its first request.
+		fallback := synthetic
+		if fallback == "" {
+			fallback = dst.Addr().String()
+		}
+		ec := &explicitConn{Conn: &prefixConn{Conn: c, prefix: h.head}, closed: make(chan struct{}),
+			captured: true, port: dst.Port(), fallback: fallback}
+		return p.serveHTTPConn(ec, rec, KindHTTP)
+	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.dialTimeout())
 	up, err := p.dial(ctx, host, dst.Port())
 	cancel()
@@ -333,8 +345,6 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	case h.kind == KindTLS && p.bound(host):
 		p.serveTerminated(c, h.head, normalHost(host), dst.Port(), up.conn, rec)
 		return true
-	case h.kind == KindHTTP && p.Secrets != nil:
-		rec.SecretMisuse = containsAny(h.head, placeholders(p.secretsFor(host)))
 	}
 	if len(h.head) > 0 {
 		up.conn.SetWriteDeadline(time.Now().Add(p.idleTimeout()))
@@ -670,6 +680,14 @@ type explicitKey struct{}
 // handler (a malformed or oversized request).
 type explicitConn struct {
 	net.Conn
+	// A captured plain-HTTP connection (or one inside a CONNECT tunnel) is served by the same
+	// server: its origin-form requests go to port, to the host their Host names (fallback
+	// when they name none). pin: the CONNECT host every request must name.
+	captured bool
+	port     uint16
+	fallback string
+	pin      string
+
 	requests  atomic.Int64 // requests that reached the handler
 	read      atomic.Int64
 	mu        sync.Mutex
@@ -730,7 +748,13 @@ func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 // with it. Every request is audited by the handler; a connection on which none reached the
 // handler is audited here.
 func (p *Proxy) serveExplicit(c net.Conn, rec *Record) bool {
-	ec := &explicitConn{Conn: c, closed: make(chan struct{})}
+	return p.serveHTTPConn(&explicitConn{Conn: c, closed: make(chan struct{})}, rec, KindProxyHTTP)
+}
+
+// serveHTTPConn serves ec with the proxy's HTTP server until the server is done with it. A
+// connection on which no request reached the handler is recorded in rec (as kind); it
+// reports whether rec is still to be emitted.
+func (p *Proxy) serveHTTPConn(ec *explicitConn, rec *Record, kind string) bool {
 	l := &oneConnListener{c: ec}
 	p.server.Serve(l)
 	if !l.took {
@@ -741,7 +765,7 @@ func (p *Proxy) serveExplicit(c net.Conn, rec *Record) bool {
 	if ec.requests.Load() > 0 {
 		return false
 	}
-	rec.Kind = KindProxyHTTP
+	rec.Kind = kind
 	ec.mu.Lock()
 	answer := string(ec.answer)
 	ec.mu.Unlock()
@@ -781,6 +805,9 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	switch {
+	case ec.captured:
+		rec.Kind = KindHTTP
+		p.captured(w, r, ec, &rec)
 	case r.Method == http.MethodConnect:
 		rec.Kind = KindConnect
 		p.connect(w, r, ec, &rec)
@@ -793,6 +820,57 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.Duration = time.Since(rec.Time)
 	p.audit(rec)
+}
+
+// captured serves one origin-form request read from a captured connection (or a CONNECT
+// tunnel): it goes to the host its Host names at the connection's destination port, decided as
+// an explicit proxy request would be.
+func (p *Proxy) captured(w http.ResponseWriter, r *http.Request, ec *explicitConn, rec *Record) {
+	host := ec.fallback
+	if r.Host != "" {
+		h := r.Host
+		if hp, _, err := net.SplitHostPort(h); err == nil {
+			h = hp
+		}
+		if host = normalHost(h); host == "" {
+			rec.Port = ec.port
+			rec.Err = fmt.Sprintf("malformed request: Host %q is not a host name", r.Host)
+			plainError(w, http.StatusBadRequest, rec.Err)
+			return
+		}
+	}
+	rec.Host, rec.Port = host, ec.port
+	switch {
+	case r.Method == http.MethodConnect:
+		rec.Err = "CONNECT on a captured connection"
+		plainError(w, http.StatusBadRequest, fmt.Sprintf("CONNECT is for the egress proxy (%s), not for a connection to %s", ProxyURL, host))
+		return
+	case ec.pin != "" && !p.sameHost(ec.pin, host):
+		rec.Rule = fmt.Sprintf("CONNECT to %s carried a request for %s", ec.pin, host)
+		w.Header().Set("Connection", "close")
+		plainError(w, http.StatusForbidden, rec.Rule)
+		return
+	}
+	r.URL.Scheme = "http"
+	r.URL.Host = net.JoinHostPort(host, strconv.Itoa(int(ec.port)))
+	p.forward(w, r, rec)
+	if _, err := netip.ParseAddr(host); err == nil && r.Host == "" {
+		rec.Host = "" // only the address is known
+	}
+}
+
+// sameHost reports whether name (an SNI or Host, normalised) is the host a tunnel was opened
+// to: the same name, or the routed host behind the synthetic address it was opened to.
+func (p *Proxy) sameHost(tunnel, name string) bool {
+	if tunnel == name {
+		return true
+	}
+	if a, err := netip.ParseAddr(tunnel); err == nil {
+		if n, ok := p.syntheticHost(a.Unmap()); ok {
+			return normalHost(n) == name
+		}
+	}
+	return false
 }
 
 func plainError(w http.ResponseWriter, status int, msg string) {
@@ -840,13 +918,37 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, ec *explicitConn
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ = brw.Reader.Peek(n)
 	}
-	// Secrets (terminate.go): TLS to a host with a secret bound to it is terminated.
-	if p.bound(host) {
-		var done bool
-		if b, done = p.connectTerminate(c, b, host, port, up.conn, rec); done {
-			return
-		}
+	// What the tunnel carries is checked too: a ClientHello's SNI or a request's Host that
+	// names another host (a shared CDN's other customer) is refused.
+	h, err := sniff(&prefixConn{Conn: c, prefix: b}, p.firstTimeout(), p.headerTimeout())
+	if err != nil {
+		rec.Err = err.Error()
+		reset(c)
+		return
 	}
+	if h.host != "" && !p.sameHost(host, h.host) {
+		rec.Allowed = false
+		rec.Rule = fmt.Sprintf("CONNECT to %s carried a request for %s", host, h.host)
+		reset(c)
+		return
+	}
+	switch {
+	case h.kind == KindTLS && p.bound(host):
+		// Secrets (terminate.go): TLS to a host with a secret bound to it is terminated.
+		p.connectTerminate(c, h.head, host, port, up.conn, rec)
+		return
+	case h.kind == KindHTTP:
+		// Plain HTTP in the tunnel: every request is read, and must name the CONNECT host.
+		up.conn.Close()
+		inner := Record{Sandbox: p.Sandbox, Time: rec.Time}
+		ec := &explicitConn{Conn: &prefixConn{Conn: c, prefix: h.head}, closed: make(chan struct{}),
+			captured: true, port: port, fallback: host, pin: host}
+		if p.serveHTTPConn(ec, &inner, KindHTTP) {
+			rec.Err = inner.Err
+		}
+		return
+	}
+	b = h.head
 	if len(b) > 0 {
 		up.conn.SetWriteDeadline(time.Now().Add(p.idleTimeout()))
 		k, err := up.conn.Write(b)
@@ -899,6 +1001,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *Record) {
 		return
 	}
 	rec.Host, rec.Port = host, port
+	// The transport pools and routes by URL host: the normal form, so that every spelling of a
+	// host (case, a trailing dot) goes where the decision below named.
+	r.URL.Host = net.JoinHostPort(host, strconv.Itoa(int(port)))
 	// Decided here and not only when the transport dials: a request may reuse a pooled
 	// connection that an earlier policy let through.
 	if err := p.decide(host, port); err != nil {

@@ -337,21 +337,17 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 }
 
 // connectTerminate is the CONNECT tunnel's side of termination, for a host with a secret bound
-// to it: if the client starts TLS for that host (no SNI, or the same name), the connection is
-// terminated and done is true. Otherwise it returns every byte read from c (early, the bytes
-// the client sent with the CONNECT, and what was read to decide) for the tunnel to send first.
-func (p *Proxy) connectTerminate(c net.Conn, early []byte, host string, port uint16, up net.Conn, rec *Record) (head []byte, done bool) {
-	h, err := sniff(&prefixConn{Conn: c, prefix: early}, p.firstTimeout(), p.headerTimeout())
-	if err != nil {
-		rec.Err = err.Error()
-		reset(c)
-		return nil, true
+// to it whose client started TLS for it (no SNI, or the same name: connect refuses another):
+// the connection is terminated. head is every byte read from c so far.
+func (p *Proxy) connectTerminate(c net.Conn, head []byte, host string, port uint16, up net.Conn, rec *Record) {
+	p.serveTerminated(c, head, host, port, up, rec)
+}
+
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
 	}
-	if h.kind != KindTLS || h.host != "" && h.host != host {
-		return h.head, false
-	}
-	p.serveTerminated(c, h.head, host, port, up, rec)
-	return nil, true
+	return nil
 }
 
 // plainMisuse reports whether a request the gateway carries in clear to host holds a
