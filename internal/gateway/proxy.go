@@ -89,6 +89,37 @@ type Proxy struct {
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
+	upConns   map[*idleConn]struct{} // the forwarding transports' upstream connections
+}
+
+// The forwarding transports' pools: a sandbox cannot make the gateway hold many upstream
+// connections idle.
+const (
+	maxIdleConns        = 32
+	maxIdleConnsPerHost = 4
+	idleConnTimeout     = 30 * time.Second
+)
+
+// forwardCtx bounds a forwarding transport's dial: by the dial timeout and by the Proxy's
+// life (the transport dials with a context of its own, not the request's).
+func (p *Proxy) forwardCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout())
+	stop := context.AfterFunc(p.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// track makes c, an upstream connection of a forwarding transport, one Close closes; a
+// connection that completes after Close is closed at once.
+func (p *Proxy) track(c net.Conn) (*idleConn, error) {
+	ic := &idleConn{Conn: c, idle: p.idleTimeout(), p: p}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return nil, ErrProxyClosed
+	}
+	p.upConns[ic] = struct{}{}
+	return ic, nil
 }
 
 // SetHostPolicy makes hp the sandbox's egress policy (nil: open, no rules). It may be called at
@@ -119,13 +150,16 @@ func (p *Proxy) init() {
 		p.ctx, p.cancel = context.WithCancel(context.Background())
 		p.listeners = map[net.Listener]struct{}{}
 		p.conns = map[net.Conn]struct{}{}
+		p.upConns = map[*idleConn]struct{}{}
 		p.transport = &http.Transport{
-			DialContext:           p.dialForward,
-			MaxIdleConnsPerHost:   16,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: p.idleTimeout(),
-			ExpectContinueTimeout: time.Second,
-			DisableCompression:    true, // the client's Accept-Encoding goes upstream as it is
+			DialContext:            p.dialForward,
+			MaxIdleConns:           maxIdleConns,
+			MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+			IdleConnTimeout:        idleConnTimeout,
+			MaxResponseHeaderBytes: maxHead, // an upstream's headers are held in memory whole
+			ResponseHeaderTimeout:  p.idleTimeout(),
+			ExpectContinueTimeout:  time.Second,
+			DisableCompression:     true, // the client's Accept-Encoding goes upstream as it is
 		}
 		p.forwarder = &httputil.ReverseProxy{
 			Rewrite:       forwardRewrite,
@@ -218,6 +252,9 @@ func (p *Proxy) Close() error {
 		closers = append(closers, ln)
 	}
 	for c := range p.conns {
+		closers = append(closers, c)
+	}
+	for c := range p.upConns {
 		closers = append(closers, c)
 	}
 	p.mu.Unlock()
@@ -1078,13 +1115,13 @@ func (p *Proxy) dialForward(ctx context.Context, network, addr string) (c net.Co
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout())
+	ctx, cancel := p.forwardCtx(ctx)
 	defer cancel()
 	up, err := p.dial(ctx, host, uint16(port))
 	if err != nil {
 		return nil, &forwardDialError{err: err, addr: up.addr}
 	}
-	return &idleConn{Conn: up.conn, idle: p.idleTimeout()}, nil
+	return p.track(up.conn)
 }
 
 // forwardDialError carries the address a forwarded request was refused or failed at back to
@@ -1125,6 +1162,14 @@ func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, err error) 
 type idleConn struct {
 	net.Conn
 	idle time.Duration
+	p    *Proxy // whose upConns hold it
+}
+
+func (c *idleConn) Close() error {
+	c.p.mu.Lock()
+	delete(c.p.upConns, c)
+	c.p.mu.Unlock()
+	return c.Conn.Close()
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {

@@ -123,13 +123,15 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 
 	t := &terminated{p: p, name: name, port: port, seed: up, authority: net.JoinHostPort(name, strconv.Itoa(int(port)))}
 	tr := &http.Transport{
-		DialTLSContext:        t.dialTLS,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: p.idleTimeout(),
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // the client's Accept-Encoding goes upstream as it is
+		DialTLSContext:         t.dialTLS,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           maxIdleConns,
+		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		IdleConnTimeout:        idleConnTimeout,
+		MaxResponseHeaderBytes: maxHead,
+		ResponseHeaderTimeout:  p.idleTimeout(),
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true, // the client's Accept-Encoding goes upstream as it is
 	}
 	defer tr.CloseIdleConnections()
 	t.forwarder = &httputil.ReverseProxy{
@@ -262,18 +264,22 @@ func (t *terminated) dialTLS(ctx context.Context, _, _ string) (conn net.Conn, e
 	raw := t.seed
 	t.seed = nil
 	t.seedMu.Unlock()
+	ctx, cancel := t.p.forwardCtx(ctx)
+	defer cancel()
 	if raw == nil {
-		dctx, cancel := context.WithTimeout(ctx, t.p.dialTimeout())
-		up, err := t.p.dial(dctx, t.name, t.port)
-		cancel()
+		up, err := t.p.dial(ctx, t.name, t.port)
 		if err != nil {
 			return nil, &forwardDialError{err: err, addr: up.addr}
 		}
 		raw = up.conn
 	}
-	tc := tls.Client(&idleConn{Conn: raw, idle: t.p.idleTimeout()}, t.p.upstreamTLS(t.name))
+	ic, err := t.p.track(raw)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(ic, t.p.upstreamTLS(t.name))
 	if err := tc.HandshakeContext(ctx); err != nil {
-		raw.Close()
+		ic.Close()
 		return nil, err
 	}
 	return tc, nil
