@@ -72,3 +72,16 @@ func TestForwardDialAfterClose(t *testing.T) {
 		t.Fatal("the connection is still open")
 	}
 }
+
+// TRACE on a terminated connection would echo the injected secret back: refused.
+func TestTerminateRefusesTrace(t *testing.T) {
+	w := newSecretWorld(t, nil)
+	c := w.client(t, false, false)
+	for _, m := range []string{"TRACE", "TRACK"} {
+		r := w.do(t, c, newRequest(t, m, "https://bound.example.test/v1/x", "", "X-Api-Key", phKey))
+		if r.status != http.StatusMethodNotAllowed || strings.Contains(r.body, "real-key-value") {
+			t.Fatalf("%s: status %d: %s", m, r.status, r.body)
+		}
+	}
+}
+

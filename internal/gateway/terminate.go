@@ -175,6 +175,12 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 // ServeHTTP carries one request of the terminated connection to the real host.
 func (t *terminated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.requests.Add(1)
+	if r.Method == http.MethodTrace || r.Method == "TRACK" {
+		// The upstream would echo the request back, the injected secret with it.
+		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		plainError(w, http.StatusMethodNotAllowed, r.Method+" is refused on a connection a secret is injected into")
+		return
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler { // httputil's way of saying a response broke off
