@@ -85,3 +85,15 @@ func TestTerminateRefusesTrace(t *testing.T) {
 	}
 }
 
+// Every spelling of a routed host in a forwarded URL takes the route the decision named.
+func TestForwardNormalisesHost(t *testing.T) {
+	h := newHarness(t, nil)
+	c := h.explicitClient()
+	for _, u := range []string{"http://WEB.Example.Test/", "http://web.example.test./"} {
+		status, body := get(t, c, u)
+		if status != 200 {
+			t.Fatalf("%s: status %d: %s", u, status, body)
+		}
+		wantBody(t, body, "web host=")
+	}
+}
