@@ -136,7 +136,9 @@ func upstreamPool(files []string) (*x509.CertPool, error) {
 func auditLog(log *slog.Logger) func(gateway.Record) {
 	return func(r gateway.Record) {
 		level := slog.LevelDebug
-		if !r.Allowed {
+		// A DNS query not answered (NXDOMAIN, SERVFAIL) is no connection refused: a sandbox
+		// can ask many, and an info line each would be written synchronously.
+		if !r.Allowed && r.Kind != gateway.KindDNS {
 			level = slog.LevelInfo
 		}
 		log.Log(context.Background(), level, "egress", "sandbox", r.Sandbox, "kind", r.Kind, "host", r.Host,

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -66,6 +69,9 @@ type Resolver struct {
 	Audit func(Record)
 	// Sandbox names the sandbox in audit records.
 	Sandbox string
+	// Log receives a panic's stack (in Lookup, Audit or the resolver itself: it ends only that
+	// query). nil: discarded.
+	Log *slog.Logger
 	// Policy returns the sandbox's egress policy at the time of a query; a name it refuses on
 	// every port is answered NXDOMAIN (Record.Rule names the rule). nil: every name is answered.
 	Policy func() *HostPolicy
@@ -119,13 +125,13 @@ func (r *Resolver) ServeUDP(pc net.PacketConn) error {
 		case r.queries <- struct{}{}:
 			wg.Go(func() {
 				defer func() { <-r.queries }()
-				if resp := r.answer(ctx, query, udpMinSize, false); resp != nil {
+				if resp := r.safeAnswer(ctx, query, udpMinSize, false); resp != nil {
 					pc.WriteTo(resp, from)
 				}
 			})
 		default:
 			// Busy: answer here without the host's resolver, which is quick.
-			if resp := r.answer(ctx, query, udpMinSize, true); resp != nil {
+			if resp := r.safeAnswer(ctx, query, udpMinSize, true); resp != nil {
 				pc.WriteTo(resp, from)
 			}
 		}
@@ -188,10 +194,10 @@ func (r *Resolver) serveConn(ctx context.Context, c net.Conn) {
 		var resp []byte
 		select {
 		case r.queries <- struct{}{}:
-			resp = r.answer(ctx, query, tcpMaxSize, false)
+			resp = r.safeAnswer(ctx, query, tcpMaxSize, false)
 			<-r.queries
 		default:
-			resp = r.answer(ctx, query, tcpMaxSize, true)
+			resp = r.safeAnswer(ctx, query, tcpMaxSize, true)
 		}
 		if resp == nil {
 			return // nothing to answer on a stream means nothing sensible follows
@@ -214,6 +220,27 @@ type response struct {
 	edns     bool // the query had an OPT record, so the answer has one
 	limit    int  // the most bytes the client takes
 }
+
+// safeAnswer is answer for the serving goroutines: a panic ends only its query (no answer),
+// not the daemon.
+func (r *Resolver) safeAnswer(ctx context.Context, query []byte, limit int, busy bool) (resp []byte) {
+	defer func() {
+		if v := recover(); v != nil {
+			resp = nil
+			r.logPanic(v)
+		}
+	}()
+	return r.answer(ctx, query, limit, busy)
+}
+
+func (r *Resolver) logPanic(v any) {
+	if r.Log != nil {
+		r.Log.Error("gateway: panic answering a DNS query", "sandbox", r.Sandbox, "panic", v, "stack", string(debug.Stack()))
+	}
+}
+
+// maxAuditAnswers caps the addresses an audit record keeps; Record.AnswerCount has them all.
+const maxAuditAnswers = 16
 
 // answer turns one query message into one answer message, or nil for a message that deserves
 // none (too short to hold an ID, or itself a response: answering those could start a loop).
@@ -248,10 +275,18 @@ func (r *Resolver) answer(ctx context.Context, query []byte, limit int, busy boo
 	}
 	if r.Audit != nil {
 		rec.Allowed = m.rcode == dnsmessage.RCodeSuccess
-		rec.Answers = m.answers
+		rec.Answers = m.answers[:min(len(m.answers), maxAuditAnswers)]
+		rec.AnswerCount = len(m.answers)
 		rec.BytesDown = int64(len(resp))
 		rec.Duration = time.Since(start)
-		r.Audit(rec)
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					r.logPanic(v)
+				}
+			}()
+			r.Audit(rec)
+		}()
 	}
 	return resp
 }
@@ -401,7 +436,16 @@ func (r *Resolver) lookup(ctx context.Context, host string) ([]netip.Addr, error
 	if lookup == nil {
 		lookup = hostLookup
 	}
-	f.addrs, f.err = lookup(ctx, host)
+	func() {
+		// A panic still ends the flight: the questions joined to it must not wait for ever.
+		defer func() {
+			if v := recover(); v != nil {
+				f.addrs, f.err = nil, fmt.Errorf("internal error: %v", v)
+				r.logPanic(v)
+			}
+		}()
+		f.addrs, f.err = lookup(ctx, host)
+	}()
 	r.mu.Lock()
 	delete(r.flights, host)
 	r.mu.Unlock()

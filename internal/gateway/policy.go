@@ -50,6 +50,7 @@ var deniedRanges = []struct {
 	{netip.MustParsePrefix("127.0.0.0/8"), "a loopback address"},
 	{netip.MustParsePrefix("169.254.169.254/32"), "the cloud metadata address"},
 	{netip.MustParsePrefix("169.254.0.0/16"), "a link-local address"},
+	{netip.MustParsePrefix("168.63.129.16/32"), "cloud metadata (Azure WireServer)"},
 	{netip.MustParsePrefix("172.16.0.0/12"), rulePrivate},
 	{netip.MustParsePrefix("192.168.0.0/16"), rulePrivate},
 	{netip.MustParsePrefix("198.18.0.0/15"), "a benchmarking address (198.18.0.0/15, the gateway's names for routed hosts)"},
@@ -84,6 +85,30 @@ func (p *AddrPolicy) Check(a netip.Addr) error {
 	if !a.IsValid() {
 		return &Denied{Addr: a, Rule: "not a valid address"}
 	}
+	// The host's own addresses first: an allowed range that covers the host's network must
+	// not expose the host itself.
+	var local []netip.Prefix
+	if p != nil && p.Local != nil {
+		local = p.Local()
+	} else {
+		var err error
+		if local, err = hostAddrs(); err != nil {
+			// Without the list a sandbox could reach the host's public addresses: refuse.
+			return &Denied{Addr: a, Rule: "unchecked: the host's own addresses cannot be listed: " + err.Error()}
+		}
+	}
+	for _, pf := range local {
+		if unmapPrefix(pf).Contains(a) {
+			rule := "an address of this host"
+			for _, r := range deniedRanges { // the more telling name: "a loopback address"
+				if r.prefix.Contains(a) {
+					rule = r.rule
+					break
+				}
+			}
+			return &Denied{Addr: a, Rule: rule}
+		}
+	}
 	if p != nil {
 		for _, pf := range p.Allow {
 			if unmapPrefix(pf).Contains(a) {
@@ -100,21 +125,6 @@ func (p *AddrPolicy) Check(a netip.Addr) error {
 		if err := p.Check(v4); err != nil {
 			d := err.(*Denied)
 			return &Denied{Addr: a, Rule: fmt.Sprintf("an address embedding %s, %s", v4, d.Rule)}
-		}
-	}
-	var local []netip.Prefix
-	if p != nil && p.Local != nil {
-		local = p.Local()
-	} else {
-		var err error
-		if local, err = hostAddrs(); err != nil {
-			// Without the list a sandbox could reach the host's public addresses: refuse.
-			return &Denied{Addr: a, Rule: "unchecked: the host's own addresses cannot be listed: " + err.Error()}
-		}
-	}
-	for _, pf := range local {
-		if unmapPrefix(pf).Contains(a) {
-			return &Denied{Addr: a, Rule: "an address of this host"}
 		}
 	}
 	return nil

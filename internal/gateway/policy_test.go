@@ -76,7 +76,7 @@ func TestAddrPolicyCheck(t *testing.T) {
 		{addr: "64:ff9b::10.0.0.1", allow: []string{"10.0.0.0/8"}},
 		{addr: "127.0.0.1", allow: []string{"127.0.0.1/32"}},
 		{addr: "169.254.169.254", allow: []string{"169.254.0.0/16"}},
-		{addr: "203.0.113.7", allow: []string{"203.0.113.0/24"}},
+		{addr: "203.0.113.7", allow: []string{"203.0.113.0/24"}, rule: "this host"}, // the host itself stays refused
 		{addr: "fd00::5", allow: []string{"fd00::/8"}},
 	}
 	for _, tt := range tests {

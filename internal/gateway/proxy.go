@@ -89,6 +89,37 @@ type Proxy struct {
 	closed    bool
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
+	upConns   map[*idleConn]struct{} // the forwarding transports' upstream connections
+}
+
+// The forwarding transports' pools: a sandbox cannot make the gateway hold many upstream
+// connections idle.
+const (
+	maxIdleConns        = 32
+	maxIdleConnsPerHost = 4
+	idleConnTimeout     = 30 * time.Second
+)
+
+// forwardCtx bounds a forwarding transport's dial: by the dial timeout and by the Proxy's
+// life (the transport dials with a context of its own, not the request's).
+func (p *Proxy) forwardCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout())
+	stop := context.AfterFunc(p.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// track makes c, an upstream connection of a forwarding transport, one Close closes; a
+// connection that completes after Close is closed at once.
+func (p *Proxy) track(c net.Conn) (*idleConn, error) {
+	ic := &idleConn{Conn: c, idle: p.idleTimeout(), p: p}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return nil, ErrProxyClosed
+	}
+	p.upConns[ic] = struct{}{}
+	return ic, nil
 }
 
 // SetHostPolicy makes hp the sandbox's egress policy (nil: open, no rules). It may be called at
@@ -119,13 +150,16 @@ func (p *Proxy) init() {
 		p.ctx, p.cancel = context.WithCancel(context.Background())
 		p.listeners = map[net.Listener]struct{}{}
 		p.conns = map[net.Conn]struct{}{}
+		p.upConns = map[*idleConn]struct{}{}
 		p.transport = &http.Transport{
-			DialContext:           p.dialForward,
-			MaxIdleConnsPerHost:   16,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: p.idleTimeout(),
-			ExpectContinueTimeout: time.Second,
-			DisableCompression:    true, // the client's Accept-Encoding goes upstream as it is
+			DialContext:            p.dialForward,
+			MaxIdleConns:           maxIdleConns,
+			MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+			IdleConnTimeout:        idleConnTimeout,
+			MaxResponseHeaderBytes: maxHead, // an upstream's headers are held in memory whole
+			ResponseHeaderTimeout:  p.idleTimeout(),
+			ExpectContinueTimeout:  time.Second,
+			DisableCompression:     true, // the client's Accept-Encoding goes upstream as it is
 		}
 		p.forwarder = &httputil.ReverseProxy{
 			Rewrite:       forwardRewrite,
@@ -220,6 +254,9 @@ func (p *Proxy) Close() error {
 	for c := range p.conns {
 		closers = append(closers, c)
 	}
+	for c := range p.upConns {
+		closers = append(closers, c)
+	}
 	p.mu.Unlock()
 	for _, c := range closers {
 		c.Close()
@@ -312,6 +349,18 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	if host == "" {
 		host = dst.Addr().String()
 	}
+	if h.kind == KindHTTP {
+		// Every request of a kept-alive or pipelined connection is decided by its own Host:
+		// the connection is served by the same per-request forwarder as the explicit proxy,
+		// not spliced after its first request.
+		fallback := synthetic
+		if fallback == "" {
+			fallback = dst.Addr().String()
+		}
+		ec := &explicitConn{Conn: &prefixConn{Conn: c, prefix: h.head}, closed: make(chan struct{}),
+			captured: true, port: dst.Port(), fallback: fallback}
+		return p.serveHTTPConn(ec, rec, KindHTTP)
+	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.dialTimeout())
 	up, err := p.dial(ctx, host, dst.Port())
 	cancel()
@@ -333,8 +382,6 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	case h.kind == KindTLS && p.bound(host):
 		p.serveTerminated(c, h.head, normalHost(host), dst.Port(), up.conn, rec)
 		return true
-	case h.kind == KindHTTP && p.Secrets != nil:
-		rec.SecretMisuse = containsAny(h.head, placeholders(p.secretsFor(host)))
 	}
 	if len(h.head) > 0 {
 		up.conn.SetWriteDeadline(time.Now().Add(p.idleTimeout()))
@@ -670,6 +717,14 @@ type explicitKey struct{}
 // handler (a malformed or oversized request).
 type explicitConn struct {
 	net.Conn
+	// A captured plain-HTTP connection (or one inside a CONNECT tunnel) is served by the same
+	// server: its origin-form requests go to port, to the host their Host names (fallback
+	// when they name none). pin: the CONNECT host every request must name.
+	captured bool
+	port     uint16
+	fallback string
+	pin      string
+
 	requests  atomic.Int64 // requests that reached the handler
 	read      atomic.Int64
 	mu        sync.Mutex
@@ -730,7 +785,13 @@ func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 // with it. Every request is audited by the handler; a connection on which none reached the
 // handler is audited here.
 func (p *Proxy) serveExplicit(c net.Conn, rec *Record) bool {
-	ec := &explicitConn{Conn: c, closed: make(chan struct{})}
+	return p.serveHTTPConn(&explicitConn{Conn: c, closed: make(chan struct{})}, rec, KindProxyHTTP)
+}
+
+// serveHTTPConn serves ec with the proxy's HTTP server until the server is done with it. A
+// connection on which no request reached the handler is recorded in rec (as kind); it
+// reports whether rec is still to be emitted.
+func (p *Proxy) serveHTTPConn(ec *explicitConn, rec *Record, kind string) bool {
 	l := &oneConnListener{c: ec}
 	p.server.Serve(l)
 	if !l.took {
@@ -741,7 +802,7 @@ func (p *Proxy) serveExplicit(c net.Conn, rec *Record) bool {
 	if ec.requests.Load() > 0 {
 		return false
 	}
-	rec.Kind = KindProxyHTTP
+	rec.Kind = kind
 	ec.mu.Lock()
 	answer := string(ec.answer)
 	ec.mu.Unlock()
@@ -781,6 +842,9 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	switch {
+	case ec.captured:
+		rec.Kind = KindHTTP
+		p.captured(w, r, ec, &rec)
 	case r.Method == http.MethodConnect:
 		rec.Kind = KindConnect
 		p.connect(w, r, ec, &rec)
@@ -793,6 +857,57 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.Duration = time.Since(rec.Time)
 	p.audit(rec)
+}
+
+// captured serves one origin-form request read from a captured connection (or a CONNECT
+// tunnel): it goes to the host its Host names at the connection's destination port, decided as
+// an explicit proxy request would be.
+func (p *Proxy) captured(w http.ResponseWriter, r *http.Request, ec *explicitConn, rec *Record) {
+	host := ec.fallback
+	if r.Host != "" {
+		h := r.Host
+		if hp, _, err := net.SplitHostPort(h); err == nil {
+			h = hp
+		}
+		if host = normalHost(h); host == "" {
+			rec.Port = ec.port
+			rec.Err = fmt.Sprintf("malformed request: Host %q is not a host name", r.Host)
+			plainError(w, http.StatusBadRequest, rec.Err)
+			return
+		}
+	}
+	rec.Host, rec.Port = host, ec.port
+	switch {
+	case r.Method == http.MethodConnect:
+		rec.Err = "CONNECT on a captured connection"
+		plainError(w, http.StatusBadRequest, fmt.Sprintf("CONNECT is for the egress proxy (%s), not for a connection to %s", ProxyURL, host))
+		return
+	case ec.pin != "" && !p.sameHost(ec.pin, host):
+		rec.Rule = fmt.Sprintf("CONNECT to %s carried a request for %s", ec.pin, host)
+		w.Header().Set("Connection", "close")
+		plainError(w, http.StatusForbidden, rec.Rule)
+		return
+	}
+	r.URL.Scheme = "http"
+	r.URL.Host = net.JoinHostPort(host, strconv.Itoa(int(ec.port)))
+	p.forward(w, r, rec)
+	if _, err := netip.ParseAddr(host); err == nil && r.Host == "" {
+		rec.Host = "" // only the address is known
+	}
+}
+
+// sameHost reports whether name (an SNI or Host, normalised) is the host a tunnel was opened
+// to: the same name, or the routed host behind the synthetic address it was opened to.
+func (p *Proxy) sameHost(tunnel, name string) bool {
+	if tunnel == name {
+		return true
+	}
+	if a, err := netip.ParseAddr(tunnel); err == nil {
+		if n, ok := p.syntheticHost(a.Unmap()); ok {
+			return normalHost(n) == name
+		}
+	}
+	return false
 }
 
 func plainError(w http.ResponseWriter, status int, msg string) {
@@ -840,13 +955,37 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, ec *explicitConn
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ = brw.Reader.Peek(n)
 	}
-	// Secrets (terminate.go): TLS to a host with a secret bound to it is terminated.
-	if p.bound(host) {
-		var done bool
-		if b, done = p.connectTerminate(c, b, host, port, up.conn, rec); done {
-			return
-		}
+	// What the tunnel carries is checked too: a ClientHello's SNI or a request's Host that
+	// names another host (a shared CDN's other customer) is refused.
+	h, err := sniff(&prefixConn{Conn: c, prefix: b}, p.firstTimeout(), p.headerTimeout())
+	if err != nil {
+		rec.Err = err.Error()
+		reset(c)
+		return
 	}
+	if h.host != "" && !p.sameHost(host, h.host) {
+		rec.Allowed = false
+		rec.Rule = fmt.Sprintf("CONNECT to %s carried a request for %s", host, h.host)
+		reset(c)
+		return
+	}
+	switch {
+	case h.kind == KindTLS && p.bound(host):
+		// Secrets (terminate.go): TLS to a host with a secret bound to it is terminated.
+		p.connectTerminate(c, h.head, host, port, up.conn, rec)
+		return
+	case h.kind == KindHTTP:
+		// Plain HTTP in the tunnel: every request is read, and must name the CONNECT host.
+		up.conn.Close()
+		inner := Record{Sandbox: p.Sandbox, Time: rec.Time}
+		ec := &explicitConn{Conn: &prefixConn{Conn: c, prefix: h.head}, closed: make(chan struct{}),
+			captured: true, port: port, fallback: host, pin: host}
+		if p.serveHTTPConn(ec, &inner, KindHTTP) {
+			rec.Err = inner.Err
+		}
+		return
+	}
+	b = h.head
 	if len(b) > 0 {
 		up.conn.SetWriteDeadline(time.Now().Add(p.idleTimeout()))
 		k, err := up.conn.Write(b)
@@ -899,6 +1038,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *Record) {
 		return
 	}
 	rec.Host, rec.Port = host, port
+	// The transport pools and routes by URL host: the normal form, so that every spelling of a
+	// host (case, a trailing dot) goes where the decision below named.
+	r.URL.Host = net.JoinHostPort(host, strconv.Itoa(int(port)))
 	// Decided here and not only when the transport dials: a request may reuse a pooled
 	// connection that an earlier policy let through.
 	if err := p.decide(host, port); err != nil {
@@ -973,13 +1115,13 @@ func (p *Proxy) dialForward(ctx context.Context, network, addr string) (c net.Co
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout())
+	ctx, cancel := p.forwardCtx(ctx)
 	defer cancel()
 	up, err := p.dial(ctx, host, uint16(port))
 	if err != nil {
 		return nil, &forwardDialError{err: err, addr: up.addr}
 	}
-	return &idleConn{Conn: up.conn, idle: p.idleTimeout()}, nil
+	return p.track(up.conn)
 }
 
 // forwardDialError carries the address a forwarded request was refused or failed at back to
@@ -1020,6 +1162,14 @@ func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, err error) 
 type idleConn struct {
 	net.Conn
 	idle time.Duration
+	p    *Proxy // whose upConns hold it
+}
+
+func (c *idleConn) Close() error {
+	c.p.mu.Lock()
+	delete(c.p.upConns, c)
+	c.p.mu.Unlock()
+	return c.Conn.Close()
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {

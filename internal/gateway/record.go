@@ -53,8 +53,9 @@ type Record struct {
 	Secret       string
 	SecretMisuse bool
 
-	QueryType string       // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
-	Answers   []netip.Addr // dns only: the addresses answered
+	QueryType   string       // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
+	Answers     []netip.Addr // dns only: the addresses answered, at most the first 16
+	AnswerCount int          // dns only: how many addresses were answered
 
 	// SandboxID is the daemon's id of the sandbox, stable for its life: the audit log keeps
 	// records by it, so a sandbox made later under the same name does not inherit them.

@@ -123,13 +123,15 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 
 	t := &terminated{p: p, name: name, port: port, seed: up, authority: net.JoinHostPort(name, strconv.Itoa(int(port)))}
 	tr := &http.Transport{
-		DialTLSContext:        t.dialTLS,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: p.idleTimeout(),
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // the client's Accept-Encoding goes upstream as it is
+		DialTLSContext:         t.dialTLS,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           maxIdleConns,
+		MaxIdleConnsPerHost:    maxIdleConnsPerHost,
+		IdleConnTimeout:        idleConnTimeout,
+		MaxResponseHeaderBytes: maxHead,
+		ResponseHeaderTimeout:  p.idleTimeout(),
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true, // the client's Accept-Encoding goes upstream as it is
 	}
 	defer tr.CloseIdleConnections()
 	t.forwarder = &httputil.ReverseProxy{
@@ -173,6 +175,12 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 // ServeHTTP carries one request of the terminated connection to the real host.
 func (t *terminated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.requests.Add(1)
+	if r.Method == http.MethodTrace || r.Method == "TRACK" {
+		// The upstream would echo the request back, the injected secret with it.
+		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		plainError(w, http.StatusMethodNotAllowed, r.Method+" is refused on a connection a secret is injected into")
+		return
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler { // httputil's way of saying a response broke off
@@ -262,18 +270,22 @@ func (t *terminated) dialTLS(ctx context.Context, _, _ string) (conn net.Conn, e
 	raw := t.seed
 	t.seed = nil
 	t.seedMu.Unlock()
+	ctx, cancel := t.p.forwardCtx(ctx)
+	defer cancel()
 	if raw == nil {
-		dctx, cancel := context.WithTimeout(ctx, t.p.dialTimeout())
-		up, err := t.p.dial(dctx, t.name, t.port)
-		cancel()
+		up, err := t.p.dial(ctx, t.name, t.port)
 		if err != nil {
 			return nil, &forwardDialError{err: err, addr: up.addr}
 		}
 		raw = up.conn
 	}
-	tc := tls.Client(&idleConn{Conn: raw, idle: t.p.idleTimeout()}, t.p.upstreamTLS(t.name))
+	ic, err := t.p.track(raw)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(ic, t.p.upstreamTLS(t.name))
 	if err := tc.HandshakeContext(ctx); err != nil {
-		raw.Close()
+		ic.Close()
 		return nil, err
 	}
 	return tc, nil
@@ -337,21 +349,17 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 }
 
 // connectTerminate is the CONNECT tunnel's side of termination, for a host with a secret bound
-// to it: if the client starts TLS for that host (no SNI, or the same name), the connection is
-// terminated and done is true. Otherwise it returns every byte read from c (early, the bytes
-// the client sent with the CONNECT, and what was read to decide) for the tunnel to send first.
-func (p *Proxy) connectTerminate(c net.Conn, early []byte, host string, port uint16, up net.Conn, rec *Record) (head []byte, done bool) {
-	h, err := sniff(&prefixConn{Conn: c, prefix: early}, p.firstTimeout(), p.headerTimeout())
-	if err != nil {
-		rec.Err = err.Error()
-		reset(c)
-		return nil, true
+// to it whose client started TLS for it (no SNI, or the same name: connect refuses another):
+// the connection is terminated. head is every byte read from c so far.
+func (p *Proxy) connectTerminate(c net.Conn, head []byte, host string, port uint16, up net.Conn, rec *Record) {
+	p.serveTerminated(c, head, host, port, up, rec)
+}
+
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
 	}
-	if h.kind != KindTLS || h.host != "" && h.host != host {
-		return h.head, false
-	}
-	p.serveTerminated(c, h.head, host, port, up, rec)
-	return nil, true
+	return nil
 }
 
 // plainMisuse reports whether a request the gateway carries in clear to host holds a
