@@ -17,7 +17,7 @@ func TestOriginalDstNotRedirected(t *testing.T) {
 		t.Run(addr, func(t *testing.T) {
 			l, err := net.Listen("tcp", addr)
 			if err != nil {
-				t.Skipf("no %s on this host: %v", addr, err)
+				testenv.Unavailable(t, "no %s on this host: %v", addr, err)
 			}
 			defer l.Close()
 			c, err := net.Dial("tcp", l.Addr().String())

@@ -296,9 +296,7 @@ func (s *sniffer) http() (hello, error) {
 	if err != nil {
 		return h, &headError{status: http.StatusBadRequest, msg: "malformed request: " + err.Error()}
 	}
-	if len(req.Header["Host"]) > 1 {
-		return h, &headError{status: http.StatusBadRequest, msg: "malformed request: more than one Host header"}
-	}
+	// http.ReadRequest refuses a second Host header and moves the one into req.Host.
 	host := req.Host
 	if hp, _, err := net.SplitHostPort(host); err == nil {
 		host = hp

@@ -89,6 +89,7 @@ type terminated struct {
 	seed   net.Conn // the connection dialled when the client arrived, for the first request
 
 	requests atomic.Int64
+	handlers sync.WaitGroup // requests being served: the record is made once they are done
 	mu       sync.Mutex
 	secrets  []string // labels of the secrets injected, in order
 	misuse   bool
@@ -156,6 +157,9 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 	if l.took {
 		<-cc.closed
 	}
+	// A client may close as soon as it has its response, before the handler that wrote it has
+	// noted the secrets it injected.
+	t.handlers.Wait()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.secrets) > 0 {
@@ -175,6 +179,8 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 // ServeHTTP carries one request of the terminated connection to the real host.
 func (t *terminated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.requests.Add(1)
+	t.handlers.Add(1)
+	defer t.handlers.Done()
 	if r.Method == http.MethodTrace || r.Method == "TRACK" {
 		// The upstream would echo the request back, the injected secret with it.
 		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
@@ -200,8 +206,11 @@ func (t *terminated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = watchBody(r.Body, placeholders(bindings), &bodyMisuse)
 	// A secret counts as injected once the headers carrying it went to the verified host, not
 	// when the host could not be reached.
+	// An answer proves the headers went too: over HTTP/2 the writer may note WroteHeaders only
+	// after the response is back and the handler has returned.
 	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
-		WroteHeaders: func() { sent.Store(true) },
+		WroteHeaders:         func() { sent.Store(true) },
+		GotFirstResponseByte: func() { sent.Store(true) },
 	}))
 	t.forwarder.ServeHTTP(w, r)
 	t.mu.Lock()

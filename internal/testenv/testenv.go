@@ -11,6 +11,16 @@ import (
 	"time"
 )
 
+// Unavailable skips a test whose prerequisite this machine lacks (IPv6 loopback, system roots),
+// except under CI=true, where every prerequisite is expected and its absence is a failure.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
 // RequireTool returns the path of a program a test needs; without it the test is skipped, except
 // under CI=true, where `make test` installs what the tests need and a missing tool is a failure.
 func RequireTool(t testing.TB, name string) string {
@@ -19,10 +29,7 @@ func RequireTool(t testing.TB, name string) string {
 	if err == nil {
 		return p
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs %s: %v", name, err)
-	}
-	t.Skipf("this test needs %s: %v", name, err)
+	Unavailable(t, "this test needs %s: %v", name, err)
 	return ""
 }
 
