@@ -14,14 +14,17 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/auditlog"
 	"github.com/hiloop/hiloop/internal/egresslog"
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
 	"github.com/hiloop/hiloop/internal/secrets"
@@ -64,6 +67,8 @@ type Config struct {
 	// host's system roots plus the CAs of --gateway-upstream-ca (tests, private CAs). nil: the
 	// host's trust store alone.
 	GatewayUpstreamCAs *x509.CertPool
+	// ProviderURLs replace the default upstreams by name (ProviderURLNames): --provider-url.
+	ProviderURLs map[string]*url.URL
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -82,6 +87,8 @@ type Daemon struct {
 	gateway   *gateway.Gateway
 	egressLog *egresslog.Log
 	secrets   *secrets.Store
+	logins    *logins.Store
+	audit     *auditlog.Log
 	sshKeys   *sshKeys
 	ssh       *sshd.Server // nil while the endpoint is off
 }
@@ -118,6 +125,19 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Log, store: st, secrets: sec, images: &images.Store{Dir: cfg.ImagesDir}}
+	if d.audit, err = auditlog.Open(st.Bolt()); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if d.logins, err = logins.Open(st.Bolt(), sec); err != nil {
+		st.Close()
+		return nil, err
+	}
+	d.logins.Audit = d.auditAdd
+	d.logins.Refresh = &logins.Refresher{Client: d.upstreamClient()}
+	if u := cfg.ProviderURLs["chatgpt-token"]; u != nil {
+		d.logins.Refresh.TokenURL = u.String()
+	}
 	if err := d.open(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -278,6 +298,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		listeners = append(listeners, tcpLn)
 	}
 	errc := make(chan error, len(servers)+1)
+	go d.logins.Run(ctx, d.log.Warn)
 	if d.ssh != nil {
 		d.log.Info("serving SSH", "addr", d.ssh.Addr().String())
 		go func() { errc <- d.ssh.Serve(ctx) }()

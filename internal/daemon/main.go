@@ -34,7 +34,7 @@ func Main() int {
 	runtime.MaybeInit()
 	cfg := Config{Version: Version}
 	var tokenFile, logLevel string
-	var routes, allowCIDRs, upstreamCAs []string
+	var routes, allowCIDRs, upstreamCAs, providerURLs []string
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
 		Short:         "Run the hiloop sandbox daemon",
@@ -69,6 +69,9 @@ func Main() int {
 				cfg.EgressAllowCIDRs = append(cfg.EgressAllowCIDRs, prefix.Masked())
 			}
 			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
+				return err
+			}
+			if cfg.ProviderURLs, err = parseProviderURLs(providerURLs); err != nil {
 				return err
 			}
 			if cfg.InitPath == "" {
@@ -110,6 +113,7 @@ func Main() int {
 	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
 	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default: private, link-local or the host's own addresses (repeatable)")
+	f.StringArrayVar(&providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := cmd.Execute(); err != nil {

@@ -80,10 +80,12 @@ type Secret struct {
 
 // Store is the daemon's secrets.
 type Store struct {
-	db      *bolt.DB
-	aead    cipher.AEAD
-	fpKey   []byte // keys the fingerprints; derived from the master key
-	keyFile string
+	db    *bolt.DB
+	aead  cipher.AEAD
+	fpKey []byte // keys the fingerprints; derived from the master key
+	// deriveKey keys DeriveKey; derived from the master key.
+	deriveKey []byte
+	keyFile   string
 }
 
 // Open opens the secrets kept in db under the master key in keyFile. A keyFile that does not
@@ -153,7 +155,33 @@ func newStore(db *bolt.DB, key []byte, keyFile string) (*Store, error) {
 	// A separate key for fingerprints, so an HMAC never uses the encryption key itself.
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("hiloop secret fingerprint key"))
-	return &Store{db: db, aead: aead, fpKey: mac.Sum(nil), keyFile: keyFile}, nil
+	derive := hmac.New(sha256.New, key)
+	derive.Write([]byte("hiloop derived key seed"))
+	return &Store{db: db, aead: aead, fpKey: mac.Sum(nil), deriveKey: derive.Sum(nil), keyFile: keyFile}, nil
+}
+
+// Seal encrypts plain under the master key for purpose, which is bound to it as additional
+// data: a value sealed for one purpose (e.g. "login\x00claude") cannot be opened for another,
+// nor as a secret. Purposes must not start with "secret\x00", which the secrets use.
+func (s *Store) Seal(purpose string, plain []byte) []byte {
+	return s.seal(plain, []byte(purpose))
+}
+
+// Open decrypts what Seal sealed for the same purpose.
+func (s *Store) Open(purpose string, sealed []byte) ([]byte, error) {
+	return s.open(sealed, []byte(purpose))
+}
+
+// Fingerprint tells values apart without revealing them, as a secret's fingerprint does.
+func (s *Store) Fingerprint(value []byte) string { return s.fingerprint(value) }
+
+// DeriveKey returns a 32-byte key for purpose, derived from the master key: the same master
+// key gives the same key at every start, so what it signs survives a restart, and no two
+// purposes share one.
+func (s *Store) DeriveKey(purpose string) []byte {
+	mac := hmac.New(sha256.New, s.deriveKey)
+	mac.Write([]byte(purpose))
+	return mac.Sum(nil)
 }
 
 // seal encrypts plain with a random nonce, binding it to ad.

@@ -26,6 +26,8 @@ const (
 	CodeSSHKeyExists         ErrorCode = "ssh_key_exists"         // the name or the key is registered already
 	CodeSecretNotFound       ErrorCode = "secret_not_found"       // no secret by that name
 	CodeSecretExists         ErrorCode = "secret_exists"          // the secret's name is taken
+	CodeLoginNotFound        ErrorCode = "login_not_found"        // no login for that provider
+	CodeLoginNeedsReconnect  ErrorCode = "login_needs_reconnect"  // the provider refused the login's refresh
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // the route has no such method
 	CodeSessionNotFound      ErrorCode = "session_not_found"      // no session by that id
 	CodeHarnessNotFound      ErrorCode = "harness_not_found"      // no harness adapter by that name
@@ -85,6 +87,8 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeSSHKeyExists:         {http.StatusConflict, ExitCodeConflict},
 	CodeSecretNotFound:       {http.StatusNotFound, ExitCodeNotFound},
 	CodeSecretExists:         {http.StatusConflict, ExitCodeConflict},
+	CodeLoginNotFound:        {http.StatusNotFound, ExitCodeNotFound},
+	CodeLoginNeedsReconnect:  {http.StatusConflict, ExitCodeConflict},
 	CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, ExitCodeError},
 	CodeSessionNotFound:      {http.StatusNotFound, ExitCodeNotFound},
 	CodeHarnessNotFound:      {http.StatusBadRequest, ExitCodeUsage},

@@ -45,6 +45,13 @@ const followWait = 25 * time.Second
 // (sandbox_not_found once the sandbox is deleted). FollowEgressLog returns fn's error, nil if
 // that is ErrStopStream, or ctx's error.
 func (c *Client) FollowEgressLog(ctx context.Context, name string, after uint64, fn func(api.EgressRecord) error, opts ...StreamOption) error {
+	fetch := func(after uint64) ([]api.EgressRecord, error) { return c.EgressLog(ctx, name, after, 0, followWait) }
+	return followPolls(ctx, after, fetch, func(r api.EgressRecord) uint64 { return r.Seq }, fn, opts)
+}
+
+// followPolls is the long-poll loop of a Follow: fetch asks for the records after a seq,
+// seq numbers them, fn gets each once, in order. See FollowEgressLog for the contract.
+func followPolls[T any](ctx context.Context, after uint64, fetch func(after uint64) ([]T, error), seq func(T) uint64, fn func(T) error, opts []StreamOption) error {
 	var cfg streamConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -53,7 +60,7 @@ func (c *Client) FollowEgressLog(ctx context.Context, name string, after uint64,
 	connected, lost := false, false
 	backoff := streamBackoffMin
 	for {
-		recs, err := c.EgressLog(ctx, name, last, 0, followWait)
+		recs, err := fetch(last)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -78,10 +85,10 @@ func (c *Client) FollowEgressLog(ctx context.Context, name string, after uint64,
 		}
 		connected, lost, backoff = true, false, streamBackoffMin
 		for _, rec := range recs {
-			if rec.Seq <= last {
+			if seq(rec) <= last {
 				continue // never twice, whatever the daemon sends
 			}
-			last = rec.Seq
+			last = seq(rec)
 			if err := fn(rec); err != nil {
 				if errors.Is(err, ErrStopStream) {
 					return nil

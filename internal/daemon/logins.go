@@ -1,0 +1,124 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+func loginProvider(r *http.Request) (api.LoginProvider, error) {
+	p := api.LoginProvider(r.PathValue("provider"))
+	if api.LoginKinds(p) == nil {
+		return "", api.Errorf(api.CodeInvalidArgument, "unknown login provider %q: give claude or codex", p)
+	}
+	return p, nil
+}
+
+// putLogin serves PUT /v1/logins/{provider}: the provider's login, replacing any before it. A
+// ChatGPT login is refreshed once at once, which checks it and takes it over (the copy it came
+// from must sign in again: its refresh token is spent).
+func (d *Daemon) putLogin(w http.ResponseWriter, r *http.Request) error {
+	p, err := loginProvider(r)
+	if err != nil {
+		return err
+	}
+	var body api.LoginPut
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	if err := body.Validate(p); err != nil {
+		return err
+	}
+	l, err := d.logins.Put(p, body, time.Now())
+	if err != nil {
+		return err
+	}
+	if body.Kind == api.LoginChatGPT {
+		if err := d.logins.RefreshChatGPT(r.Context(), time.Now()); err != nil {
+			return err
+		}
+		if l, err = d.logins.Get(p); err != nil {
+			return err
+		}
+	}
+	return writeJSON(w, http.StatusOK, l)
+}
+
+func (d *Daemon) listLogins(w http.ResponseWriter, r *http.Request) error {
+	list, err := d.logins.List()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.LoginList{Logins: list})
+}
+
+func (d *Daemon) getLogin(w http.ResponseWriter, r *http.Request) error {
+	p, err := loginProvider(r)
+	if err != nil {
+		return err
+	}
+	l, err := d.logins.Get(p)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, l)
+}
+
+func (d *Daemon) deleteLogin(w http.ResponseWriter, r *http.Request) error {
+	p, err := loginProvider(r)
+	if err != nil {
+		return err
+	}
+	if err := d.logins.Delete(p, time.Now()); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// auditRecords serves GET /v1/audit?after=N&limit=M&wait=S, as the egress log does: records
+// with seq > N, waiting up to S seconds for one when there is none.
+func (d *Daemon) auditRecords(w http.ResponseWriter, r *http.Request) error {
+	after, err := uintQuery(r, "after", 0)
+	if err != nil {
+		return err
+	}
+	limit, err := uintQuery(r, "limit", api.MaxEgressLogPage)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		return api.Errorf(api.CodeInvalidArgument, "invalid limit 0: ask for 1 to %d records", api.MaxEgressLogPage)
+	}
+	limit = min(limit, api.MaxEgressLogPage)
+	waitS, err := uintQuery(r, "wait", 0)
+	if err != nil {
+		return err
+	}
+	wait := min(time.Duration(min(waitS, math.MaxInt32))*time.Second, api.MaxEgressLogWait)
+	recs, err := d.audit.Wait(r.Context(), after, int(limit), wait)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.AuditRecordList{Records: recs})
+}
+
+// auditAdd stores rec in the audit log; a failure to store it is logged, never lost silently.
+func (d *Daemon) auditAdd(rec api.AuditRecord) {
+	if err := d.audit.Add(rec); err != nil {
+		d.log.Error("audit log", "err", err, "action", rec.Action, "provider", rec.Provider)
+	}
+}
+
+// upstreamClient is how the daemon itself reaches providers (a login's refresh): TLS verified
+// against the host's roots plus --gateway-upstream-ca, as the gateway verifies upstreams.
+func (d *Daemon) upstreamClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if d.cfg.GatewayUpstreamCAs != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: d.cfg.GatewayUpstreamCAs}
+	}
+	return &http.Client{Transport: t, Timeout: 30 * time.Second}
+}

@@ -1,0 +1,290 @@
+package logins
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/internal/secrets"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+const apiKey = "sk-ant-api03-THE-REAL-KEY-0123456789"
+
+func open(t *testing.T) (*Store, string, *[]api.AuditRecord) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sec, err := secrets.Open(db, filepath.Join(dir, "master.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(db, sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var audit []api.AuditRecord
+	s.Audit = func(r api.AuditRecord) {
+		mu.Lock()
+		defer mu.Unlock()
+		audit = append(audit, r)
+	}
+	return s, path, &audit
+}
+
+func codeOf(err error) api.ErrorCode {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func TestAPIKeySealedAndNeverShown(t *testing.T) {
+	s, path, audit := open(t)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	l, err := s.Put(api.LoginClaude, api.LoginPut{Kind: api.LoginAPIKey, Value: apiKey}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Provider != api.LoginClaude || l.Kind != api.LoginAPIKey || l.Status != api.LoginOK ||
+		!strings.HasPrefix(l.Fingerprint, "hmac-sha256:") {
+		t.Fatalf("login %+v", l)
+	}
+	shown, _ := json.Marshal(l)
+	if bytes.Contains(shown, []byte("REAL-KEY")) {
+		t.Fatalf("the API shows the value: %s", shown)
+	}
+	c, err := s.Credential(api.LoginClaude)
+	if err != nil || c.Token != apiKey || c.Kind != api.LoginAPIKey {
+		t.Fatalf("credential %+v %v", c, err)
+	}
+	if _, err := s.Credential(api.LoginCodex); codeOf(err) != api.CodeLoginNotFound {
+		t.Fatalf("codex credential without a login: %v", err)
+	}
+
+	// Replacing keeps the creation time and changes the fingerprint.
+	later := now.Add(time.Hour)
+	l2, err := s.Put(api.LoginClaude, api.LoginPut{Kind: api.LoginOAuthToken, Value: "sk-ant-oat01-OTHER"}, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l2.CreatedAt.Equal(now) || !l2.UpdatedAt.Equal(later) || l2.Fingerprint == l.Fingerprint || l2.Kind != api.LoginOAuthToken {
+		t.Fatalf("replaced login %+v", l2)
+	}
+	list, err := s.List()
+	if err != nil || len(list) != 1 || list[0].Kind != api.LoginOAuthToken {
+		t.Fatalf("list %+v %v", list, err)
+	}
+
+	if err := s.Delete(api.LoginClaude, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Credential(api.LoginClaude); codeOf(err) != api.CodeLoginNotFound {
+		t.Fatalf("credential after delete: %v", err)
+	}
+	if err := s.Delete(api.LoginClaude, later); codeOf(err) != api.CodeLoginNotFound {
+		t.Fatalf("second delete: %v", err)
+	}
+	var actions []string
+	for _, r := range *audit {
+		actions = append(actions, r.Action+":"+string(r.Kind))
+	}
+	if got := strings.Join(actions, " "); got != "login_added:api-key login_added:oauth-token login_removed:oauth-token" {
+		t.Fatalf("audit %s", got)
+	}
+
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{apiKey, "sk-ant-oat01-OTHER"} {
+		if bytes.Contains(raw, []byte(v)) {
+			t.Fatalf("the bbolt file holds %q in clear", v)
+		}
+	}
+}
+
+// jwt makes an access token that expires at exp.
+func jwt(exp time.Time, id string) string {
+	return UnsignedJWT(map[string]any{"exp": float64(exp.Unix()), "jti": id})
+}
+
+func authJSON(access, refresh string) string {
+	idToken := UnsignedJWT(map[string]any{
+		"email":                       "dev@example.test",
+		"https://api.openai.com/auth": map[string]any{"chatgpt_plan_type": "pro", "chatgpt_account_id": "acct-1"},
+		"secret_claim":                "not copied",
+	})
+	b, _ := json.Marshal(map[string]any{
+		"OPENAI_API_KEY": nil,
+		"tokens":         map[string]string{"id_token": idToken, "access_token": access, "refresh_token": refresh, "account_id": "acct-1"},
+		"last_refresh":   "2026-11-01T00:00:00Z",
+	})
+	return string(b)
+}
+
+// tokenEndpoint answers refreshes as OpenAI's does: each refresh token works once.
+type tokenEndpoint struct {
+	mu    sync.Mutex
+	valid string // the one refresh token that works
+	n     int
+	calls atomic.Int64
+	exp   time.Time
+}
+
+func (e *tokenEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.calls.Add(1)
+	var body map[string]string
+	json.NewDecoder(r.Body).Decode(&body)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if body["grant_type"] != "refresh_token" || body["client_id"] != CodexClientID || body["refresh_token"] != e.valid {
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]string{"error": "invalid_grant", "error_description": "refresh token reused"})
+		return
+	}
+	e.n++
+	e.valid = "refresh-" + string(rune('a'+e.n))
+	json.NewEncoder(w).Encode(map[string]string{
+		"access_token":  jwt(e.exp, "access-"+string(rune('a'+e.n))),
+		"refresh_token": e.valid,
+	})
+}
+
+func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
+	s, path, audit := open(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	ep := &tokenEndpoint{valid: "refresh-0", exp: now.Add(10 * 24 * time.Hour)}
+	srv := httptest.NewServer(ep)
+	defer srv.Close()
+	s.Refresh = &Refresher{TokenURL: srv.URL, Client: srv.Client()}
+
+	first := jwt(now.Add(30*time.Minute), "access-0")
+	l, err := s.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-0")}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.ExpiresAt == nil || !l.ExpiresAt.Equal(now.Add(30*time.Minute)) {
+		t.Fatalf("expiry %v", l.ExpiresAt)
+	}
+
+	// Twenty harness starts ask at once: one request reaches the endpoint.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.RefreshChatGPT(context.Background(), now); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := ep.calls.Load(); n != 1 {
+		t.Fatalf("the token endpoint was called %d times, want 1", n)
+	}
+	c, err := s.Credential(api.LoginCodex)
+	if err != nil || c.Token != jwt(ep.exp, "access-b") || c.AccountID != "acct-1" {
+		t.Fatalf("credential after refresh %+v %v", c, err)
+	}
+	l, _ = s.Get(api.LoginCodex)
+	if l.RefreshedAt == nil || !l.ExpiresAt.Equal(ep.exp) {
+		t.Fatalf("login after refresh %+v", l)
+	}
+
+	// A minute later the next refresh uses the rotated refresh token (the old one is refused).
+	if err := s.RefreshChatGPT(context.Background(), now.Add(MinRefreshInterval)); err != nil {
+		t.Fatal(err)
+	}
+	if n := ep.calls.Load(); n != 2 {
+		t.Fatalf("calls %d, want 2", n)
+	}
+	if c, _ := s.Credential(api.LoginCodex); c.Token != jwt(ep.exp, "access-c") {
+		t.Fatalf("credential after the second refresh %+v", c)
+	}
+
+	// The provider refuses: the login needs reconnecting, and says so to whoever uses it.
+	ep.mu.Lock()
+	ep.valid = "something-else"
+	ep.mu.Unlock()
+	err = s.RefreshChatGPT(context.Background(), now.Add(2*MinRefreshInterval))
+	if codeOf(err) != api.CodeLoginNeedsReconnect || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Fatalf("refused refresh: %v", err)
+	}
+	if _, err := s.Credential(api.LoginCodex); codeOf(err) != api.CodeLoginNeedsReconnect {
+		t.Fatalf("credential of a refused login: %v", err)
+	}
+	l, _ = s.Get(api.LoginCodex)
+	if l.Status != api.LoginNeedsReconnect || !strings.Contains(l.StatusMessage, "invalid_grant") {
+		t.Fatalf("login %+v", l)
+	}
+	var actions []string
+	for _, r := range *audit {
+		actions = append(actions, r.Action)
+	}
+	if got := strings.Join(actions, " "); got != "login_added login_refreshed login_refreshed login_refresh_failed" {
+		t.Fatalf("audit %s", got)
+	}
+
+	raw, _ := os.ReadFile(path)
+	for _, v := range []string{"refresh-0", "refresh-b", "refresh-c", "access-b"} {
+		if bytes.Contains(raw, []byte(v)) {
+			t.Fatalf("the bbolt file holds %q in clear", v)
+		}
+	}
+}
+
+func TestPlaceholderAuthFileHoldsNoSecret(t *testing.T) {
+	s, _, _ := open(t)
+	real := jwt(time.Now().Add(time.Hour), "REAL-ACCESS")
+	if _, err := s.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(real, "REAL-REFRESH")}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	token := UnsignedJWT(map[string]any{"exp": float64(PlaceholderExpiry.Unix()), "hiloop": "route-token"})
+	raw, err := s.PlaceholderAuthFile(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{real, "REAL-ACCESS", "REAL-REFRESH", "not copied"} {
+		if bytes.Contains(raw, []byte(v)) {
+			t.Fatalf("the placeholder auth.json holds %q:\n%s", v, raw)
+		}
+	}
+	var f authFile
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	if f.Tokens.AccessToken != token || f.Tokens.RefreshToken != PlaceholderRefreshToken || f.Tokens.AccountID != "acct-1" {
+		t.Fatalf("tokens %+v", f.Tokens)
+	}
+	claims, err := jwtClaims(f.Tokens.IDToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, _ := claims["https://api.openai.com/auth"].(map[string]any)
+	if claims["email"] != "dev@example.test" || auth["chatgpt_plan_type"] != "pro" {
+		t.Fatalf("id token claims %v", claims)
+	}
+	if exp, err := jwtExpiry(f.Tokens.IDToken); err != nil || !exp.Equal(PlaceholderExpiry) {
+		t.Fatalf("id token expiry %v %v", exp, err)
+	}
+}
