@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -109,11 +110,14 @@ func TestScripts(t *testing.T) {
 			"waitfor":     cmdWaitfor,
 			"exits":       cmdExits,
 			"killinit":    cmdKillInit,
+			"sandboxpids": cmdSandboxPids,
 			"streamcheck": cmdStreamCheck,
 			"capture":     cmdCapture,
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
 			"testserver":  cmdTestServer,
+			"opengate":    cmdOpenGate,
+			"daemonfds":   cmdDaemonFDs,
 		},
 	})
 }
@@ -141,6 +145,7 @@ func setupScript(env *testscript.Env) error {
 		logPath: filepath.Join(env.WorkDir, "sandboxd.log"),
 	}
 	env.Values[daemonKey] = d
+	env.Values[gatesKey] = &gates{}
 	env.Setenv("HILOOP_HOST", "unix://"+d.socket)
 	env.Setenv("DATADIR", d.dataDir)
 	env.Setenv("SOCKET", d.socket)
@@ -281,6 +286,109 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// cmdDaemonFDs: daemonfds save FILE writes what the script's sandboxd holds open to FILE, one
+// descriptor a line (the target of /proc/PID/fd/N: a path, socket:[INODE], pipe:[INODE],
+// anon_inode:[KIND]), sorted. daemonfds within FILE waits up to 30 s until every descriptor the
+// daemon holds is one of FILE's (as many times as FILE has it), and fails naming the others:
+// whatever a stopped sandbox left behind (a gateway listener, an upstream connection, a pidfd, a
+// file) is a new socket or an extra open, never in FILE. Descriptors FILE has and the daemon has
+// closed since are no leak: a client's connection to the API may still be open when FILE is saved.
+func cmdDaemonFDs(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 || args[0] != "save" && args[0] != "within" {
+		ts.Fatalf("usage: daemonfds save|within FILE")
+	}
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	if d.cmd == nil {
+		ts.Fatalf("daemonfds: the daemon is not running")
+	}
+	fdDir := fmt.Sprintf("/proc/%d/fd", d.cmd.Process.Pid)
+	if args[0] == "save" {
+		fds, err := openFiles(fdDir)
+		ts.Check(err)
+		ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(strings.Join(fds, "\n")+"\n"), 0o644))
+		ts.Logf("daemonfds: %d open", len(fds))
+		return
+	}
+	saved := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(ts.ReadFile(args[1])), "\n") {
+		saved[l]++
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fds, err := openFiles(fdDir)
+		ts.Check(err)
+		left := maps.Clone(saved)
+		var extra []string
+		for _, fd := range fds {
+			if left[fd] == 0 {
+				extra = append(extra, fd)
+				continue
+			}
+			left[fd]--
+		}
+		if len(extra) == 0 {
+			ts.Logf("daemonfds: %d open", len(fds))
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("daemonfds: after 30s the daemon still holds %d descriptors it did not hold before:\n%s", len(extra), strings.Join(extra, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// openFiles lists the targets of the descriptors in fdDir (/proc/PID/fd), sorted. A pipe whose
+// both ends the process holds is left out: it serves no other process, and Go's splice (the
+// gateway copying between two TCP connections) keeps such pipes in a pool the garbage collector
+// empties, at a time no script can choose.
+func openFiles(fdDir string) ([]string, error) {
+	entries, err := os.ReadDir(fdDir)
+	if err != nil {
+		return nil, err
+	}
+	var fds []string
+	pipeEnds := map[string][2]bool{} // pipe → whether a read end, a write end is held
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(fdDir, e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // closed since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		info, _ := os.ReadFile(filepath.Join(filepath.Dir(fdDir), "fdinfo", e.Name()))
+		switch {
+		case strings.HasPrefix(target, "pipe:"):
+			ends := pipeEnds[target]
+			ends[fdAccessMode(string(info))&1] = true // O_RDONLY 0, O_WRONLY 1
+			pipeEnds[target] = ends
+		case target == "anon_inode:[pidfd]":
+			// Which process it holds says whose it is (Pid: -1 once that process is reaped).
+			target += " pid " + fdInfoField(string(info), "Pid")
+		}
+		fds = append(fds, target)
+	}
+	fds = slices.DeleteFunc(fds, func(fd string) bool { return pipeEnds[fd] == [2]bool{true, true} })
+	slices.Sort(fds)
+	return fds, nil
+}
+
+// fdInfoField is the value of one field of /proc/PID/fdinfo/N ("" if it has none).
+func fdInfoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// fdAccessMode is the O_ACCMODE part of the flags in a /proc/PID/fdinfo/N (octal there).
+func fdAccessMode(info string) int {
+	flags, _ := strconv.ParseInt(fdInfoField(info, "flags"), 8, 64)
+	return int(flags & syscall.O_ACCMODE)
+}
+
 // cmdWaitfor: waitfor SECONDS CMD ARGS... runs hiloop CMD until it succeeds.
 func cmdWaitfor(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 2 {
@@ -358,10 +466,36 @@ func cmdKillInit(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
 		ts.Fatalf("usage: killinit NAME")
 	}
+	ts.Check(syscall.Kill(sandboxInit(ts, args[0]), syscall.SIGKILL))
+}
+
+// cmdSandboxPids: sandboxpids NAME VAR sets $VAR to the host's pids of every process of the
+// sandbox (all of its PID namespace), its init's first, so that a script reads from the host
+// what the sandbox keeps from its own users: another user's /proc/PID/environ, and through
+// /proc/PID/root the filesystem exactly as the sandbox sees it.
+func cmdSandboxPids(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: sandboxpids NAME VAR")
+	}
+	init := sandboxInit(ts, args[0])
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", init))
+	ts.Check(err)
+	pids := []string{strconv.Itoa(init)}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		if other, err := os.Readlink(filepath.Join(p, "ns/pid")); err == nil && other == ns && filepath.Base(p) != pids[0] {
+			pids = append(pids, filepath.Base(p))
+		}
+	}
+	ts.Setenv(args[1], strings.Join(pids, " "))
+}
+
+// sandboxInit returns the host's pid of the sandbox's init, found by the sandbox's cgroup.
+func sandboxInit(ts *testscript.TestScript, name string) int {
 	d := ts.Value(daemonKey).(*scriptDaemon)
 	c, err := client.New("unix://"+d.socket, "")
 	ts.Check(err)
-	sb, err := c.GetSandbox(context.Background(), args[0])
+	sb, err := c.GetSandbox(context.Background(), name)
 	ts.Check(err)
 	cgroup := runtime.CgroupPrefix(filepath.Join(d.dataDir, "runtime")) + sb.ID
 	procs, _ := filepath.Glob("/proc/[0-9]*")
@@ -370,11 +504,11 @@ func cmdKillInit(ts *testscript.TestScript, neg bool, args []string) {
 		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
 		if strings.Contains(string(cg), "/"+cgroup+"\n") && strings.HasPrefix(string(cmdline), "/.hiloop/init") {
 			pid, _ := strconv.Atoi(filepath.Base(p))
-			ts.Check(syscall.Kill(pid, syscall.SIGKILL))
-			return
+			return pid
 		}
 	}
-	ts.Fatalf("no init found for sandbox %s (cgroup %s)", args[0], cgroup)
+	ts.Fatalf("no init found for sandbox %s (cgroup %s)", name, cgroup)
+	return 0
 }
 
 // cmdWaitSession: waitsession SESSION STATE | waitsession SESSION event REGEXP waits up to 30 s

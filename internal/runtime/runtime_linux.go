@@ -365,7 +365,7 @@ func stopContainer(ctx context.Context, c *libcontainer.Container, grace time.Du
 	}
 	if st != libcontainer.Stopped {
 		// SIGKILL to the init of a PID namespace kills everything in it.
-		if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+		if err := killInit(c, initPid); err != nil {
 			return fmt.Errorf("kill init: %w", err)
 		}
 	}
@@ -383,6 +383,35 @@ func stopContainer(ctx context.Context, c *libcontainer.Container, grace time.Du
 		signalAll(c, unix.SIGKILL, 0) // processes that escaped the namespace kill, if any
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// killInit sends SIGKILL to c's init, pid, through a pidfd it closes at once. (Container.Signal
+// on a loaded container opens one with os.FindProcess and leaves it to the garbage collector,
+// which kept a descriptor per stopped sandbox open in the daemon for minutes.) The pidfd is
+// opened before the check that pid still is c's init, so a pid reused since is never hit.
+func killInit(c *libcontainer.Container, pid int) error {
+	if pid <= 0 {
+		// No pid to hand: libcontainer finds it itself.
+		if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+			return err
+		}
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil // gone already
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if st, err := c.Status(); err != nil || st == libcontainer.Stopped {
+		return err // pid is no longer c's init
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	return nil
 }
 
 // signalAll sends sig to every process in c's cgroup except skip.

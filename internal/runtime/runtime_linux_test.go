@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -585,6 +586,9 @@ func TestStopCleansUp(t *testing.T) {
 	r := newRuntime(t)
 	s := testSpec("clean")
 	ctx := context.Background()
+	// No collection during the test: it would close a descriptor Stop left behind, unseen.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	deadBefore := deadPidfds(t)
 	startSandbox(t, r, s) // its Stop at the end also checks idempotence
 	if !r.Running(s.ID) {
 		t.Fatal("not running after Start")
@@ -650,6 +654,9 @@ func TestStopCleansUp(t *testing.T) {
 	if r.Running(s.ID) {
 		t.Error("Running after Stop")
 	}
+	// Nor does this process keep a descriptor for the init that is gone (the init's waiter
+	// closes its own once it has reaped it).
+	waitFor(t, func() bool { return deadPidfds(t) <= deadBefore })
 	if _, err := r.Exec(ctx, s.ID, ExecSpec{Argv: []string{"true"}}); !errors.Is(err, ErrNotRunning) {
 		t.Errorf("exec after stop: %v, want ErrNotRunning", err)
 	}
@@ -660,6 +667,26 @@ func TestStopCleansUp(t *testing.T) {
 	if contains(ids, s.ID) {
 		t.Errorf("List after Stop = %v", ids)
 	}
+}
+
+// deadPidfds counts this process's pidfds of processes that have been reaped.
+func deadPidfds(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, _ := os.Readlink("/proc/self/fd/" + fd.Name()); target != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, _ := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if strings.Contains(string(info), "\nPid:\t-1\n") {
+			n++
+		}
+	}
+	return n
 }
 
 func contains(list []string, s string) bool {
