@@ -114,6 +114,9 @@ func TestScripts(t *testing.T) {
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
 			"testserver":  cmdTestServer,
+
+			"fakeprovider":          cmdFakeProvider,
+			"fakeprovider-requests": cmdFakeProviderRequests,
 		},
 	})
 }
