@@ -113,15 +113,14 @@ func (s *Server) anthropicMessages(w *recordingWriter, r *http.Request, body []b
 		return
 	}
 	req, conv, err := parseAnthropic(body, true)
-	if err == nil {
-		var a answer
-		if a, err = decide(conv); err == nil {
-			s.anthropicAnswer(w, r, req, a)
-			return
-		}
+	if a, u, ok := s.script(w, r, conv, err, anthropicBadRequest); ok {
+		s.anthropicAnswer(w, r, req, a, u)
 	}
-	w.fail(err.Error())
-	anthropicError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+}
+
+// anthropicBadRequest refuses a request the fake cannot answer, in the Messages API's format.
+func anthropicBadRequest(w http.ResponseWriter, msg string) {
+	anthropicError(w, http.StatusBadRequest, "invalid_request_error", msg)
 }
 
 // anthropicCountTokens serves POST /v1/messages/count_tokens: the configured input tokens.
@@ -131,18 +130,14 @@ func (s *Server) anthropicCountTokens(w *recordingWriter, r *http.Request, body 
 	}
 	if _, _, err := parseAnthropic(body, false); err != nil {
 		w.fail(err.Error())
-		anthropicError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		anthropicBadRequest(w, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": s.currentUsage().InputTokens})
 }
 
 // anthropicAnswer sends the answer as a message: one text block, or one tool_use block.
-func (s *Server) anthropicAnswer(w *recordingWriter, r *http.Request, req anthropicRequest, a answer) {
-	if sleep(r.Context(), s.cfg.FirstByteDelay) != nil {
-		return
-	}
-	u := s.currentUsage()
+func (s *Server) anthropicAnswer(w *recordingWriter, r *http.Request, req anthropicRequest, a answer, u Usage) {
 	id := newID("msg_")
 	var block map[string]any
 	stopReason := "end_turn"

@@ -280,6 +280,25 @@ func (w *recordingWriter) fail(msg string) {
 	w.s.mu.Unlock()
 }
 
+// script answers a parsed model request from the script: it returns the answer and the usage
+// to report once the first-byte delay has passed. A request that did not parse (err) or that
+// the script cannot follow is recorded and refused with refuse; ok is then false, as it is when
+// the client leaves during the delay.
+func (s *Server) script(w *recordingWriter, r *http.Request, conv conversation, err error, refuse func(http.ResponseWriter, string)) (a answer, u Usage, ok bool) {
+	if err == nil {
+		a, err = decide(conv)
+	}
+	if err != nil {
+		w.fail(err.Error())
+		refuse(w, err.Error())
+		return answer{}, Usage{}, false
+	}
+	if sleep(r.Context(), s.cfg.FirstByteDelay) != nil {
+		return answer{}, Usage{}, false
+	}
+	return a, s.currentUsage(), true
+}
+
 // credentialOK reports whether presented is one of the accepted credentials; with none
 // configured, everything is accepted.
 func credentialOK(presented string, accepted []string) bool {

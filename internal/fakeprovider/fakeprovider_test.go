@@ -67,7 +67,7 @@ func TestRecording(t *testing.T) {
 		t.Errorf("all records %s", body)
 	}
 
-	if resp := doRequest(t, http.MethodDelete, url+"/_fake/requests"); resp.StatusCode != http.StatusNoContent {
+	if resp, _ := do(t, http.MethodDelete, url+"/_fake/requests", nil, nil); resp.StatusCode != http.StatusNoContent {
 		t.Errorf("DELETE /_fake/requests: %d", resp.StatusCode)
 	}
 	if _, body := get(t, url+"/_fake/requests", nil); strings.TrimSpace(string(body)) != "[]" {
@@ -76,23 +76,9 @@ func TestRecording(t *testing.T) {
 	if len(s.Requests()) != 0 {
 		t.Errorf("Requests() after the reset: %d", len(s.Requests()))
 	}
-	if resp := doRequest(t, http.MethodPost, url+"/_fake/revoke"); resp.StatusCode != http.StatusNoContent || s.RefreshToken() != "" {
+	if resp, _ := do(t, http.MethodPost, url+"/_fake/revoke", nil, nil); resp.StatusCode != http.StatusNoContent || s.RefreshToken() != "" {
 		t.Errorf("POST /_fake/revoke: %d, refresh token %q", resp.StatusCode, s.RefreshToken())
 	}
-}
-
-func doRequest(t *testing.T, method, url string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp
 }
 
 func TestStartServesTLS(t *testing.T) {

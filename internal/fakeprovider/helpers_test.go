@@ -118,44 +118,35 @@ func newTestServer(t *testing.T, cfg Config) (*Server, string) {
 	return s, hs.URL
 }
 
-// post sends body as JSON to url with the given headers and returns the response, its body
-// read in full.
+// post sends body (JSON, or a string as it is) to url with the given headers and returns the
+// response, its body read in full.
 func post(t *testing.T, url string, headers map[string]string, body any) (*http.Response, []byte) {
 	t.Helper()
-	var b []byte
-	switch v := body.(type) {
-	case string:
-		b = []byte(v)
-	default:
-		var err error
-		if b, err = json.Marshal(body); err != nil {
+	b, ok := body.(string)
+	if !ok {
+		j, err := json.Marshal(body)
+		if err != nil {
 			t.Fatal(err)
 		}
+		b = string(j)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
+	h := map[string]string{"Content-Type": "application/json"}
 	for k, v := range headers {
-		req.Header.Set(k, v)
+		h[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, out
+	return do(t, http.MethodPost, url, h, strings.NewReader(b))
 }
 
 // get fetches url with the given headers.
 func get(t *testing.T, url string, headers map[string]string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	return do(t, http.MethodGet, url, headers, nil)
+}
+
+// do sends a request and returns the response, its body read in full.
+func do(t *testing.T, method, url string, headers map[string]string, body io.Reader) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,11 @@ func openAIError(w http.ResponseWriter, status int, typ, msg, param, code string
 	writeJSON(w, status, map[string]any{"error": e})
 }
 
+// openAIBadRequest refuses a request the fake cannot answer, in the OpenAI APIs' format.
+func openAIBadRequest(w http.ResponseWriter, msg string) {
+	openAIError(w, http.StatusBadRequest, "invalid_request_error", msg, "", "")
+}
+
 // responsesRequest is the part of a Responses API request the fake reads.
 type responsesRequest struct {
 	Model  string          `json:"model"`
@@ -150,19 +155,10 @@ func (s *Server) openAIResponses(w *recordingWriter, r *http.Request, body []byt
 		return
 	}
 	req, conv, err := parseResponses(body)
-	var a answer
-	if err == nil {
-		a, err = decide(conv)
-	}
-	if err != nil {
-		w.fail(err.Error())
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), "", "")
+	a, u, ok := s.script(w, r, conv, err, openAIBadRequest)
+	if !ok {
 		return
 	}
-	if sleep(r.Context(), s.cfg.FirstByteDelay) != nil {
-		return
-	}
-	u := s.currentUsage()
 	rid, created := newID("resp_"), time.Now().Unix()
 	response := func(status string, output []any, usage any) map[string]any {
 		return map[string]any{
@@ -342,19 +338,10 @@ func (s *Server) openAIChat(w *recordingWriter, r *http.Request, body []byte) {
 		return
 	}
 	req, conv, err := parseChat(body)
-	var a answer
-	if err == nil {
-		a, err = decide(conv)
-	}
-	if err != nil {
-		w.fail(err.Error())
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", err.Error(), "", "")
+	a, u, ok := s.script(w, r, conv, err, openAIBadRequest)
+	if !ok {
 		return
 	}
-	if sleep(r.Context(), s.cfg.FirstByteDelay) != nil {
-		return
-	}
-	u := s.currentUsage()
 	id, created := newID("chatcmpl-"), time.Now().Unix()
 	chunk := func(choices []any) map[string]any {
 		return map[string]any{
