@@ -180,28 +180,27 @@ func (s *Server) anthropicAnswer(w *recordingWriter, r *http.Request, req anthro
 	}}) {
 		return
 	}
-	var start map[string]any
-	var deltas []map[string]any
+	// The block opens empty and fills in deltas: text, or the tool input's JSON in pieces.
+	start := map[string]any{"type": "text", "text": ""}
+	content, deltaOf := a.text, func(c string) map[string]any { return map[string]any{"type": "text_delta", "text": c} }
 	if a.isToolCall() {
 		start = map[string]any{"type": "tool_use", "id": block["id"], "name": a.toolName, "input": map[string]any{}}
 		args, _ := json.Marshal(a.input)
-		// The API's first input_json_delta is often empty; readers must cope.
-		deltas = append(deltas, map[string]any{"type": "input_json_delta", "partial_json": ""})
-		for _, c := range chunks(string(args), s.cfg.ChunkSize) {
-			deltas = append(deltas, map[string]any{"type": "input_json_delta", "partial_json": c})
-		}
-	} else {
-		start = map[string]any{"type": "text", "text": ""}
-		for _, c := range chunks(a.text, s.cfg.ChunkSize) {
-			deltas = append(deltas, map[string]any{"type": "text_delta", "text": c})
-		}
+		content, deltaOf = string(args), func(c string) map[string]any { return map[string]any{"type": "input_json_delta", "partial_json": c} }
+	}
+	delta := func(c string) bool {
+		return send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": deltaOf(c)})
 	}
 	if !send("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": start}) ||
 		!send("ping", map[string]string{"type": "ping"}) {
 		return
 	}
-	for _, d := range deltas {
-		if ev.pause() != nil || !send("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": d}) {
+	// The API's first input_json_delta is often empty; readers must cope.
+	if a.isToolCall() && !delta("") {
+		return
+	}
+	for c := range chunks(content, s.cfg.ChunkSize) {
+		if ev.pause() != nil || !delta(c) {
 			return
 		}
 	}

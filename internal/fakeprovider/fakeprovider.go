@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -224,9 +223,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serveControl serves the test's own endpoints: GET /_fake/requests (JSON array; ?path=SUFFIX
 // keeps the requests whose path ends with SUFFIX), DELETE /_fake/requests (Reset), and
-// POST /_fake/revoke (RevokeRefreshToken).
+// POST /_fake/revoke (RevokeRefreshToken). A request carrying a credential is refused: it came
+// through the model route, which adds the real one, and the records it would read hold the
+// real keys a sandbox must never see.
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.Header.Get("Authorization") != "" || r.Header.Get("X-Api-Key") != "":
+		http.Error(w, "the fake's control endpoints take no credential", http.StatusForbidden)
 	case r.URL.Path == "/_fake/requests" && r.Method == http.MethodGet:
 		w.Header().Set("Content-Type", "application/json")
 		reqs := s.RequestsTo(r.URL.Query().Get("path"))
@@ -373,7 +376,3 @@ func newID(prefix string) string {
 	rand.Read(b)
 	return prefix + hex.EncodeToString(b)
 }
-
-// errNoShellTool is wrapped by the script when a prompt asks for a command and the request
-// offers no tool that runs one.
-var errNoShellTool = errors.New("no shell tool")

@@ -67,6 +67,12 @@ func TestRecording(t *testing.T) {
 		t.Errorf("all records %s", body)
 	}
 
+	for _, h := range []map[string]string{{"X-Api-Key": "k"}, {"Authorization": "Bearer k"}} {
+		if resp, body := get(t, url+"/_fake/requests", h); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET /_fake/requests with %v: %d %s, want 403", h, resp.StatusCode, body)
+		}
+	}
+
 	if resp, _ := do(t, http.MethodDelete, url+"/_fake/requests", nil, nil); resp.StatusCode != http.StatusNoContent {
 		t.Errorf("DELETE /_fake/requests: %d", resp.StatusCode)
 	}

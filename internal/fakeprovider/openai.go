@@ -218,7 +218,7 @@ func (s *Server) openAIResponses(w *recordingWriter, r *http.Request, body []byt
 			return
 		}
 		args := item[field].(string)
-		for _, c := range chunks(args, s.cfg.ChunkSize) {
+		for c := range chunks(args, s.cfg.ChunkSize) {
 			if ev.pause() != nil || !send(map[string]any{
 				"type": event + ".delta", "item_id": itemID, "output_index": 0, "delta": c,
 			}) {
@@ -238,7 +238,7 @@ func (s *Server) openAIResponses(w *recordingWriter, r *http.Request, body []byt
 		if !send(map[string]any{"type": "response.output_item.added", "output_index": 0, "item": added}) || !send(part) {
 			return
 		}
-		for _, c := range chunks(a.text, s.cfg.ChunkSize) {
+		for c := range chunks(a.text, s.cfg.ChunkSize) {
 			if ev.pause() != nil || !send(map[string]any{
 				"type": "response.output_text.delta", "item_id": itemID, "output_index": 0, "content_index": 0,
 				"delta": c, "logprobs": []any{},
@@ -384,7 +384,7 @@ func (s *Server) openAIChat(w *recordingWriter, r *http.Request, body []byte) {
 		if !send(map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{first}}, nil) {
 			return
 		}
-		for _, c := range chunks(args, s.cfg.ChunkSize) {
+		for c := range chunks(args, s.cfg.ChunkSize) {
 			if ev.pause() != nil || !send(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": c}}}}, nil) {
 				return
 			}
@@ -393,7 +393,7 @@ func (s *Server) openAIChat(w *recordingWriter, r *http.Request, body []byte) {
 		if !send(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil) {
 			return
 		}
-		for _, c := range chunks(a.text, s.cfg.ChunkSize) {
+		for c := range chunks(a.text, s.cfg.ChunkSize) {
 			if ev.pause() != nil || !send(map[string]any{"content": c}, nil) {
 				return
 			}

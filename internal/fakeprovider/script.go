@@ -2,7 +2,9 @@ package fakeprovider
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"iter"
 	"regexp"
 	"strconv"
 	"strings"
@@ -55,8 +57,13 @@ var (
 	streamRule = regexp.MustCompile(`stream: ([0-9]+)`)
 )
 
-// maxStream bounds a `stream: N` answer; benchmarks stream megabytes, not more.
-const maxStream = 1 << 30
+// errNoShellTool is wrapped by the script when a prompt asks for a command and the request
+// offers no tool that runs one.
+var errNoShellTool = errors.New("no shell tool")
+
+// maxStream bounds a `stream: N` answer, which is built in memory; benchmarks stream
+// megabytes, not more.
+const maxStream = 256 << 20
 
 // decide is the script: it answers a conversation whatever system prompt and tools the harness
 // sends. An error is the request's fault (a prompt the script cannot follow) and becomes a 400.
@@ -194,28 +201,32 @@ func isWrapped(s string) bool {
 	return m != nil && strings.HasSuffix(s, "</"+m[1]+">")
 }
 
-// chunks cuts s into pieces of at most size bytes, never inside a UTF-8 sequence; an empty s is
-// one empty piece, so that a stream still carries a delta.
-func chunks(s string, size int) []string {
-	if s == "" {
-		return []string{""}
-	}
-	var out []string
-	for len(s) > 0 {
-		n := min(size, len(s))
-		for n < len(s) && n > 0 && !isRuneStart(s[n]) {
-			n--
+// chunks yields s in pieces of at most size bytes, never cut inside a UTF-8 sequence (a rune
+// longer than size is one piece); an empty s is one empty piece, so that a stream still
+// carries a delta.
+func chunks(s string, size int) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		if s == "" {
+			yield("")
+			return
 		}
-		if n == 0 { // a rune longer than size: keep it whole
-			n = size
-			for n < len(s) && !isRuneStart(s[n]) {
-				n++
+		for len(s) > 0 {
+			n := min(size, len(s))
+			for n < len(s) && n > 0 && !isRuneStart(s[n]) {
+				n--
 			}
+			if n == 0 { // a rune longer than size: one piece
+				n = 1
+				for n < len(s) && !isRuneStart(s[n]) {
+					n++
+				}
+			}
+			if !yield(s[:n]) {
+				return
+			}
+			s = s[n:]
 		}
-		out = append(out, s[:n])
-		s = s[n:]
 	}
-	return out
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

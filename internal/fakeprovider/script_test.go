@@ -3,6 +3,7 @@ package fakeprovider
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -98,7 +99,7 @@ func TestChunks(t *testing.T) {
 		s    string
 		size int
 	}{{"", 4}, {"abc", 4}, {"abcdefgh", 4}, {"ééééé", 3}, {"日本語テキスト", 2}, {"a😀b", 1}} {
-		got := chunks(tc.s, tc.size)
+		got := slices.Collect(chunks(tc.s, tc.size))
 		if strings.Join(got, "") != tc.s || len(got) == 0 {
 			t.Errorf("chunks(%q, %d) = %q, not the text", tc.s, tc.size, got)
 		}
@@ -111,7 +112,7 @@ func TestChunks(t *testing.T) {
 			}
 		}
 	}
-	if n := len(chunks(filler(100), 16)); n != 7 {
+	if n := len(slices.Collect(chunks(filler(100), 16))); n != 7 {
 		t.Errorf("100 bytes in 16-byte chunks: %d chunks, want 7", n)
 	}
 }
