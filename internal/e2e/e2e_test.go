@@ -118,6 +118,9 @@ func TestScripts(t *testing.T) {
 			"testserver":  cmdTestServer,
 			"opengate":    cmdOpenGate,
 			"daemonfds":   cmdDaemonFDs,
+
+			"fakeprovider":          cmdFakeProvider,
+			"fakeprovider-requests": cmdFakeProviderRequests,
 		},
 	})
 }

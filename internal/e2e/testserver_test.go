@@ -1,15 +1,8 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +16,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/hiloop/hiloop/internal/fakeprovider"
 	"github.com/hiloop/hiloop/internal/gateway"
 )
 
@@ -55,7 +49,7 @@ func cmdTestServer(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 		leaf = *l
 	} else {
-		ca, l, err := testCertificates(hosts)
+		ca, l, err := fakeprovider.Certificates(hosts)
 		ts.Check(err)
 		ts.Check(os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+"-ca.pem"), ca, 0o644))
 		leaf = l
@@ -195,49 +189,4 @@ func (g *gates) open(key string) {
 	default:
 		close(c)
 	}
-}
-
-// testCertificates makes a CA (returned as PEM) and a leaf for hosts that it signed.
-func testCertificates(hosts []string) ([]byte, tls.Certificate, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "hiloop e2e test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: hosts[0]},
-		DNSNames:     hosts,
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	leaf := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), leaf, nil
 }
