@@ -114,6 +114,7 @@ func TestScripts(t *testing.T) {
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
 			"testserver":  cmdTestServer,
+			"acpinit":     cmdACPInit,
 		},
 	})
 }
