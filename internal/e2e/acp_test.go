@@ -2,12 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -40,7 +40,7 @@ func cmdACPInit(ts *testscript.TestScript, neg bool, args []string) {
 	stdin, feed := io.Pipe()
 	defer feed.Close()
 	out, answers := io.Pipe()
-	stderr := &lockedBuffer{}
+	var stderr bytes.Buffer // read once the exec is over
 	// The answer is the line with id 0; notifications may come first. Once the harness's stdout
 	// ends, answer holds it or nothing.
 	answer := make(chan string, 1)
@@ -60,53 +60,44 @@ func cmdACPInit(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		_, _ = io.Copy(io.Discard, out) // the exec must not block on its stdout
 	}()
-	done := make(chan error, 1)
+	done := make(chan string, 1) // how the exec ended
 	go func() {
-		_, err := c.Exec(ctx, args[0], api.ExecRequest{
+		res, err := c.Exec(ctx, args[0], api.ExecRequest{
 			Command: ad.Argv, Env: ad.Env(harness.Env{}), Stdin: true, TimeoutMS: acpInitTimeout.Milliseconds(),
-		}, client.ExecIO{Stdin: stdin, Stdout: answers, Stderr: stderr})
+		}, client.ExecIO{Stdin: stdin, Stdout: answers, Stderr: &stderr})
 		answers.Close()
 		<-scanned
-		done <- err
+		if err != nil {
+			done <- err.Error()
+		} else {
+			done <- fmt.Sprintf("exit code %d", res.ExitCode)
+		}
 	}()
 	go func() {
 		req := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{},"clientInfo":{"name":"hiloop-e2e","version":"0"}}}`
 		_, _ = io.WriteString(feed, req+"\n")
 	}()
 
-	var line string
+	var line, why string
 	select {
 	case line = <-answer:
-	case err := <-done:
+	case how := <-done:
+		done <- how // for the wait below
+		why = "ended before it answered initialize: " + how
+	case <-ctx.Done():
+		why = fmt.Sprintf("did not answer initialize within %s", acpInitTimeout)
+	}
+	cancel() // hangs up: the daemon kills the harness's process tree
+	<-done   // the exec is over: nothing writes stderr any more
+	if line == "" {
 		select {
 		case line = <-answer: // it answered, then exited
 		default:
-			ts.Fatalf("harness %s ended before it answered initialize: %v\nstderr:\n%s", args[1], err, stderr)
+			ts.Fatalf("harness %s %s\nstderr:\n%s", args[1], why, stderr.String())
 		}
-	case <-ctx.Done():
-		ts.Fatalf("harness %s did not answer initialize within %s\nstderr:\n%s", args[1], acpInitTimeout, stderr)
 	}
-	cancel() // hangs up: the daemon kills the harness's process tree
 	fmt.Fprintln(ts.Stdout(), line)
 	if strings.Contains(line, `"error"`) && !strings.Contains(line, `"result"`) {
-		ts.Fatalf("harness %s refused initialize: %s\nstderr:\n%s", args[1], line, stderr)
+		ts.Fatalf("harness %s refused initialize: %s\nstderr:\n%s", args[1], line, stderr.String())
 	}
-}
-
-// lockedBuffer collects a command's stderr while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
