@@ -100,10 +100,12 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s); a crasher lands 
 		$(GO) test -tags '$(DAEMON_TAGS)' -count=1 -run "^$$fn\$$" $$pkg || exit 1; \
 	done
 
+# The first run on a machine also builds the test images into $(TEST_CACHE) (minimal, and agents
+# for harnesses.txtar: minutes each), hence the timeout; later runs find them up to date.
 .PHONY: test
 test: deps lint ## install what the tests need, then run every test (end-to-end ones need root)
 	HILOOP_DEBOOTSTRAP_CACHE=$(TEST_CACHE)/debootstrap HILOOP_TEST_IMAGES=$(TEST_CACHE)/images \
-		$(GO) test -tags '$(DAEMON_TAGS)' -race -count=1 -timeout 20m ./...
+		$(GO) test -tags '$(DAEMON_TAGS)' -race -count=1 -timeout 30m ./...
 
 .PHONY: bench
 bench: build ## measure exec, create, snapshot, fork, grow, SSH, sessions and egress against their references (docs/performance.md)

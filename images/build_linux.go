@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/harness/adapter"
 	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
@@ -30,8 +31,8 @@ func (s *Store) Build(ctx context.Context, name string, progress io.Writer) (Ima
 }
 
 // BuildWith builds image name: it writes the definition to a temporary directory, runs its
-// build.sh (as root, in a private mount namespace) into a new rootfs generation, and switches
-// image.json to it. Each Write to progress is one line of the script's combined output, ending
+// build.sh (as root) into a new rootfs generation, installs the harnesses its manifest lists
+// (harness/install.sh runs their Install scripts in the rootfs), and switches image.json to it. Each Write to progress is one line of the script's combined output, ending
 // in "\n". When the built image's digest equals the definition's, it returns the built image
 // without building, unless opts.Force. A failed or cancelled build leaves the previous image as
 // it was and no temporary directory. Concurrent builds of one name (in any process) run one
@@ -43,7 +44,11 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 	if progress == nil {
 		progress = io.Discard
 	}
-	dg, err := digest(s.defs(), name)
+	hs, err := s.harnesses(name)
+	if err != nil {
+		return Image{}, err
+	}
+	dg, err := digest(s.defs(), name, hs)
 	if err != nil {
 		return Image{}, err
 	}
@@ -85,7 +90,7 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 		}
 	}()
 	defDir := filepath.Join(build, "definition")
-	if err := writeDefinition(s.defs(), name, defDir); err != nil {
+	if err := writeDefinition(s.defs(), sources(name, hs), defDir); err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
 	rootfs := filepath.Join(build, "rootfs")
@@ -97,7 +102,11 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 		mirror = HostMirror()
 	}
 	fmt.Fprintf(progress, "building image %s (%s) from %s\n", name, dg, mirror)
-	if err := runScript(ctx, filepath.Join(defDir, name, "build.sh"), rootfs, mirror, lock, progress); err != nil {
+	if err := runScript(ctx, filepath.Join(defDir, name, "build.sh"), []string{rootfs, mirror}, lock, progress); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
+	carried, err := installHarnesses(ctx, build, defDir, rootfs, hs, lock, progress)
+	if err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
 
@@ -109,7 +118,8 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 	if err := os.Rename(rootfs, filepath.Join(dir, gen)); err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
-	m := meta{Name: name, Digest: dg, Built: time.Now().UTC().Truncate(time.Second), SizeBytes: size, Rootfs: gen, Mirror: mirror}
+	m := meta{Name: name, Digest: dg, Built: time.Now().UTC().Truncate(time.Second), SizeBytes: size, Rootfs: gen, Mirror: mirror,
+		Harnesses: carried}
 	if hasOld {
 		m.Previous = old.Rootfs
 	}
@@ -220,9 +230,9 @@ func (s *Store) removeBuildDirs(name string, progress io.Writer) {
 	}
 }
 
-// writeDefinition copies the files of definition name and the shared directory into dir.
-func writeDefinition(defs fs.FS, name, dir string) error {
-	for _, sub := range []string{name, sharedDir} {
+// writeDefinition copies the directories dirs of defs into dir.
+func writeDefinition(defs fs.FS, dirs []string, dir string) error {
+	for _, sub := range dirs {
 		err := fs.WalkDir(defs, sub, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if sub == sharedDir && errors.Is(err, fs.ErrNotExist) {
@@ -251,17 +261,50 @@ func writeDefinition(defs fs.FS, name, dir string) error {
 	return nil
 }
 
-// runScript runs build.sh ROOTFS MIRROR, streaming its output to progress line by line. The
-// script inherits the build lock, so a build orphaned by a daemon crash keeps holding it until
-// it ends and the next build cannot remove the directory it is writing to.
-func runScript(ctx context.Context, script, rootfs, mirror string, lock *os.File, progress io.Writer) error {
+// installHarnesses runs harness/install.sh ROOTFS SCRIPT..., one script per harness (its
+// adapter's Install, written to <build>/harnesses/<name>.sh), then checks that each harness's
+// program is in the rootfs. It returns what the image carries.
+func installHarnesses(ctx context.Context, build, defDir, rootfs string, hs []adapter.Adapter, lock *os.File, progress io.Writer) ([]Harness, error) {
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	scripts := filepath.Join(build, "harnesses")
+	if err := os.Mkdir(scripts, 0o755); err != nil {
+		return nil, err
+	}
+	args := []string{rootfs}
+	for _, a := range hs {
+		p := filepath.Join(scripts, a.Name+".sh")
+		if err := os.WriteFile(p, []byte(a.Install), 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, p)
+	}
+	if err := runScript(ctx, filepath.Join(defDir, harnessDir, "install.sh"), args, lock, progress); err != nil {
+		return nil, err
+	}
+	var carried []Harness
+	for _, a := range hs {
+		// Lstat: the program may be a symlink (node_modules/.bin) that resolves only inside.
+		if _, err := os.Lstat(filepath.Join(rootfs, a.Argv[0])); err != nil {
+			return nil, fmt.Errorf("harness %s: its install script ran, but %s is not in the image", a.Name, a.Argv[0])
+		}
+		carried = append(carried, Harness{Name: a.Name, Version: a.Version})
+	}
+	return carried, nil
+}
+
+// runScript runs a build script (build.sh ROOTFS MIRROR, harness/install.sh ROOTFS SCRIPT...),
+// streaming its output to progress line by line. The script inherits the build lock, so a build
+// orphaned by a daemon crash keeps holding it until it ends and the next build cannot remove the
+// directory it is writing to.
+func runScript(ctx context.Context, script string, args []string, lock *os.File, progress io.Writer) error {
 	lw := &lineWriter{w: progress}
 	// In the daemon's own mount namespace: a namespace of its own would hold copies of every
 	// workspace and volume pool mounted when it was made, keeping them busy for the minutes a
 	// build takes. The mounts debootstrap makes inside the rootfs are removed after the script
 	// instead, however it ended (see unmountUnder).
-	argv := []string{"/bin/sh", script, rootfs, mirror}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{script}, args...)...)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Env = buildEnv()
 	cmd.Stdin = nil

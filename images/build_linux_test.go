@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/harness/adapter"
 	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
@@ -128,7 +130,7 @@ func TestStoreBuildGetList(t *testing.T) {
 	if progress.writes != len(progress.lines) {
 		t.Errorf("%d writes for %d lines; want one line per write", progress.writes, len(progress.lines))
 	}
-	wantDigest, _ := digest(s.Definitions, "fake")
+	wantDigest, _ := digest(s.Definitions, "fake", nil)
 	if img.Name != "fake" || img.Digest != wantDigest || img.SizeBytes <= 0 || img.Built.Before(start) {
 		t.Errorf("Build = %+v", img)
 	}
@@ -141,11 +143,11 @@ func TestStoreBuildGetList(t *testing.T) {
 	assertNoBuildDirs(t, s, "fake")
 
 	got, err := s.Get("fake")
-	if err != nil || got != img {
+	if err != nil || !reflect.DeepEqual(got, img) {
 		t.Errorf("Get = %+v, %v; want %+v", got, err, img)
 	}
 	imgs, err := s.List()
-	if err != nil || len(imgs) != 1 || imgs[0] != img {
+	if err != nil || len(imgs) != 1 || !reflect.DeepEqual(imgs[0], img) {
 		t.Errorf("List = %+v, %v", imgs, err)
 	}
 }
@@ -185,7 +187,7 @@ func TestStoreRebuild(t *testing.T) {
 	// Same definition: nothing runs.
 	var progress progressLog
 	again, err := s.Build(ctx, "fake", &progress)
-	if err != nil || again != first {
+	if err != nil || !reflect.DeepEqual(again, first) {
 		t.Errorf("rebuild of an unchanged definition = %+v, %v; want %+v", again, err, first)
 	}
 	if progress.has("Retrieving") || !progress.has("up to date") {
@@ -228,6 +230,106 @@ func TestStoreRebuild(t *testing.T) {
 	assertNoBuildDirs(t, s, "fake")
 }
 
+// harnessDefs is fakeDefs plus a manifest and a harness/install.sh that runs each script with
+// $ROOTFS set, as the real one runs them in a chroot.
+func harnessDefs(manifest string) fstest.MapFS {
+	defs := fakeDefs(okScript)
+	defs["fake/harnesses"] = &fstest.MapFile{Data: []byte(manifest)}
+	defs["harness/install.sh"] = &fstest.MapFile{Data: []byte(`rootfs=$1
+shift
+for script; do
+	echo "I: Installing harness $(basename "$script" .sh)"
+	ROOTFS=$rootfs sh "$script"
+done
+`)}
+	return defs
+}
+
+// testHarnesses stands in for the registry: "one" installs a program, "two" a symlink that
+// resolves only inside the rootfs, "broken" installs nothing.
+func testHarnesses(version string) func(string) (adapter.Adapter, error) {
+	return func(name string) (adapter.Adapter, error) {
+		switch name {
+		case "one":
+			return adapter.Adapter{Name: name, Version: version, Argv: []string{"/opt/one/run"},
+				Install: `mkdir -p "$ROOTFS/opt/one" && echo ` + version + ` >"$ROOTFS/opt/one/run"` + "\n"}, nil
+		case "two":
+			return adapter.Adapter{Name: name, Version: "2.0.0", Argv: []string{"/opt/two/bin/two", "acp"},
+				Install: `mkdir -p "$ROOTFS/opt/two/bin" && ln -s /opt/two/real "$ROOTFS/opt/two/bin/two"` + "\n"}, nil
+		case "broken":
+			return adapter.Adapter{Name: name, Version: "0.1.0", Argv: []string{"/opt/broken/run"}, Install: "true\n"}, nil
+		}
+		return adapter.Adapter{}, fmt.Errorf("unknown harness %q", name)
+	}
+}
+
+func TestBuildInstallsHarnesses(t *testing.T) {
+	ctx := context.Background()
+	s := newFakeStore(t, okScript)
+	s.Definitions = harnessDefs("two\none\n")
+	s.Harness = testHarnesses("1.0.0")
+	var progress progressLog
+	img, err := s.Build(ctx, "fake", &progress)
+	if err != nil {
+		t.Fatalf("Build: %v\n%s", err, progress.String())
+	}
+	want := []Harness{{Name: "two", Version: "2.0.0"}, {Name: "one", Version: "1.0.0"}}
+	if !reflect.DeepEqual(img.Harnesses, want) {
+		t.Errorf("Build carries %+v, want %+v", img.Harnesses, want)
+	}
+	if got, err := s.Get("fake"); err != nil || !reflect.DeepEqual(got.Harnesses, want) {
+		t.Errorf("Get carries %+v, %v; want %+v (from image.json)", got.Harnesses, err, want)
+	}
+	// In the manifest's order, after build.sh.
+	var order []string
+	for _, l := range progress.lines {
+		if strings.HasPrefix(l, "I: Installing harness ") || strings.HasPrefix(l, "I: Retrieving") {
+			order = append(order, l)
+		}
+	}
+	if strings.Join(order, "|") != "I: Retrieving fake|I: Installing harness two|I: Installing harness one" {
+		t.Errorf("build steps %q", order)
+	}
+	if b, _ := os.ReadFile(filepath.Join(img.Path, "opt/one/run")); string(b) != "1.0.0\n" {
+		t.Errorf("harness one's program holds %q", b)
+	}
+
+	// A version bump in an adapter rebuilds the image.
+	progress = progressLog{}
+	s.Harness = testHarnesses("1.0.1")
+	bumped, err := s.Build(ctx, "fake", &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if progress.has("up to date") || bumped.Digest == img.Digest || bumped.Harnesses[1].Version != "1.0.1" {
+		t.Errorf("a version bump did not rebuild: %+v\n%s", bumped, progress.String())
+	}
+	assertNoBuildDirs(t, s, "fake")
+}
+
+func TestBuildFailsWhenAHarnessIsMissing(t *testing.T) {
+	ctx := context.Background()
+	s := newFakeStore(t, okScript)
+	old, err := s.Build(ctx, "fake", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Harness = testHarnesses("1.0.0")
+	for manifest, wantErr := range map[string]string{
+		"one\nbroken\n": "harness broken: its install script ran, but /opt/broken/run is not in the image",
+		"cursor\n":      `unknown harness "cursor"`,
+	} {
+		s.Definitions = harnessDefs(manifest)
+		if _, err := s.Build(ctx, "fake", nil); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("manifest %q: Build = %v, want an error saying %q", manifest, err, wantErr)
+		}
+		if got, err := s.Get("fake"); err != nil || !reflect.DeepEqual(got, old) {
+			t.Errorf("after a failed build Get = %+v, %v; want the old %+v", got, err, old)
+		}
+	}
+	assertNoBuildDirs(t, s, "fake")
+}
+
 func TestStoreFailedBuildKeepsOld(t *testing.T) {
 	ctx := context.Background()
 	s := newFakeStore(t, okScript)
@@ -247,7 +349,7 @@ func TestStoreFailedBuildKeepsOld(t *testing.T) {
 	if !progress.has("I: about to fail") {
 		t.Errorf("progress lacks the script's output:\n%s", progress.String())
 	}
-	if got, err := s.Get("fake"); err != nil || got != old {
+	if got, err := s.Get("fake"); err != nil || !reflect.DeepEqual(got, old) {
 		t.Errorf("after a failed build Get = %+v, %v; want the old %+v", got, err, old)
 	}
 	if b, _ := os.ReadFile(filepath.Join(old.Path, "etc", "version")); string(b) != "v1\n" {
@@ -285,7 +387,7 @@ func TestStoreCancelledBuild(t *testing.T) {
 	if progress.has("finished") {
 		t.Error("the script ran to the end")
 	}
-	if got, err := s.Get("fake"); err != nil || got != old {
+	if got, err := s.Get("fake"); err != nil || !reflect.DeepEqual(got, old) {
 		t.Errorf("after a cancelled build Get = %+v, %v; want %+v", got, err, old)
 	}
 	assertNoBuildDirs(t, s, "fake")
@@ -307,7 +409,7 @@ func TestStoreConcurrentBuilds(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("build %d: %v", i, errs[i])
 		}
-		if results[i] != results[0] {
+		if !reflect.DeepEqual(results[i], results[0]) {
 			t.Errorf("build %d = %+v, build 0 = %+v", i, results[i], results[0])
 		}
 	}

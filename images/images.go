@@ -2,8 +2,12 @@
 // directory per image, embedded in the binary) and the store of built images on the host.
 //
 // A definition is a directory <name>/ with a build.sh that takes the output rootfs directory and
-// a Debian mirror URL; lib/ holds the shell functions every definition shares. The package does
-// not mount anything: the runtime uses a built rootfs as the read-only lower layer of an overlay.
+// a Debian mirror URL; lib/ holds the shell functions every definition shares. A definition may
+// also list, in a file named harnesses, the coding-agent harnesses its image carries: after
+// build.sh, the build runs each one's Install script (from its adapter in internal/harness) in
+// the new rootfs through harness/install.sh, and records the harnesses and their pinned versions
+// with the built image. The package does not mount anything a sandbox uses: the runtime uses a
+// built rootfs as the read-only lower layer of an overlay.
 package images
 
 import (
@@ -19,14 +23,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/internal/harness"
+	"github.com/hiloop/hiloop/internal/harness/adapter"
 )
 
 // definitions holds every image definition; a new definition directory is added here too.
 //
-//go:embed base minimal lib
+//go:embed agents base minimal lib harness
 var definitions embed.FS
 
 // ErrUnknown is returned for an image name that has no definition and no built image.
@@ -37,6 +44,14 @@ var ErrNotBuilt = errors.New("image not built")
 
 // sharedDir holds what every definition may source; it is part of every digest.
 const sharedDir = "lib"
+
+// manifestFile, in a definition's directory, lists the harnesses its image carries: one name a
+// line, in the order they are installed; blank lines and lines starting with # are ignored.
+const manifestFile = "harnesses"
+
+// harnessDir holds install.sh, which runs the harnesses' Install scripts in a built rootfs; it is
+// part of the digest of every definition that lists harnesses, and of no other.
+const harnessDir = "harness"
 
 // Names returns the names of the embedded definitions, sorted.
 func Names() []string { return names(definitions) }
@@ -58,11 +73,22 @@ func names(defs fs.FS) []string {
 	return out
 }
 
-// digest hashes every file the build of name reads: its directory and the shared one. The
-// result looks like "sha256:3f1c...".
-func digest(defs fs.FS, name string) (string, error) {
+// sources returns the directories the build of a definition reads: its own, the shared one, and
+// harnessDir when it installs harnesses.
+func sources(name string, hs []adapter.Adapter) []string {
+	dirs := []string{name, sharedDir}
+	if len(hs) > 0 {
+		dirs = append(dirs, harnessDir)
+	}
+	return dirs
+}
+
+// digest hashes everything the build of name reads: the files of its sources and, for each
+// harness it installs, the harness's name, version and Install script, so that a version bump in
+// an adapter rebuilds the image. The result looks like "sha256:3f1c...".
+func digest(defs fs.FS, name string, hs []adapter.Adapter) (string, error) {
 	h := sha256.New()
-	for _, dir := range []string{name, sharedDir} {
+	for _, dir := range sources(name, hs) {
 		err := fs.WalkDir(defs, dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				if dir == sharedDir && errors.Is(err, fs.ErrNotExist) {
@@ -86,10 +112,45 @@ func digest(defs fs.FS, name string) (string, error) {
 			return "", fmt.Errorf("image %s: hash definition: %w", name, err)
 		}
 	}
+	for _, a := range hs {
+		fmt.Fprintf(h, "harness\x00%d:%s\x00%d:%s\x00%d:", len(a.Name), a.Name, len(a.Version), a.Version, len(a.Install))
+		h.Write([]byte(a.Install))
+	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Image is a built image.
+// manifest returns the harness names definition name lists, nil when it has no manifest.
+func manifest(defs fs.FS, name string) ([]string, error) {
+	b, err := fs.ReadFile(defs, path.Join(name, manifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", name, err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if slices.Contains(out, line) {
+			return nil, fmt.Errorf("image %s: %s lists harness %s twice", name, manifestFile, line)
+		}
+		out = append(out, line)
+	}
+	return out, nil
+}
+
+// Harness is a harness an image carries.
+type Harness struct {
+	// Name is the harness's name, e.g. "claude-code".
+	Name string `json:"name"`
+	// Version is the version its Install script pins, e.g. "0.101.0".
+	Version string `json:"version"`
+}
+
+// Image is a built image.// Image is a built image.
 type Image struct {
 	// Name is the definition it was built from, e.g. "base".
 	Name string
@@ -101,6 +162,8 @@ type Image struct {
 	Digest string
 	// Path is the rootfs directory; it stays valid after a rebuild (see Store).
 	Path string
+	// Harnesses are the harnesses the build installed, in the order it installed them.
+	Harnesses []Harness
 }
 
 // meta is image.json.
@@ -115,6 +178,8 @@ type meta struct {
 	Previous string `json:"previous,omitempty"`
 	// Mirror is the Debian mirror the build used.
 	Mirror string `json:"mirror,omitempty"`
+	// Harnesses are the harnesses the build installed.
+	Harnesses []Harness `json:"harnesses,omitempty"`
 }
 
 // BuildOptions changes what Store.BuildWith does.
@@ -143,6 +208,9 @@ type Store struct {
 	Mirror string
 	// Definitions replaces the embedded definitions (tests, an operator's own directory).
 	Definitions fs.FS
+	// Harness replaces the registry of harness adapters (internal/harness) that resolves the
+	// names a definition's manifest lists (tests).
+	Harness func(name string) (adapter.Adapter, error)
 }
 
 func (s *Store) defs() fs.FS {
@@ -153,6 +221,42 @@ func (s *Store) defs() fs.FS {
 }
 
 func (s *Store) known(name string) bool { return slices.Contains(names(s.defs()), name) }
+
+// harnesses returns the adapters of the harnesses definition name lists, in its order.
+func (s *Store) harnesses(name string) ([]adapter.Adapter, error) {
+	list, err := manifest(s.defs(), name)
+	if err != nil {
+		return nil, err
+	}
+	lookup := s.Harness
+	if lookup == nil {
+		lookup = harness.Lookup
+	}
+	var out []adapter.Adapter
+	for _, h := range list {
+		a, err := lookup(h)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %s: %w", name, manifestFile, err)
+		}
+		if a.Install == "" {
+			return nil, fmt.Errorf("image %s: %s: harness %s has no install script (sandboxd provides it)", name, manifestFile, h)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// DefinitionsWith returns the definitions whose images carry harness, sorted, e.g. ["agents"]
+// for "claude-code".
+func (s *Store) DefinitionsWith(harness string) []string {
+	var out []string
+	for _, name := range names(s.defs()) {
+		if list, err := manifest(s.defs(), name); err == nil && slices.Contains(list, harness) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // List returns the built images, sorted by name.
 func (s *Store) List() ([]Image, error) {
@@ -204,7 +308,8 @@ func (s *Store) Get(name string) (Image, error) {
 }
 
 func (m meta) image(dir string) Image {
-	return Image{Name: m.Name, Built: m.Built, SizeBytes: m.SizeBytes, Digest: m.Digest, Path: filepath.Join(dir, m.Rootfs)}
+	return Image{Name: m.Name, Built: m.Built, SizeBytes: m.SizeBytes, Digest: m.Digest, Path: filepath.Join(dir, m.Rootfs),
+		Harnesses: slices.Clone(m.Harnesses)}
 }
 
 func (s *Store) imageDir(name string) string { return filepath.Join(s.Dir, name) }

@@ -1,15 +1,18 @@
 package images
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/hiloop/hiloop/internal/harness/adapter"
 )
 
 func TestNames(t *testing.T) {
-	if got := Names(); !slices.Equal(got, []string{"base", "minimal"}) {
-		t.Errorf("Names() = %v, want [base minimal]", got)
+	if got := Names(); !slices.Equal(got, []string{"agents", "base", "minimal"}) {
+		t.Errorf("Names() = %v, want [agents base minimal]", got)
 	}
 }
 
@@ -21,28 +24,142 @@ func TestDigest(t *testing.T) {
 		"c/build.sh":  {Data: []byte("echo a\n")},
 		"c/extra.txt": {Data: []byte("")},
 	}
-	da, err := digest(defs, "a")
+	da, err := digest(defs, "a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(da, "sha256:") || len(da) != len("sha256:")+64 {
 		t.Errorf("digest = %q", da)
 	}
-	if again, _ := digest(defs, "a"); again != da {
+	if again, _ := digest(defs, "a", nil); again != da {
 		t.Error("digest is not stable")
 	}
-	db, _ := digest(defs, "b")
-	dc, _ := digest(defs, "c")
+	db, _ := digest(defs, "b", nil)
+	dc, _ := digest(defs, "c", nil)
 	if da == db || da == dc {
 		t.Error("different definitions share a digest")
 	}
 	defs["lib/lib.sh"] = &fstest.MapFile{Data: []byte("x=2\n")}
-	if changed, _ := digest(defs, "a"); changed == da {
+	if changed, _ := digest(defs, "a", nil); changed == da {
 		t.Error("a change in lib/ does not change the digest")
 	}
 	for _, name := range Names() {
-		if _, err := digest(definitions, name); err != nil {
+		s := &Store{}
+		hs, err := s.harnesses(name)
+		if err != nil {
+			t.Errorf("harnesses(%s): %v", name, err)
+		}
+		if _, err := digest(definitions, name, hs); err != nil {
 			t.Errorf("digest(%s): %v", name, err)
+		}
+	}
+}
+
+func TestDigestCoversHarnesses(t *testing.T) {
+	defs := fstest.MapFS{
+		"a/build.sh":         {Data: []byte("echo a\n")},
+		"h/build.sh":         {Data: []byte("echo a\n")},
+		"h/harnesses":        {Data: []byte("one\n")},
+		"harness/install.sh": {Data: []byte("run them\n")},
+	}
+	one := []adapter.Adapter{{Name: "one", Version: "1.0.0", Install: "npm install one@1.0.0\n"}}
+	base, err := digest(defs, "h", one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := digest(defs, "a", nil)
+	for what, change := range map[string]func() (string, error){
+		"a version": func() (string, error) {
+			return digest(defs, "h", []adapter.Adapter{{Name: "one", Version: "1.0.1", Install: one[0].Install}})
+		},
+		"an install": func() (string, error) {
+			return digest(defs, "h", []adapter.Adapter{{Name: "one", Version: "1.0.0", Install: "npm install one@1.0.1\n"}})
+		},
+		"a harness's name": func() (string, error) {
+			return digest(defs, "h", []adapter.Adapter{{Name: "two", Version: "1.0.0", Install: one[0].Install}})
+		},
+		"install.sh": func() (string, error) {
+			changed := maps.Clone(defs)
+			changed["harness/install.sh"] = &fstest.MapFile{Data: []byte("run them all\n")}
+			return digest(changed, "h", one)
+		},
+	} {
+		if d, err := digest(defs, "h", one); err != nil || d != base {
+			t.Fatalf("digest is not stable: %s, %v", d, err)
+		}
+		if d, err := change(); err != nil || d == base {
+			t.Errorf("a change of %s does not change the digest (%v)", what, err)
+		}
+	}
+	// A definition without harnesses does not read harness/: its digest stays what it was.
+	changed := maps.Clone(defs)
+	changed["harness/install.sh"] = &fstest.MapFile{Data: []byte("run them all\n")}
+	if d, _ := digest(changed, "a", nil); d != plain {
+		t.Error("harness/install.sh is part of the digest of a definition without harnesses")
+	}
+}
+
+func TestManifest(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		want       []string
+		err        string
+	}{
+		{"none", "", nil, ""},
+		{"comments and blanks", "# the harnesses\n\nclaude-code\n  codex  \n# opencode\n", []string{"claude-code", "codex"}, ""},
+		{"twice", "codex\ncodex\n", nil, "lists harness codex twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defs := fstest.MapFS{"d/build.sh": {Data: []byte("true\n")}}
+			if tc.text != "" {
+				defs["d/harnesses"] = &fstest.MapFile{Data: []byte(tc.text)}
+			}
+			got, err := manifest(defs, "d")
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("manifest = %v, %v; want an error saying %q", got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("manifest = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHarnessesResolvesTheManifest(t *testing.T) {
+	defs := fstest.MapFS{
+		"ok/build.sh":       {Data: []byte("true\n")},
+		"ok/harnesses":      {Data: []byte("opencode\nclaude-code\n")},
+		"unknown/build.sh":  {Data: []byte("true\n")},
+		"unknown/harnesses": {Data: []byte("cursor\n")},
+		"fake/build.sh":     {Data: []byte("true\n")},
+		"fake/harnesses":    {Data: []byte("fake\n")},
+	}
+	s := &Store{Definitions: defs}
+	hs, err := s.harnesses("ok")
+	if err != nil || len(hs) != 2 || hs[0].Name != "opencode" || hs[1].Name != "claude-code" || hs[0].Version == "" || hs[0].Install == "" {
+		t.Errorf("harnesses(ok) = %+v, %v; want opencode then claude-code from the registry", hs, err)
+	}
+	if _, err := s.harnesses("unknown"); err == nil || !strings.Contains(err.Error(), `unknown harness "cursor"`) {
+		t.Errorf("harnesses(unknown): %v", err)
+	}
+	if _, err := s.harnesses("fake"); err == nil || !strings.Contains(err.Error(), "harness fake has no install script") {
+		t.Errorf("harnesses(fake): %v", err)
+	}
+}
+
+func TestDefinitionsWith(t *testing.T) {
+	s := &Store{}
+	for h, want := range map[string][]string{
+		"claude-code": {"agents"},
+		"codex":       {"agents"},
+		"opencode":    {"agents"},
+		"fake":        nil,
+	} {
+		if got := s.DefinitionsWith(h); !slices.Equal(got, want) {
+			t.Errorf("DefinitionsWith(%s) = %v, want %v", h, got, want)
 		}
 	}
 }

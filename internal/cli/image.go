@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,8 +65,8 @@ func imageBuildRun(ctx context.Context, f *Factory, opts *ImageBuildOptions) err
 		return err
 	}
 	return printOutput(f.IO.Out, opts.Output, img, func(t *table) {
-		t.row("NAME", "SIZE", "DIGEST", "BUILT")
-		t.row(img.Name, formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339))
+		t.row("NAME", "SIZE", "DIGEST", "BUILT", "HARNESSES")
+		t.row(img.Name, formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339), harnessList(img))
 	})
 }
 
@@ -102,7 +103,7 @@ func imageListRun(ctx context.Context, f *Factory, opts *ImageListOptions) error
 		return err
 	}
 	return printOutput(f.IO.Out, opts.Output, list, func(t *table) {
-		t.row("NAME", "STATUS", "SIZE", "DIGEST", "BUILT")
+		t.row("NAME", "STATUS", "SIZE", "DIGEST", "BUILT", "HARNESSES")
 		built := map[string]api.Image{}
 		for _, img := range list.Images {
 			built[img.Name] = img
@@ -110,12 +111,24 @@ func imageListRun(ctx context.Context, f *Factory, opts *ImageListOptions) error
 		for _, name := range list.Definitions {
 			img, ok := built[name]
 			if !ok {
-				t.row(name, "not built", "-", "-", "-")
+				t.row(name, "not built", "-", "-", "-", "-")
 				continue
 			}
-			t.row(name, "built", formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339))
+			t.row(name, "built", formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339), harnessList(img))
 		}
 	})
+}
+
+// harnessList is the HARNESSES column: name@version, comma-separated, or "-" for none.
+func harnessList(img api.Image) string {
+	if len(img.Harnesses) == 0 {
+		return "-"
+	}
+	hs := make([]string, len(img.Harnesses))
+	for i, h := range img.Harnesses {
+		hs[i] = h.Name + "@" + h.Version
+	}
+	return strings.Join(hs, ",")
 }
 
 func shortDigest(d string) string {

@@ -71,12 +71,17 @@ func newCmdSessionNew(f *Factory, runF func(*SessionNewOptions) error) *cobra.Co
 		Long: `Start a session: the daemon starts the harness in the sandbox, in ACP mode, working in DIR.
 It prints the new session's id (or the session with -o).
 
-The harness is one of claude-code (the default), codex, opencode and fake; an unknown name is
-harness_not_found. Without --policy the session follows its sandbox's permission policy:
+The harness is one of claude-code, codex, opencode and fake; an unknown name is
+harness_not_found. The sandbox's image must carry it (` + "`hiloop image list`" + ` shows which harnesses
+each image has; the agents image has claude-code, codex and opencode), else the command fails
+with harness_not_in_image, naming the image to create the sandbox from. Without --harness the
+session runs the first harness the image carries, else fake where sandboxd provides it; with
+none at all it is harness_not_in_image too. Without --policy the session follows its sandbox's permission policy:
 auto-approve allows every tool call once, ask waits for ` + "`hiloop session approve`" + ` or ` + "`deny`" + `.
 With --idempotency-key, repeating the command returns the same session.`,
 		Example: `  hiloop session new web
-  hiloop session new web --harness codex --policy ask --cwd /workspace/api
+  hiloop sandbox create agent --image agents && hiloop session new agent --harness codex
+  hiloop session new web --harness opencode --policy ask --cwd /workspace/api
   id=$(hiloop session new web --idempotency-key ci-run-42)`,
 		Args: exactArgs(1, "one SANDBOX name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -94,7 +99,7 @@ With --idempotency-key, repeating the command returns the same session.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Post.Harness, "harness", "", "the harness to run: claude-code, codex, opencode or fake (default "+api.DefaultHarness+")")
+	fl.StringVar(&opts.Post.Harness, "harness", "", "the harness to run: claude-code, codex, opencode or fake (default: the first the sandbox's image carries)")
 	fl.StringVar((*string)(&opts.Post.PermissionPolicy), "policy", "", "who answers permission requests: auto-approve or ask (default: the sandbox's policy)")
 	fl.StringVar(&opts.Post.Cwd, "cwd", "", "the harness's working directory in the sandbox (default "+api.DefaultSessionCwd+")")
 	fl.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "make the request safe to repeat: the same key returns the same session")

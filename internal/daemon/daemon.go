@@ -24,6 +24,7 @@ import (
 	"github.com/hiloop/hiloop/internal/egresslog"
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
@@ -164,8 +165,10 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	tools := map[string]string{}
+	var provided []string // harnesses every sandbox gets from sandboxd, whatever its image
 	if d.cfg.FakeAgentPath != "" {
 		tools["hiloop-fake-agent"] = d.cfg.FakeAgentPath
+		provided = append(provided, fake.Name)
 	}
 	rt, err := runtime.New(runtime.Config{
 		StateDir: filepath.Join(d.cfg.DataDir, "runtime"),
@@ -207,6 +210,8 @@ func (d *Daemon) open(ctx context.Context) error {
 		Store:     d.store,
 		Log:       d.events,
 		Sandboxes: d.sandboxes,
+		Images:    d.images,
+		Provided:  provided,
 		LogDir:    filepath.Join(d.cfg.DataDir, "harness"),
 		Version:   d.cfg.Version,
 		Logger:    d.log.With("component", "sessions"),

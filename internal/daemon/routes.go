@@ -285,7 +285,11 @@ func (d *Daemon) listImages(w http.ResponseWriter, r *http.Request) error {
 }
 
 func imageView(img images.Image) api.Image {
-	return api.Image{Name: img.Name, Digest: img.Digest, SizeBytes: img.SizeBytes, BuiltAt: img.Built}
+	v := api.Image{Name: img.Name, Digest: img.Digest, SizeBytes: img.SizeBytes, BuiltAt: img.Built}
+	for _, h := range img.Harnesses {
+		v.Harnesses = append(v.Harnesses, api.ImageHarness{Name: h.Name, Version: h.Version})
+	}
+	return v
 }
 
 // buildImage streams the build's progress as newline-delimited ImageBuildEvent values.

@@ -116,6 +116,7 @@ func TestScripts(t *testing.T) {
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
 			"testserver":  cmdTestServer,
+			"acpinit":     cmdACPInit,
 			"opengate":    cmdOpenGate,
 			"daemonfds":   cmdDaemonFDs,
 

@@ -113,16 +113,17 @@ func TestInstallPinsWhatItInstalls(t *testing.T) {
 	}{
 		"claude-code": {
 			dir:        "/opt/hiloop/harness/claude-code",
-			npmInstall: "node@22 @agentclientprotocol/claude-agent-acp@0.101.0",
+			npmInstall: "node@22.23.3 @agentclientprotocol/claude-agent-acp@0.101.0",
 			entry:      "node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js",
 			argv:       "/opt/hiloop/harness/claude-code/bin/claude-code-acp",
 			launcher:   `exec "$node" "$dir/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js" "$@"`,
 		},
 		"codex": {
 			dir:        "/opt/hiloop/harness/codex",
-			npmInstall: "node@22 @agentclientprotocol/codex-acp@2.6.0",
+			npmInstall: "node@22.23.3 @openai/codex@0.166.0 @agentclientprotocol/codex-acp@2.6.0",
 			entry:      "node_modules/@agentclientprotocol/codex-acp/dist/index.js",
-			argv:       "/opt/hiloop/harness/codex/node_modules/node/bin/node /opt/hiloop/harness/codex/node_modules/@agentclientprotocol/codex-acp/dist/index.js",
+			argv:       "/opt/hiloop/harness/codex/bin/codex-acp",
+			launcher:   `exec "$dir/node_modules/node/bin/node" "$dir/node_modules/@agentclientprotocol/codex-acp/dist/index.js" "$@"`,
 		},
 		"opencode": {
 			dir:        "/opt/hiloop/harness/opencode",

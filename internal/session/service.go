@@ -47,6 +47,11 @@ type Config struct {
 	LogDir string
 	// Gateway is what harness adapters need to know of the egress gateway.
 	Gateway harness.Env
+	// Images says which harnesses a sandbox's image carries; nil counts none.
+	Images Images
+	// Provided are the harnesses sandboxd provides in every sandbox whatever its image: "fake"
+	// when it mounts the hiloop-fake-agent binary.
+	Provided []string
 	// Version is the daemon's version, sent to harnesses as the client's.
 	Version string
 	Logger  *slog.Logger
@@ -203,15 +208,23 @@ func (s *Service) Close() {
 	}
 }
 
-// Create creates a session on a sandbox. The harness starts with the first prompt.
+// Create creates a session on a sandbox, with the harness named or, for none, the first the
+// sandbox has; one the sandbox lacks is harness_not_in_image. The harness starts with the first
+// prompt.
 func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, error) {
 	if err := p.Normalize(); err != nil {
 		return api.Session{}, err
 	}
-	if _, err := harness.Lookup(p.Harness); err != nil {
-		return api.Session{}, api.Errorf(api.CodeHarnessNotFound, "%v", err)
+	if p.Harness != "" {
+		if _, err := harness.Lookup(p.Harness); err != nil {
+			return api.Session{}, api.Errorf(api.CodeHarnessNotFound, "%v", err)
+		}
 	}
 	sb, err := s.boxes.Get(ctx, p.Sandbox)
+	if err != nil {
+		return api.Session{}, err
+	}
+	name, err := s.pickHarness(sb, p.Harness)
 	if err != nil {
 		return api.Session{}, err
 	}
@@ -219,7 +232,7 @@ func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, 
 		ID:        newID(),
 		Sandbox:   sb.Name,
 		SandboxID: sb.ID,
-		Harness:   p.Harness,
+		Harness:   name,
 		Cwd:       p.Cwd,
 		Policy:    string(p.PermissionPolicy),
 		CreatedAt: time.Now().UTC(),

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 
 	acpsdk "github.com/coder/acp-go-sdk"
 
+	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -51,6 +53,7 @@ func TestMain(m *testing.M) {
 type localBoxes struct {
 	dir    string // the sandbox's /workspace
 	policy api.PermissionPolicy
+	image  string // the sandbox's image; "" for minimal
 
 	startGate chan struct{} // if set, Start waits for it
 
@@ -77,8 +80,40 @@ func (b *localBoxes) Get(_ context.Context, name string) (api.Sandbox, error) {
 	if b.id != "" {
 		id = b.id
 	}
-	return api.Sandbox{Name: name, ID: id, State: state, PermissionPolicy: b.policy}, nil
+	image := "minimal"
+	if b.image != "" {
+		image = b.image
+	}
+	return api.Sandbox{Name: name, ID: id, State: state, PermissionPolicy: b.policy, Image: image}, nil
 }
+
+// testImages stands in for the image store: the built images and the harnesses they carry.
+type testImages map[string][]string
+
+func (t testImages) Get(name string) (images.Image, error) {
+	hs, ok := t[name]
+	if !ok {
+		return images.Image{}, fmt.Errorf("image %s: %w", name, images.ErrNotBuilt)
+	}
+	img := images.Image{Name: name}
+	for _, h := range hs {
+		img.Harnesses = append(img.Harnesses, images.Harness{Name: h, Version: "1.0.0"})
+	}
+	return img, nil
+}
+
+func (t testImages) DefinitionsWith(harness string) []string {
+	var out []string
+	for name, hs := range t {
+		if slices.Contains(hs, harness) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// builtImages are the images of the tests' sandboxes.
+var builtImages = testImages{"minimal": nil, "agents": {"claude-code", "codex", "opencode"}}
 
 func (b *localBoxes) Start(ctx context.Context, name string) (api.Sandbox, error) {
 	if b.startGate != nil {
@@ -218,6 +253,7 @@ func (e *testEnv) open() {
 	}
 	e.svc = New(Config{
 		Store: e.st, Log: e.log, Sandboxes: e.boxes, LogDir: e.logDir, Version: "test",
+		Images: builtImages, Provided: []string{fake.Name},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err := e.svc.Recover(context.Background()); err != nil {
@@ -684,6 +720,54 @@ func TestBadInput(t *testing.T) {
 	}
 	if evs, _ := e.svc.Events(id, 0, 0); len(evs) != 0 {
 		t.Errorf("bad prompts left %d events", len(evs))
+	}
+}
+
+func TestCreatePicksAHarnessTheSandboxHas(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, image string
+		provided    []string
+		harness     string
+		want        string        // the session's harness
+		code        api.ErrorCode // or the error
+		msg         []string      // which the message contains
+	}{
+		{"agents, none named", "agents", []string{"fake"}, "", "claude-code", "", nil},
+		{"agents, one named", "agents", []string{"fake"}, "opencode", "opencode", "", nil},
+		{"agents, fake named", "agents", []string{"fake"}, "fake", "fake", "", nil},
+		{"minimal, none named", "minimal", []string{"fake"}, "", "fake", "", nil},
+		{"minimal, one it lacks", "minimal", []string{"fake"}, "codex", "", api.CodeHarnessNotInImage,
+			[]string{`harness codex is not in image "minimal" of sandbox "box"`, "--image agents", "hiloop image build agents"}},
+		{"no harness at all", "minimal", nil, "", "", api.CodeHarnessNotInImage,
+			[]string{`sandbox "box" has no harness to run: its image "minimal" carries none`, "--image agents"}},
+		{"fake not provided", "agents", nil, "fake", "", api.CodeHarnessNotInImage, []string{"harness fake comes with sandboxd", "--fake-agent-path"}},
+		{"image not built", "gone", []string{"fake"}, "fake", "", api.CodeImageNotFound, []string{"hiloop image build gone"}},
+		{"unknown harness", "agents", []string{"fake"}, "cursor", "", api.CodeHarnessNotFound, []string{`unknown harness "cursor"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.boxes.image = tc.image
+			e.svc.cfg.Provided = tc.provided
+			se, err := e.svc.Create(ctx, api.SessionsPost{Sandbox: "box", Harness: tc.harness})
+			if tc.code == "" {
+				if err != nil || se.Harness != tc.want {
+					t.Fatalf("Create = %q, %v; want harness %q", se.Harness, err, tc.want)
+				}
+				if got, err := e.svc.Get(ctx, se.ID); err != nil || got.Harness != tc.want {
+					t.Errorf("the stored session has harness %q, %v", got.Harness, err)
+				}
+				return
+			}
+			if apiCode(err) != tc.code {
+				t.Fatalf("Create = %+v, %v; want %s", se, err, tc.code)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error %q does not say %q", err, m)
+				}
+			}
+		})
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 	CodeMethodNotAllowed     ErrorCode = "method_not_allowed"     // the route has no such method
 	CodeSessionNotFound      ErrorCode = "session_not_found"      // no session by that id
 	CodeHarnessNotFound      ErrorCode = "harness_not_found"      // no harness adapter by that name
+	CodeHarnessNotInImage    ErrorCode = "harness_not_in_image"   // the sandbox's image lacks the harness (or has none)
 	CodeTurnInProgress       ErrorCode = "turn_in_progress"       // the session's turn is still running
 	CodePermissionNotFound   ErrorCode = "permission_not_found"   // no such request in the session
 	CodePermissionDecided    ErrorCode = "permission_decided"     // answered already, differently
@@ -92,6 +93,7 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeMethodNotAllowed:     {http.StatusMethodNotAllowed, ExitCodeError},
 	CodeSessionNotFound:      {http.StatusNotFound, ExitCodeNotFound},
 	CodeHarnessNotFound:      {http.StatusBadRequest, ExitCodeUsage},
+	CodeHarnessNotInImage:    {http.StatusBadRequest, ExitCodeUsage},
 	CodeTurnInProgress:       {http.StatusConflict, ExitCodeConflict},
 	CodePermissionNotFound:   {http.StatusNotFound, ExitCodeNotFound},
 	CodePermissionDecided:    {http.StatusConflict, ExitCodeConflict},

@@ -12,6 +12,17 @@ type Image struct {
 	SizeBytes int64 `json:"size_bytes"`
 	// BuiltAt is when the image was built.
 	BuiltAt time.Time `json:"built_at"`
+	// Harnesses are the coding-agent harnesses the image carries, in the order a session without
+	// a harness named prefers them; none for an image without harnesses.
+	Harnesses []ImageHarness `json:"harnesses,omitempty"`
+}
+
+// ImageHarness is a harness an image carries.
+type ImageHarness struct {
+	// Name is the harness's name, e.g. "claude-code".
+	Name string `json:"name"`
+	// Version is the version of its package the image was built with, e.g. "0.101.0".
+	Version string `json:"version"`
 }
 
 // ImageList is the body of GET /v1/images.

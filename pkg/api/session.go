@@ -96,11 +96,9 @@ const (
 	SessionWaiting SessionState = "waiting_permission"
 )
 
-// Defaults of a new session.
-const (
-	DefaultHarness    = "claude-code"
-	DefaultSessionCwd = "/workspace"
-)
+// DefaultSessionCwd is a new session's working directory unless it names one. There is no
+// default harness: without one, the daemon picks the first the sandbox's image carries.
+const DefaultSessionCwd = "/workspace"
 
 // MaxPromptBytes bounds the text of one prompt.
 const MaxPromptBytes = 256 << 10
@@ -109,7 +107,9 @@ const MaxPromptBytes = 256 << 10
 type SessionsPost struct {
 	// Sandbox is the sandbox the session's harness runs in, e.g. "web".
 	Sandbox string `json:"sandbox"`
-	// Harness is the harness adapter, e.g. "claude-code" (default), "codex", "opencode", "fake".
+	// Harness is the harness adapter: "claude-code", "codex", "opencode" or "fake". Empty picks
+	// the first harness the sandbox's image carries (Image.Harnesses), else fake where sandboxd
+	// provides it. A harness the sandbox lacks is harness_not_in_image.
 	Harness string `json:"harness,omitempty"`
 	// Cwd is the absolute working directory in the sandbox (default /workspace).
 	Cwd string `json:"cwd,omitempty"`
@@ -128,13 +128,11 @@ func ValidateSessionID(id string) error {
 }
 
 // Normalize fills the defaults of a create request and validates every field but the harness
-// name, which the daemon checks against its registry.
+// name, which the daemon checks against its registry and the sandbox's image (and picks when it
+// is empty).
 func (p *SessionsPost) Normalize() error {
 	if err := ValidateName("sandbox", p.Sandbox); err != nil {
 		return err
-	}
-	if p.Harness == "" {
-		p.Harness = DefaultHarness
 	}
 	if p.Cwd == "" {
 		p.Cwd = DefaultSessionCwd

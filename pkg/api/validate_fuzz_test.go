@@ -142,8 +142,8 @@ func FuzzSessionsPostNormalize(f *testing.F) {
 			clientError(t, "Normalize", err, CodeInvalidName, CodeInvalidArgument)
 			return
 		}
-		if !followsNameRule(p.Sandbox) || p.Harness == "" {
-			t.Fatalf("accepted sandbox %q harness %q", p.Sandbox, p.Harness)
+		if !followsNameRule(p.Sandbox) || p.Harness != harness {
+			t.Fatalf("accepted sandbox %q, harness %q became %q (the daemon picks a missing one from the sandbox's image)", p.Sandbox, harness, p.Harness)
 		}
 		if !strings.HasPrefix(p.Cwd, "/") || strings.Contains(p.Cwd, "\x00") || len(p.Cwd) > 4096 {
 			t.Fatalf("accepted cwd %q", p.Cwd)

@@ -10,9 +10,9 @@ type Env struct {
 	// GatewayURL is the egress gateway's base URL as a sandbox reaches it, e.g.
 	// "http://10.0.0.1:8080"; empty until the gateway exists.
 	//
-	// TODO(gateway issue): the daemon sets it (internal/daemon passes the session service's
-	// Config.Gateway), and an image definition runs the adapters' Install scripts, so claude-code,
-	// codex and opencode run for real; until then only the fake harness can answer a prompt.
+	// TODO(model route): the daemon sets it (internal/daemon passes the session service's
+	// Config.Gateway), so that claude-code, codex and opencode (installed by the agents image)
+	// reach their providers; until then only the fake harness can answer a prompt.
 	GatewayURL string
 }
 
@@ -36,7 +36,11 @@ type Adapter struct {
 	Env func(Env) []string
 	// Logins are the login methods the harness supports.
 	Logins []Login
-	// Install is a shell script, run as root in the image's root filesystem at build time, that
+	// Install is a bash script, run as root in a chroot of the image's root filesystem at build
+	// time (by images/harness/install.sh, for the definitions that list the harness), that
 	// installs the harness; empty when the daemon provides it (fake).
 	Install string
+	// Version is the version Install pins, e.g. "0.101.0"; built images record it. Empty when
+	// the daemon provides the harness.
+	Version string
 }

@@ -11,6 +11,10 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 `
 
+// Node22Version is the exact Node 22 release (the npm package node) that NPM.Node22 installs:
+// pinned, so that an image rebuilt later runs the Node it was checked with.
+const Node22Version = "22.23.3"
+
 // NPM is a harness installed from the npm registry into a directory of its own.
 type NPM struct {
 	// Harness is the harness's name, for error messages, e.g. "codex".
@@ -28,9 +32,12 @@ type NPM struct {
 	// started through EntryPath. Empty for a package run otherwise (a native binary in
 	// node_modules/.bin).
 	Entry string
-	// Node22 installs the npm package node@22 beside Package, for a harness that needs a newer
-	// Node than the image's (node_modules/node/bin/node), and checks that it is Node 22.
+	// Node22 installs the npm package node@Node22Version beside Package, for a harness that
+	// needs a newer Node than the image's (node_modules/node/bin/node), and checks its version.
 	Node22 bool
+	// Pins are exact versions of Package's dependencies, installed beside it ("name@version"),
+	// for a dependency Package names by a range: npm then resolves Package's to the pinned one.
+	Pins []string
 	// Then is shell, run in $dir after the install and the checks of Node22 and Entry, that
 	// fails when the install is unusable and finishes it (e.g. writes a launcher).
 	Then string
@@ -39,6 +46,16 @@ type NPM struct {
 // EntryPath is the path of Entry relative to Dir: node_modules/<Package>/<Entry>.
 func (n NPM) EntryPath() string {
 	return "node_modules/" + n.Package + "/" + n.Entry
+}
+
+// WriteLauncher returns shell, for Then, that writes script to $dir/bin/name, executable by
+// every user: a harness started through a launcher of its own (see its adapter's Argv).
+func WriteLauncher(name, script string) string {
+	return `mkdir -p "$dir/bin"
+cat >"$dir/bin/` + name + `" <<'LAUNCHER'
+` + script + `LAUNCHER
+chmod 0755 "$dir/bin/` + name + `"
+`
 }
 
 // Script returns the Install script: NPMPrelude, the pinned npm install into Dir, the checks of
@@ -53,14 +70,17 @@ cd "$dir"
 [ -f package.json ] || printf '{"private": true}\n' >package.json
 npm install --no-fund --no-audit --no-update-notifier `)
 	if n.Node22 {
-		b.WriteString("node@22 ")
+		b.WriteString("node@" + Node22Version + " ")
+	}
+	for _, p := range n.Pins {
+		b.WriteString(p + " ")
 	}
 	b.WriteString(n.Package + "@" + n.Version + "\n")
 	if n.Node22 {
-		b.WriteString(`case "$("$dir/node_modules/node/bin/node" --version)" in
-v22.*) ;;
-*) echo "` + n.Harness + `: node_modules/node/bin/node is not Node 22" >&2; exit 1 ;;
-esac
+		b.WriteString(`if [ "$("$dir/node_modules/node/bin/node" --version)" != v` + Node22Version + ` ]; then
+	echo "` + n.Harness + `: node_modules/node/bin/node is not Node ` + Node22Version + `" >&2
+	exit 1
+fi
 `)
 	}
 	if n.Entry != "" {

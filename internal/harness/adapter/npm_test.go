@@ -44,10 +44,11 @@ fi
 		wantErr       string
 	}{
 		{"plain", false, "v18.19.0", "", false, "install --no-fund --no-audit --no-update-notifier @scope/pkg-a@1.2.3", ""},
-		{"node 22", true, "v22.11.0", "", false, "install --no-fund --no-audit --no-update-notifier node@22 @scope/pkg-a@1.2.3", ""},
-		{"not node 22", true, "v18.19.0", "", false, "", "h: node_modules/node/bin/node is not Node 22"},
-		{"entry", true, "v22.11.0", "dist/index.js", true, "install --no-fund --no-audit --no-update-notifier node@22 @scope/pkg-a@1.2.3", ""},
-		{"no entry", true, "v22.11.0", "dist/index.js", false, "", "/opt/h/node_modules/@scope/pkg-a/dist/index.js"},
+		{"node 22", true, "v" + Node22Version, "", false, "install --no-fund --no-audit --no-update-notifier node@" + Node22Version + " @scope/pkg-a@1.2.3", ""},
+		{"not node 22", true, "v18.19.0", "", false, "", "h: node_modules/node/bin/node is not Node " + Node22Version},
+		{"another node 22", true, "v22.0.0", "", false, "", "h: node_modules/node/bin/node is not Node " + Node22Version},
+		{"entry", true, "v" + Node22Version, "dist/index.js", true, "install --no-fund --no-audit --no-update-notifier node@" + Node22Version + " @scope/pkg-a@1.2.3", ""},
+		{"no entry", true, "v" + Node22Version, "dist/index.js", false, "", "/opt/h/node_modules/@scope/pkg-a/dist/index.js"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "opt", "h")
@@ -82,6 +83,14 @@ fi
 				t.Error("Then did not run")
 			}
 		})
+	}
+}
+
+func TestNPMPinsGoBeforeThePackage(t *testing.T) {
+	script := NPM{Harness: "h", Dir: "/opt/h", Package: "p", Version: "1.0.0", Node22: true, Pins: []string{"dep@0.1.0", "@s/other@2.0.0"}}.Script()
+	want := "\nnpm install --no-fund --no-audit --no-update-notifier node@" + Node22Version + " dep@0.1.0 @s/other@2.0.0 p@1.0.0\n"
+	if !strings.Contains(script, want) {
+		t.Errorf("script lacks %q:\n%s", want, script)
 	}
 }
 

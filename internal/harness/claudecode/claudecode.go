@@ -44,6 +44,7 @@ func Adapter() adapter.Adapter {
 			{Name: "api-key", Description: "an Anthropic API key, sent as x-api-key and swapped in by the gateway"},
 		},
 		Install: install,
+		Version: Version,
 	}
 }
 
@@ -89,7 +90,8 @@ export PATH
 exec "$node" "$dir/` + npm.EntryPath() + `" "$@"
 `
 
-// npm is Node 22 (the npm package node@22) and the pinned adapter, installed into Dir.
+// npm is Node 22 (the npm package node, adapter.Node22Version) and the pinned adapter, installed
+// into Dir.
 var npm = adapter.NPM{
 	Harness: Name,
 	Dir:     Dir,
@@ -102,10 +104,6 @@ var npm = adapter.NPM{
 // install installs what npm names, then writes the launcher into Dir/bin.
 var install = func() string {
 	n := npm
-	n.Then = `mkdir -p "$dir/bin"
-cat >"$dir/bin/claude-code-acp" <<'LAUNCHER'
-` + launcher + `LAUNCHER
-chmod 0755 "$dir/bin/claude-code-acp"
-`
+	n.Then = adapter.WriteLauncher("claude-code-acp", launcher)
 	return n.Script()
 }()

@@ -42,6 +42,7 @@ func Adapter() adapter.Adapter {
 			{Name: "api-key", Description: "an Anthropic API key, swapped in by the gateway"},
 		},
 		Install: install,
+		Version: Version,
 	}
 }
 
