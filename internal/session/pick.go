@@ -19,8 +19,9 @@ type Images interface {
 }
 
 // pickHarness returns the harness a new session on sb runs: want when the sandbox has it, else
-// (want empty) the first harness its image carries, then those sandboxd provides. A harness the
-// sandbox lacks fails now, naming the image that has it, rather than at the first prompt.
+// (want empty) the first harness its image carries; what sandboxd provides (the fake) only by
+// name. A harness the sandbox lacks fails now, naming the image that has it, rather than at the
+// first prompt.
 func (s *Service) pickHarness(sb api.Sandbox, want string) (string, error) {
 	var available []string
 	if s.cfg.Images != nil {
@@ -35,7 +36,8 @@ func (s *Service) pickHarness(sb api.Sandbox, want string) (string, error) {
 			available = append(available, h.Name)
 		}
 	}
-	available = append(available, s.cfg.Provided...)
+	// What sandboxd provides (the scripted fake, for tests) runs only when asked for by name:
+	// a session that names no harness gets an agent, or an error that says where to find one.
 	if want == "" {
 		if len(available) == 0 {
 			return "", api.Errorf(api.CodeHarnessNotInImage, "sandbox %q has no harness to run: its image %q carries none; %s",
@@ -43,6 +45,7 @@ func (s *Service) pickHarness(sb api.Sandbox, want string) (string, error) {
 		}
 		return available[0], nil
 	}
+	available = append(available, s.cfg.Provided...)
 	if slices.Contains(available, want) {
 		return want, nil
 	}
