@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+var echoDst = netip.MustParseAddrPort("198.18.0.3:7")
+
+// ping sends a byte through an echo connection and reads it back: the gateway has admitted
+// the connection and carries it.
+func ping(c net.Conn) error {
+	if _, err := c.Write([]byte("x")); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c, make([]byte, 1))
+	return err
+}
+
+// open makes n echo connections through h that work.
+func (h *harness) open(n int) []net.Conn {
+	h.t.Helper()
+	var cs []net.Conn
+	for range n {
+		c := h.dialTransparent(echoDst)
+		if err := ping(c); err != nil {
+			h.t.Fatalf("sandbox %s, connection %d: %v", h.p.Sandbox, len(cs)+1, err)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// refused checks that an echo connection through h is reset and audited with why.
+func (h *harness) refused(why string) {
+	h.t.Helper()
+	c, err := h.transparentDialer(echoDst)(context.Background(), "tcp", "")
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) { // the reset can beat connect's return
+		h.t.Fatal(err)
+	}
+	if err == nil {
+		defer c.Close()
+		if err := ping(c); err == nil {
+			h.t.Fatalf("sandbox %s: a connection was carried, want a reset for %q", h.p.Sandbox, why)
+		} else if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+			h.t.Fatalf("sandbox %s: %v, want a connection reset", h.p.Sandbox, err)
+		}
+	}
+	h.record(why, func(r Record) bool { return strings.Contains(r.Err, why) })
+}
+
+// The daemon's budget is shared by every sandbox: none holds more than half of it, a sandbox's
+// connection over a full budget is refused unless it is within the sandbox's reserve, and then
+// the newest connection of the sandbox holding the most is reset to make room for it.
+func TestBudgetSharedBySandboxes(t *testing.T) {
+	b := &Budget{Max: 6, Reserve: 1}
+	box := func(name string) *harness {
+		return newHarness(t, func(p *Proxy) { p.Sandbox, p.Budget = name, b })
+	}
+	a, bb, c, d := box("a"), box("b"), box("c"), box("d")
+
+	as := a.open(3)
+	a.refused("too many connections from this sandbox (limit 3)") // half of the budget
+	bs := bb.open(2)
+	cs := c.open(1) // the budget is full
+	c.refused("too many gateway connections on this daemon (limit 6, sandboxd --gateway-max-conns)")
+
+	// d has none: its first is within its reserve, and takes a's newest.
+	ds := d.open(1)
+	if err := ping(as[2]); !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("a's newest connection: %v, want a connection reset", err)
+	}
+	a.record("the connection reset to make room", func(r Record) bool {
+		return strings.Contains(r.Err, "reset to make room for another sandbox's connection: the daemon's gateway connections are at their limit (6, ")
+	})
+	d.refused("too many gateway connections on this daemon (limit 6,") // beyond its reserve
+	for _, c := range [][]net.Conn{as[:2], bs, cs, ds} {
+		for _, c := range c {
+			if err := ping(c); err != nil {
+				t.Fatalf("a connection the budget kept: %v", err)
+			}
+		}
+	}
+
+	// A connection that ends gives its place back, to whoever comes next.
+	bs[0].Close()
+	bb.record("b's first connection", byHost(KindTCP, "echo.example.test"))
+	c.open(1)
+	c.refused("too many gateway connections on this daemon")
+}
+
+// Without a daemon-wide bound, each sandbox's own cap still holds.
+func TestBudgetNoDaemonBound(t *testing.T) {
+	b := &Budget{}
+	h := newHarness(t, func(p *Proxy) { p.MaxConns, p.Budget = 2, b })
+	other := newHarness(t, func(p *Proxy) { p.MaxConns, p.Budget = 2, b })
+	h.open(2)
+	h.refused("too many connections from this sandbox (limit 2)")
+	other.open(2)
+}
+
+// A closed proxy's connections give their places back and it is never chosen to make room.
+func TestBudgetAfterClose(t *testing.T) {
+	b := &Budget{Max: 4, Reserve: 1}
+	a := newHarness(t, func(p *Proxy) { p.Sandbox, p.Budget = "a", b })
+	a.open(2)
+	a.p.Close()
+	b.mu.Lock()
+	shares := len(b.shares)
+	b.mu.Unlock()
+	if shares != 0 {
+		t.Fatalf("%d shares after Close", shares)
+	}
+	for range 2 {
+		a.record("a closed connection", byHost(KindTCP, "echo.example.test"))
+	}
+	b.mu.Lock()
+	held := b.held
+	b.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d connections held after every one ended", held)
+	}
+	newHarness(t, func(p *Proxy) { p.Budget = b }).open(2)
+}
+
+func TestDefaultBudget(t *testing.T) {
+	for _, tc := range []struct {
+		nofile       uint64
+		def, maxConn int
+	}{
+		{1024, 256, 256},
+		{2048, 512, 512},
+		{20000, 5000, 9488},
+		{524288, 65536, 261632},
+		{1 << 63, 65536, 1<<31 - 1},
+	} {
+		if got := DefaultBudget(tc.nofile); got != tc.def {
+			t.Errorf("DefaultBudget(%d) = %d, want %d", tc.nofile, got, tc.def)
+		}
+		if got := MaxBudget(tc.nofile); got != tc.maxConn {
+			t.Errorf("MaxBudget(%d) = %d, want %d", tc.nofile, got, tc.maxConn)
+		}
+	}
+}
