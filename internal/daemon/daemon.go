@@ -64,6 +64,9 @@ type Config struct {
 	// host's system roots plus the CAs of --gateway-upstream-ca (tests, private CAs). nil: the
 	// host's trust store alone.
 	GatewayUpstreamCAs *x509.CertPool
+	// GatewayMaxConns bounds the gateway's connections of all sandboxes together
+	// (--gateway-max-conns); 0: derived from the process's descriptor limit.
+	GatewayMaxConns int
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -160,6 +163,12 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
+	nofile := fileLimit()
+	maxConns, err := gatewayMaxConns(d.cfg.GatewayMaxConns, nofile)
+	if err != nil {
+		return err
+	}
+	d.log.Info("egress gateway budget", "max_conns", maxConns, "nofile", nofile)
 	d.gateway, err = gateway.New(gateway.Config{
 		Routes:      d.cfg.GatewayRoutes,
 		Policy:      &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
@@ -167,6 +176,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		Log:         d.log,
 		CA:          ca,
 		UpstreamCAs: d.cfg.GatewayUpstreamCAs,
+		MaxConns:    maxConns,
 	})
 	if err != nil {
 		return err
