@@ -177,3 +177,33 @@ func (s *slot) release() string {
 	b.shedding--
 	return fmt.Sprintf("reset to make room for another sandbox's connection: the daemon's gateway connections are at their limit (%d, sandboxd --gateway-max-conns) and this sandbox held the most", b.Max)
 }
+
+// extra admits c, an upstream connection beyond the one its client's connection was admitted
+// with, as a connection of its own: it holds its place until it is closed. When the budget
+// resets it to make room, shed is told why. A refused c is closed.
+func (sh *share) extra(c net.Conn, shed func(why string)) (net.Conn, error) {
+	s, err := sh.take(c)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &extraConn{Conn: c, s: s, shed: shed}, nil
+}
+
+// extraConn is an upstream connection admitted by share.extra.
+type extraConn struct {
+	net.Conn
+	s    *slot
+	shed func(why string)
+	once sync.Once
+}
+
+func (c *extraConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		if why := c.s.release(); why != "" {
+			c.shed(why)
+		}
+	})
+	return err
+}

@@ -2,13 +2,19 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 var echoDst = netip.MustParseAddrPort("198.18.0.3:7")
@@ -147,4 +153,61 @@ func TestDefaultBudget(t *testing.T) {
 			t.Errorf("MaxBudget(%d) = %d, want %d", tc.nofile, got, tc.maxConn)
 		}
 	}
+}
+
+// A terminated HTTP/2 connection to a real host that speaks only HTTP/1.1 needs an upstream
+// connection per request in flight: each beyond the first takes a place in the budget, so one
+// client connection cannot hold hundreds of descriptors.
+func TestBudgetTerminatedUpstreams(t *testing.T) {
+	pool, _, leaf := newCA(t)
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held <- struct{}{}
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+		io.WriteString(rw, "ok")
+	}))
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}} // HTTP/1.1 only
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	w := newSecretWorld(t, func(p *Proxy) {
+		p.Routes = append([]Route{{Host: "bound.example.test", Port: 443, To: serverAddr(up)}}, p.Routes...)
+		p.UpstreamCAs = pool
+		p.MaxConns = 1
+	})
+	c := w.client(t, false, true)
+	first := make(chan string, 1)
+	hreq := newRequest(t, "GET", "https://bound.example.test/hold", "")
+	go func() {
+		resp, err := c.Do(hreq)
+		if err != nil {
+			first <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		first <- fmt.Sprint(resp.StatusCode, " ", string(b), " ", err)
+	}()
+	select {
+	case <-held:
+	case <-testenv.Deadline(t):
+		t.Fatal("the first request did not arrive")
+	}
+	// The same client connection (HTTP/2), a second request while the first is held.
+	r := w.do(t, c, newRequest(t, "GET", "https://bound.example.test/second", ""))
+	if r.proto != "HTTP/2.0" || r.status != http.StatusBadGateway || !strings.Contains(r.body, "too many connections from this sandbox (limit 1)") {
+		t.Fatalf("second request: %+v", r)
+	}
+	close(hold)
+	if r := <-first; r != "200 ok <nil>" {
+		t.Fatalf("first request: %s", r)
+	}
+	closeIdle(c)
+	w.record("the terminated connection", func(r Record) bool {
+		return r.Terminated && strings.Contains(r.Err, "too many connections from this sandbox (limit 1)")
+	})
 }

@@ -286,7 +286,11 @@ func (t *terminated) dialTLS(ctx context.Context, _, _ string) (conn net.Conn, e
 		if err != nil {
 			return nil, &forwardDialError{err: err, addr: up.addr}
 		}
-		raw = up.conn
+		// The client's connection paid for one upstream connection, the seed. Another (an
+		// HTTP/2 client's parallel requests to an HTTP/1.1 host) takes a place of its own.
+		if raw, err = t.p.share.extra(up.conn, t.fail); err != nil {
+			return nil, &forwardDialError{err: err, addr: up.addr}
+		}
 	}
 	ic, err := t.p.track(raw)
 	if err != nil {
