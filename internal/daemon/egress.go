@@ -144,9 +144,9 @@ func gatewayMaxConns(n int, nofile uint64) (int, error) {
 	case n < 0:
 		return 0, fmt.Errorf("invalid --gateway-max-conns %d: want a number of connections, or 0 for the default (%d here)", n, gateway.DefaultBudget(nofile))
 	case n > most:
-		return 0, fmt.Errorf("--gateway-max-conns %d is more than this process can carry: each connection holds 2 file descriptors and sandboxd keeps %d for itself, "+
+		return 0, fmt.Errorf("--gateway-max-conns %d is more than this process can carry: each connection may hold %d file descriptors and sandboxd keeps %d for itself, "+
 			"but its limit (RLIMIT_NOFILE) is %d, which allows %d; raise the limit (LimitNOFILE= in a systemd unit, ulimit -n) or lower the flag",
-			n, gateway.MinDaemonFDs, nofile, most)
+			n, gateway.ConnFDs, gateway.MinDaemonFDs, nofile, most)
 	}
 	return n, nil
 }

@@ -95,7 +95,7 @@ func TestEgressTrustsTheCA(t *testing.T) {
 	}
 }
 
-// --gateway-max-conns: unset, a quarter of the descriptors; set, what the descriptors carry.
+// --gateway-max-conns: unset, what half of the descriptors carry; set, what they all carry.
 func TestGatewayMaxConns(t *testing.T) {
 	for _, tc := range []struct {
 		flag   int
@@ -103,11 +103,11 @@ func TestGatewayMaxConns(t *testing.T) {
 		want   int
 		err    string
 	}{
-		{0, 20000, 5000, ""},
-		{0, 1 << 20, gateway.MaxDefaultBudget, ""},
+		{0, 20000, 1666, ""},
+		{0, 1 << 21, gateway.MaxDefaultBudget, ""},
 		{100, 20000, 100, ""},
-		{9488, 20000, 9488, ""},
-		{9489, 20000, 0, "RLIMIT_NOFILE) is 20000, which allows 9488"},
+		{3162, 20000, 3162, ""},
+		{3163, 20000, 0, "RLIMIT_NOFILE) is 20000, which allows 3162"},
 		{-1, 20000, 0, "invalid --gateway-max-conns -1"},
 	} {
 		got, err := gatewayMaxConns(tc.flag, tc.nofile)

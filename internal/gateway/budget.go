@@ -9,6 +9,10 @@ import (
 
 // The daemon-wide connection budget (sandboxd --gateway-max-conns).
 const (
+	// ConnFDs is how many file descriptors one connection of the gateway may hold: its two
+	// sockets and, while it is spliced and waiting for bytes, a pipe (two descriptors) each way,
+	// which Go's splice(2) keeps for as long as it waits. TestConnFDs counts them.
+	ConnFDs = 6
 	// DefaultConnReserve is how many connections every attached sandbox is sure of however busy
 	// the others are: a harness's model streams and a package manager's parallel downloads (npm
 	// opens up to 15 per registry, pip and apt fewer) fit in it many times over.
@@ -22,23 +26,22 @@ const (
 	MinDaemonFDs = 1024
 )
 
-// DefaultBudget is the budget of a daemon that may hold nofile descriptors (RLIMIT_NOFILE): a
-// quarter of them, at most MaxDefaultBudget. Each connection holds two descriptors (the
-// sandbox's side and the upstream's), so the gateway's connections take at most half, and the
-// other half stays for the daemon's API, SSH and the sandboxes' runtime and resolvers (each
+// DefaultBudget is the budget of a daemon that may hold nofile descriptors (RLIMIT_NOFILE): as
+// many connections as half of them carry at ConnFDs each, at most MaxDefaultBudget. The other
+// half stays for the daemon's API, SSH and the sandboxes' runtime and resolvers (each
 // sandbox's resolver alone may hold about 150: 16 TCP connections, 64 lookups in flight).
 func DefaultBudget(nofile uint64) int {
-	return int(min(nofile/4, MaxDefaultBudget))
+	return int(min(nofile/2/ConnFDs, MaxDefaultBudget))
 }
 
-// MaxBudget is the largest budget a daemon that may hold nofile descriptors can afford: two
-// descriptors a connection, MinDaemonFDs kept; never less than DefaultBudget, which is what a
-// daemon with fewer than MinDaemonFDs gets.
+// MaxBudget is the largest budget a daemon that may hold nofile descriptors can afford:
+// ConnFDs a connection, MinDaemonFDs kept; never less than DefaultBudget, which is what a
+// daemon with few descriptors gets.
 func MaxBudget(nofile uint64) int {
 	if nofile <= MinDaemonFDs {
 		return DefaultBudget(nofile)
 	}
-	return max(DefaultBudget(nofile), int(min((nofile-MinDaemonFDs)/2, math.MaxInt32)))
+	return max(DefaultBudget(nofile), int(min((nofile-MinDaemonFDs)/ConnFDs, math.MaxInt32)))
 }
 
 // Budget bounds the gateway's connections of every sandbox together (Proxy.Budget: one Budget

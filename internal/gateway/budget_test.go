@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,9 +21,10 @@ import (
 var echoDst = netip.MustParseAddrPort("198.18.0.3:7")
 
 // ping sends a byte through an echo connection and reads it back: the gateway has admitted
-// the connection and carries it.
+// the connection and carries it. The byte starts neither TLS nor HTTP, so the gateway takes
+// the connection for raw TCP at once.
 func ping(c net.Conn) error {
-	if _, err := c.Write([]byte("x")); err != nil {
+	if _, err := c.Write([]byte{0}); err != nil {
 		return err
 	}
 	_, err := io.ReadFull(c, make([]byte, 1))
@@ -140,10 +142,10 @@ func TestDefaultBudget(t *testing.T) {
 		nofile       uint64
 		def, maxConn int
 	}{
-		{1024, 256, 256},
-		{2048, 512, 512},
-		{20000, 5000, 9488},
-		{524288, 65536, 261632},
+		{1024, 85, 85},
+		{2048, 170, 170},
+		{20000, 1666, 3162},
+		{524288, 43690, 87210},
 		{1 << 63, 65536, 1<<31 - 1},
 	} {
 		if got := DefaultBudget(tc.nofile); got != tc.def {
@@ -210,4 +212,55 @@ func TestBudgetTerminatedUpstreams(t *testing.T) {
 	w.record("the terminated connection", func(r Record) bool {
 		return r.Terminated && strings.Contains(r.Err, "too many connections from this sandbox (limit 1)")
 	})
+}
+
+// A connection the gateway tunnels holds at most ConnFDs descriptors in the daemon, the figure
+// the default budget is derived from: counted while 20 tunnels are idle.
+func TestConnFDs(t *testing.T) {
+	// An upstream that echoes without splice(2), so that it holds no pipe of its own.
+	plain := tcpServer(t, func(c net.Conn) {
+		b := make([]byte, 1)
+		for {
+			if _, err := c.Read(b); err != nil {
+				return
+			}
+			if _, err := c.Write(b); err != nil {
+				return
+			}
+		}
+	})
+	h := newHarness(t, func(p *Proxy) {
+		p.Routes = append(p.Routes, Route{Host: "plain.example.test", Port: 7, To: addrPortOf(plain.Addr())})
+	})
+	tunnel := func() {
+		c := h.dialExplicit()
+		io.WriteString(c, "CONNECT plain.example.test:7 HTTP/1.1\r\nHost: plain.example.test:7\r\n\r\n")
+		const ok = "HTTP/1.1 200 Connection established\r\n\r\n"
+		b := make([]byte, len(ok))
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != ok {
+			t.Fatalf("CONNECT: %q, %v", b, err)
+		}
+		if err := ping(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fds := func() int {
+		e, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(e)
+	}
+	tunnel() // the first connection's one-time costs (the epoll descriptor, a resolver)
+	const n = 20
+	before := fds()
+	for range n {
+		tunnel()
+	}
+	// Each tunnel also holds the client's socket and the upstream's, in this process.
+	if per := float64(fds()-before-2*n) / n; per > ConnFDs {
+		t.Fatalf("an idle tunnel holds %.1f descriptors in the gateway, more than ConnFDs (%d) the budget counts", per, ConnFDs)
+	} else {
+		t.Logf("an idle tunnel holds %.1f descriptors in the gateway", per)
+	}
 }
