@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -262,5 +263,147 @@ func TestConnFDs(t *testing.T) {
 		t.Fatalf("an idle tunnel holds %.1f descriptors in the gateway, more than ConnFDs (%d) the budget counts", per, ConnFDs)
 	} else {
 		t.Logf("an idle tunnel holds %.1f descriptors in the gateway", per)
+	}
+}
+
+// h2Frame is an HTTP/2 frame (RFC 9113 section 4.1), as far as these tests read them.
+type h2Frame struct {
+	typ, flags byte
+	stream     uint32
+	payload    []byte
+}
+
+// The frame types and the parameter these tests use.
+const (
+	h2Headers      = 0x1
+	h2Settings     = 0x4
+	h2WindowUpdate = 0x8
+	h2MaxFrameSize = 0x5 // SETTINGS_MAX_FRAME_SIZE
+	h2Preface      = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	// What a peer may send before any SETTINGS or WINDOW_UPDATE says otherwise.
+	h2DefaultFrame  = 16 << 10
+	h2DefaultWindow = 65535
+)
+
+func readH2Frame(r io.Reader) (h2Frame, error) {
+	var h [9]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return h2Frame{}, err
+	}
+	f := h2Frame{typ: h[3], flags: h[4], stream: binary.BigEndian.Uint32(h[5:]) & (1<<31 - 1),
+		payload: make([]byte, int(h[0])<<16|int(h[1])<<8|int(h[2]))}
+	_, err := io.ReadFull(r, f.payload)
+	return f, err
+}
+
+func writeH2Frame(w io.Writer, typ, flags byte, stream uint32, payload []byte) error {
+	n := len(payload)
+	h := []byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags}
+	_, err := w.Write(append(binary.BigEndian.AppendUint32(h, stream), payload...))
+	return err
+}
+
+// maxFrame is the SETTINGS_MAX_FRAME_SIZE of a SETTINGS frame that is not an ACK: its value,
+// else the protocol's default.
+func (f h2Frame) maxFrame() uint32 {
+	for p := f.payload; len(p) >= 6; p = p[6:] {
+		if binary.BigEndian.Uint16(p) == h2MaxFrameSize {
+			return binary.BigEndian.Uint32(p[2:])
+		}
+	}
+	return h2DefaultFrame
+}
+
+// A terminated HTTP/2 connection lets neither side make the gateway hold much: the frames it
+// takes are small (net/http keeps a buffer of the largest for the connection's life), and an
+// upstream may send at most maxH2Window on a connection before the sandbox's client reads it.
+func TestTerminatedH2Limits(t *testing.T) {
+	pool, _, leaf := newCA(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{leaf}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	type seen struct {
+		frame  uint32 // the largest frame the gateway takes
+		window uint32 // the connection's receive window the gateway opened
+		err    error
+	}
+	upstream := make(chan seen, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			upstream <- seen{err: err}
+			return
+		}
+		defer c.Close()
+		s := seen{frame: h2DefaultFrame, window: h2DefaultWindow}
+		defer func() { upstream <- s }()
+		if _, s.err = io.ReadFull(c, make([]byte, len(h2Preface))); s.err != nil {
+			return
+		}
+		for {
+			f, err := readH2Frame(c)
+			switch {
+			case err != nil:
+				s.err = err
+				return
+			case f.typ == h2Settings && f.flags&1 == 0:
+				s.frame = f.maxFrame()
+			case f.typ == h2WindowUpdate && f.stream == 0:
+				s.window += binary.BigEndian.Uint32(f.payload) & (1<<31 - 1)
+			case f.typ == h2Headers: // the request: what the gateway had to say came before it
+				return
+			}
+		}
+	}()
+	w := newSecretWorld(t, func(p *Proxy) {
+		p.Routes = append([]Route{{Host: "bound.example.test", Port: 443, To: addrPortOf(ln.Addr())}}, p.Routes...)
+		p.UpstreamCAs = pool
+	})
+
+	// The sandbox's side: what the gateway's server asks of an HTTP/2 client.
+	raw, err := w.transparentDialer(netip.AddrPortFrom(public, 443))(context.Background(), "tcp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := tls.Client(raw, &tls.Config{RootCAs: w.roots, ServerName: "bound.example.test", NextProtos: []string{"h2"}})
+	if err := c.Handshake(); err != nil || c.ConnectionState().NegotiatedProtocol != "h2" {
+		t.Fatalf("handshake: %v, protocol %q", err, c.ConnectionState().NegotiatedProtocol)
+	}
+	io.WriteString(c, h2Preface)
+	writeH2Frame(c, h2Settings, 0, 0, nil)
+	for {
+		f, err := readH2Frame(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.typ == h2Settings && f.flags&1 == 0 {
+			if n := f.maxFrame(); n > maxH2Frame {
+				t.Errorf("the gateway takes frames of %d bytes from the sandbox's client, want at most %d", n, maxH2Frame)
+			}
+			break
+		}
+	}
+	// GET https://bound.example.test/ so that the gateway goes upstream: HPACK's static table
+	// for :method GET (2), :path / (4) and :scheme https (7), and :authority (1) as a literal.
+	block := append([]byte{0x82, 0x84, 0x87, 0x41, byte(len("bound.example.test"))}, "bound.example.test"...)
+	writeH2Frame(c, h2Headers, 0x4|0x1, 1, block) // END_HEADERS, END_STREAM
+
+	var s seen
+	select {
+	case s = <-upstream:
+	case <-testenv.Deadline(t):
+		t.Fatal("the gateway did not go upstream")
+	}
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	if s.frame > maxH2Frame {
+		t.Errorf("the gateway takes frames of %d bytes from the upstream, want at most %d", s.frame, maxH2Frame)
+	}
+	if s.window > h2DefaultWindow+maxH2Window {
+		t.Errorf("the gateway lets the upstream send %d bytes a connection unread, want at most %d", s.window, h2DefaultWindow+maxH2Window)
 	}
 }
