@@ -71,6 +71,10 @@ func Main() int {
 			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
 				return err
 			}
+			// Before anything is mounted: a budget the descriptors cannot carry is the operator's to fix.
+			if cfg.GatewayMaxConns, err = gatewayMaxConns(cfg.GatewayMaxConns, fileLimit()); err != nil {
+				return err
+			}
 			if cfg.InitPath == "" {
 				cfg.InitPath, err = findInit()
 			} else {
