@@ -35,7 +35,10 @@ server_pid=$!
 for _ in $(seq 100); do [ -f "$work/srv/port" ] && break; sleep 0.05; done
 port=$(cat "$work/srv/port")
 
-start_daemon --gateway-resolve "$NAME:443=127.0.0.1:$port"
+# A sandbox holds at most half of the daemon's connection budget, whose default comes from the
+# descriptor limit (6 descriptors a connection, from half of RLIMIT_NOFILE): under a limit of about
+# 24,000 that is fewer than 1,000, so the budget is named.
+start_daemon --gateway-max-conns $((3 * CONNS)) --gateway-resolve "$NAME:443=127.0.0.1:$port"
 $hiloop sandbox create bench --image "$IMAGE" >/dev/null
 $hiloop sandbox exec -i bench -- sh -c 'cat > /workspace/gatewaybench && chmod +x /workspace/gatewaybench' <"$work/gatewaybench"
 $hiloop sandbox exec -i bench -- sh -c 'cat > /workspace/ca.pem' <"$work/srv/ca.pem"

@@ -70,6 +70,9 @@ type Config struct {
 	GatewayUpstreamCAs *x509.CertPool
 	// ProviderURLs replace the default upstreams by name (ProviderURLNames): --provider-url.
 	ProviderURLs map[string]*url.URL
+	// GatewayMaxConns bounds the gateway's connections of all sandboxes together
+	// (--gateway-max-conns); 0: derived from the process's descriptor limit.
+	GatewayMaxConns int
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -183,6 +186,12 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
+	nofile := fileLimit()
+	maxConns, err := gatewayMaxConns(d.cfg.GatewayMaxConns, nofile)
+	if err != nil {
+		return err
+	}
+	d.log.Info("egress gateway budget", "max_conns", maxConns, "nofile", nofile)
 	d.gateway, err = gateway.New(gateway.Config{
 		Routes:      d.cfg.GatewayRoutes,
 		Policy:      &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
@@ -190,6 +199,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		Log:         d.log,
 		CA:          ca,
 		UpstreamCAs: d.cfg.GatewayUpstreamCAs,
+		MaxConns:    maxConns,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"syscall"
 
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -129,6 +130,35 @@ func upstreamPool(files []string) (*x509.CertPool, error) {
 		}
 	}
 	return pool, nil
+}
+
+// gatewayMaxConns is the bound on the gateway's connections of all sandboxes together for a
+// daemon that may hold nofile descriptors: n (--gateway-max-conns) when it is set, else
+// gateway.DefaultBudget. A bound the descriptors cannot carry is an error rather than a
+// daemon that runs out of them under load.
+func gatewayMaxConns(n int, nofile uint64) (int, error) {
+	most := gateway.MaxBudget(nofile)
+	switch {
+	case n == 0:
+		return gateway.DefaultBudget(nofile), nil
+	case n < 0:
+		return 0, fmt.Errorf("invalid --gateway-max-conns %d: want a number of connections, or 0 for the default (%d here)", n, gateway.DefaultBudget(nofile))
+	case n > most:
+		return 0, fmt.Errorf("--gateway-max-conns %d is more than this process can carry: each connection may hold %d file descriptors and sandboxd keeps %d for itself, "+
+			"but its limit (RLIMIT_NOFILE) is %d, which allows %d; raise the limit (LimitNOFILE= in a systemd unit, ulimit -n) or lower the flag",
+			n, gateway.ConnFDs, gateway.MinDaemonFDs, nofile, most)
+	}
+	return n, nil
+}
+
+// fileLimit is the process's descriptor limit (RLIMIT_NOFILE). Go raises the soft limit to the
+// hard one at start, so the soft one is what the daemon has.
+func fileLimit() uint64 {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 1024 // the usual soft limit, which Go would have raised if it could
+	}
+	return r.Cur
 }
 
 // auditLog writes the gateway's decisions to the daemon's log: refusals at info, the rest at

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +92,36 @@ func TestEgressTrustsTheCA(t *testing.T) {
 	}
 	if string(e.CACert()) != string(ca.CertPEM()) {
 		t.Errorf("CACert = %q, want the gateway CA", e.CACert())
+	}
+}
+
+// --gateway-max-conns: unset, what half of the descriptors carry; set, what they all carry.
+func TestGatewayMaxConns(t *testing.T) {
+	for _, tc := range []struct {
+		flag   int
+		nofile uint64
+		want   int
+		err    string
+	}{
+		{0, 20000, 1666, ""},
+		{0, 1 << 21, gateway.MaxDefaultBudget, ""},
+		{100, 20000, 100, ""},
+		{3162, 20000, 3162, ""},
+		{3163, 20000, 0, "RLIMIT_NOFILE) is 20000, which allows 3162"},
+		{-1, 20000, 0, "invalid --gateway-max-conns -1"},
+	} {
+		got, err := gatewayMaxConns(tc.flag, tc.nofile)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("gatewayMaxConns(%d, %d) = %d, %v; want an error saying %q", tc.flag, tc.nofile, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("gatewayMaxConns(%d, %d) = %d, %v; want %d", tc.flag, tc.nofile, got, err, tc.want)
+		}
+	}
+	if n := fileLimit(); n < 64 {
+		t.Fatalf("the descriptor limit read is %d", n)
 	}
 }

@@ -74,6 +74,10 @@ func Main() int {
 			if cfg.ProviderURLs, err = parseProviderURLs(providerURLs); err != nil {
 				return err
 			}
+			// Before anything is mounted: a budget the descriptors cannot carry is the operator's to fix.
+			if cfg.GatewayMaxConns, err = gatewayMaxConns(cfg.GatewayMaxConns, fileLimit()); err != nil {
+				return err
+			}
 			if cfg.InitPath == "" {
 				cfg.InitPath, err = findInit()
 			} else {
@@ -112,6 +116,8 @@ func Main() int {
 	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
 	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
+	f.IntVar(&cfg.GatewayMaxConns, "gateway-max-conns", 0, fmt.Sprintf("bound the egress gateway's connections of all sandboxes together (0: what half of the process's file descriptor limit carries at %d each, at most %d; a sandbox holds at most half, and is sure of %d)",
+		gateway.ConnFDs, gateway.MaxDefaultBudget, gateway.DefaultConnReserve))
 	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default: private, link-local or the host's own addresses (repeatable)")
 	f.StringArrayVar(&providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")

@@ -4,9 +4,11 @@
 // the gateway, sandboxes or HTTP, and must not touch any other bucket.
 //
 // The gateway hands records over on the goroutines that serve sandboxes, so Add never blocks:
-// it queues, and one writer goroutine stores what is queued in batches. When the queue is full
-// Add counts the record as dropped, and the writer stores a record of kind dropped saying how
-// many were lost; nothing is lost without a trace.
+// it queues, each sandbox's records in a queue of its own, and one writer goroutine stores what
+// is queued in batches, a fair share of every sandbox's. The queues share one bound; when it is
+// reached the sandbox with the most records waiting loses its newest, so a sandbox that floods
+// the log loses only its own records. A run of lost records is stored as one record of kind
+// dropped saying how many, where they were lost; nothing is lost without a trace.
 package egresslog
 
 import (
@@ -32,8 +34,9 @@ const (
 	// MaxRecords is how many records are kept per sandbox: the oldest go, in the transaction
 	// that adds new ones. A record takes about 300 bytes, so a sandbox's log stays under ~3 MB.
 	MaxRecords = 10000
-	// QueueSize is how many records may wait for the writer before Add drops them: a few
-	// seconds of a busy sandbox while the writer waits for a slow disk.
+	// QueueSize is how many records of all sandboxes together may wait for the writer: a few
+	// seconds of a busy sandbox while the writer waits for a slow disk. One sandbox may use it
+	// all while the others need none of it.
 	QueueSize = 8192
 	// maxBatch bounds how many records share one transaction and fsync.
 	maxBatch = 2048
@@ -53,23 +56,38 @@ type Config struct {
 type Log struct {
 	db   *bolt.DB
 	max  uint64
+	size int // QueueSize
 	lg   *slog.Logger
-	q    chan queued     // records waiting for the writer
 	del  chan *deleteReq // sandboxes whose records go
-	kick chan struct{}   // buffered: drops are waiting to be noted
+	kick chan struct{}   // buffered: something is queued for the writer
 	quit chan struct{}   // closed by Close
 	done chan struct{}   // closed when the writer has exited
 
 	mu      sync.Mutex
 	closed  bool
-	drops   map[string]uint64        // sandbox id → records dropped since the last dropped record
+	queues  map[string]*queue        // sandbox id → what waits for the writer
+	queued  int                      // entries in queues, all sandboxes together
 	gone    map[string]bool          // deleted sandboxes: whatever still comes for them is not stored
 	changed map[string]chan struct{} // sandbox id → closed at its next commit (see Changed)
 }
 
+// queue is what of one sandbox waits for the writer: records and notes of drops, in order, and
+// the run of records lost after the last of them.
+type queue struct {
+	entries []entry
+	dropped uint64
+}
+
+// entry is a record, or when dropped is not 0 a note that so many records were lost there.
+type entry struct {
+	rec     api.EgressRecord
+	dropped uint64
+}
+
+// queued is an entry of the sandbox id, taken by the writer.
 type queued struct {
-	id  string
-	rec api.EgressRecord
+	id string
+	entry
 }
 
 type deleteReq struct {
@@ -99,13 +117,13 @@ func Open(db *bolt.DB, cfg Config) (*Log, error) {
 	l := &Log{
 		db:      db,
 		max:     uint64(cfg.MaxRecords),
+		size:    cfg.QueueSize,
 		lg:      cfg.Logger,
-		q:       make(chan queued, cfg.QueueSize),
 		del:     make(chan *deleteReq),
 		kick:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
 		done:    make(chan struct{}),
-		drops:   map[string]uint64{},
+		queues:  map[string]*queue{},
 		gone:    map[string]bool{},
 		changed: map[string]chan struct{}{},
 	}
@@ -114,17 +132,51 @@ func Open(db *bolt.DB, cfg Config) (*Log, error) {
 }
 
 // Add queues rec for the sandbox id; the writer numbers it and stores it. It never blocks: when
-// the queue is full the record is counted as dropped. Records added after Close are dropped.
+// the queues are full, the sandbox with the most records waiting (id itself on a tie) loses its
+// newest, counted as dropped. Records added after Close, or for a deleted sandbox, are dropped.
 func (l *Log) Add(id string, rec api.EgressRecord) {
-	select {
-	case l.q <- queued{id: id, rec: rec}:
-		return
-	default:
-	}
 	l.mu.Lock()
-	l.drops[id]++
+	if l.closed || l.gone[id] {
+		l.mu.Unlock()
+		return
+	}
+	q := l.queues[id]
+	if q == nil {
+		q = &queue{}
+		l.queues[id] = q
+	}
+	if q.dropped > 0 {
+		// The records lost before this one are noted before it, in order.
+		q.entries = append(q.entries, entry{dropped: q.dropped})
+		q.dropped = 0
+		l.queued++
+	}
+	q.entries = append(q.entries, entry{rec: rec})
+	l.queued++
+	for l.queued > l.size {
+		l.shed(q)
+	}
 	l.mu.Unlock()
-	// The writer may have drained the queue since: make sure it notes the drop.
+	l.wake()
+}
+
+// shed drops the newest entry of the longest queue (q's on a tie): a record becomes one more
+// lost after the entries left, a note adds its count to them. l.mu is held.
+func (l *Log) shed(q *queue) {
+	long := q
+	for _, o := range l.queues {
+		if len(o.entries) > len(long.entries) {
+			long = o
+		}
+	}
+	last := long.entries[len(long.entries)-1]
+	long.entries = long.entries[:len(long.entries)-1]
+	long.dropped += max(last.dropped, 1)
+	l.queued--
+}
+
+// wake tells the writer something is queued.
+func (l *Log) wake() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
@@ -160,6 +212,10 @@ func (l *Log) DeleteSandbox(id string) error {
 		return ErrClosed
 	}
 	l.gone[id] = true
+	if q := l.queues[id]; q != nil {
+		l.queued -= len(q.entries)
+		delete(l.queues, id)
+	}
 	l.mu.Unlock()
 	r := &deleteReq{id: id, done: make(chan struct{})}
 	select {
@@ -195,61 +251,76 @@ func (l *Log) Prune(keep func(id string) bool) error {
 }
 
 // write is the single writer: it takes what is queued, stores it in one transaction with the
-// dropped records and deletions due, then wakes the waiters of the sandboxes it touched.
+// deletions due, then wakes the waiters of the sandboxes it touched.
 func (l *Log) write() {
 	defer close(l.done)
 	next := map[string]uint64{} // sandbox id → last seq stored, cached from the bucket
 	batch := make([]queued, 0, maxBatch)
 	for {
-		batch = batch[:0]
 		var dels []*deleteReq
 		quitting := false
 		select {
-		case q := <-l.q:
-			batch = append(batch, q)
+		case <-l.kick:
 		case d := <-l.del:
 			dels = append(dels, d)
-		case <-l.kick:
 		case <-l.quit:
 			quitting = true
 		}
 		// Producers woken by the last commit are adding again; let them join this batch.
 		runtime.Gosched()
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case q := <-l.q:
-				batch = append(batch, q)
-			default:
-				break fill
-			}
-		}
+		var more bool
+		batch, more = l.take(batch[:0], maxBatch)
 		l.commit(batch, dels, next)
-		if quitting && len(l.q) == 0 {
+		switch {
+		case more:
+			l.wake() // the rest in the next batch
+		case quitting:
 			return
 		}
 	}
 }
 
-// commit stores one batch; a failure is logged and its records are counted as dropped, so the
-// next batch says so.
+// take appends to batch up to n queued entries, a fair share of every sandbox's in turn, each
+// sandbox's in order; a run of lost records with no record after it yet comes as a note. It
+// reports whether entries are left.
+func (l *Log) take(batch []queued, n int) ([]queued, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(batch) < n && len(l.queues) > 0 {
+		share := max((n-len(batch))/len(l.queues), 1)
+		for id, q := range l.queues {
+			k := min(share, len(q.entries), n-len(batch))
+			for _, e := range q.entries[:k] {
+				batch = append(batch, queued{id: id, entry: e})
+			}
+			q.entries = q.entries[k:]
+			l.queued -= k
+			if len(q.entries) == 0 && len(batch) < n {
+				if q.dropped > 0 {
+					batch = append(batch, queued{id: id, entry: entry{dropped: q.dropped}})
+				}
+				delete(l.queues, id)
+			}
+			if len(batch) == n {
+				break
+			}
+		}
+	}
+	return batch, len(l.queues) > 0
+}
+
+// commit stores one batch; a failure is logged and its records are counted as dropped, noted
+// before anything the sandbox queued since.
 func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) {
 	l.mu.Lock()
-	drops := l.drops
-	l.drops = map[string]uint64{}
 	gone := make(map[string]bool, len(dels))
 	for _, q := range batch {
 		if l.gone[q.id] {
 			gone[q.id] = true
 		}
 	}
-	for id := range drops {
-		if l.gone[id] {
-			delete(drops, id)
-		}
-	}
 	l.mu.Unlock()
-	if len(batch) == 0 && len(dels) == 0 && len(drops) == 0 {
+	if len(batch) == 0 && len(dels) == 0 {
 		return
 	}
 
@@ -282,19 +353,11 @@ func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) 
 			if gone[q.id] {
 				continue
 			}
-			// A record dropped before this one arrived gets its note first, in order.
-			if n := drops[q.id]; n > 0 {
-				delete(drops, q.id)
-				if err := add(q.id, droppedRecord(n, now)); err != nil {
-					return err
-				}
+			rec := q.rec
+			if q.dropped > 0 {
+				rec = droppedRecord(q.dropped, now)
 			}
-			if err := add(q.id, q.rec); err != nil {
-				return err
-			}
-		}
-		for id, n := range drops {
-			if err := add(id, droppedRecord(n, now)); err != nil {
+			if err := add(q.id, rec); err != nil {
 				return err
 			}
 		}
@@ -315,15 +378,28 @@ func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) 
 	if err != nil {
 		clear(next) // the seqs handed out were not stored; reload them from the bucket
 		l.lg.Error("store egress records", "records", len(batch), "err", err)
-		l.mu.Lock()
+		lost := map[string]uint64{}
 		for _, q := range batch {
 			if !gone[q.id] {
-				l.drops[q.id]++
+				lost[q.id] += max(q.dropped, 1)
 			}
 		}
-		for id, n := range drops {
-			l.drops[id] += n
+		l.mu.Lock()
+		for id, n := range lost {
+			if l.closed || l.gone[id] {
+				continue
+			}
+			// Before whatever the sandbox queued since: those records came later.
+			q := l.queues[id]
+			if q == nil {
+				q = &queue{}
+				l.queues[id] = q
+			}
+			q.entries = append([]entry{{dropped: n}}, q.entries...)
+			l.queued++
 		}
+		// Noted with the next batch, when a record comes: not at once, which would spin on a
+		// failure that lasts.
 		l.mu.Unlock()
 		for _, d := range dels {
 			d.err = fmt.Errorf("delete the egress log of sandbox %s: %w", d.id, err)

@@ -333,3 +333,56 @@ func TestWait(t *testing.T) {
 		t.Fatalf("Wait with an ended context returned %+v", recs)
 	}
 }
+
+// A sandbox that floods the log loses only its own records: while the queue is full, the
+// sandbox with the most records waiting loses its newest, so another sandbox's records all
+// arrive (as long as they are fewer than the flood's), and the flood's losses are noted where
+// they happened, in order.
+func TestFloodDropsOnlyItsOwn(t *testing.T) {
+	l, db, _ := openTestLog(t, Config{QueueSize: 64})
+	tx, err := db.Begin(true) // the writer waits for this transaction
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flood, quiet = 2000, 20
+	for i := range flood {
+		l.Add("flood", record(i))
+		if i%(flood/quiet) == flood/quiet-1 {
+			l.Add("quiet", record(i))
+		}
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	recs := collect(t, l, "quiet", quiet)
+	if len(recs) != quiet {
+		t.Fatalf("the quiet sandbox has %d records, want %d: %+v", len(recs), quiet, recs)
+	}
+	for i, r := range recs {
+		if want := record((i+1)*(flood/quiet) - 1).Host; r.Kind == api.EgressKindDropped || r.Host != want {
+			t.Fatalf("the quiet sandbox's record %d is %+v, want host %s", i+1, r, want)
+		}
+	}
+
+	// collect counts what each dropped record stands for: every loss must be noted, also the
+	// run at the flood's end that no record came after.
+	recs = collect(t, l, "flood", flood)
+	checkSeqs(t, recs, 1)
+	stored, dropped, last := 0, uint64(0), -1
+	for _, r := range recs {
+		if r.Kind == api.EgressKindDropped {
+			dropped += r.Dropped
+			continue
+		}
+		var i int
+		fmt.Sscanf(r.Host, "h%d.example.test", &i)
+		if i <= last {
+			t.Fatalf("record %d stored after %d", i, last)
+		}
+		last = i
+		stored++
+	}
+	if dropped == 0 || stored+int(dropped) != flood {
+		t.Fatalf("the flood: %d stored and %d dropped of %d", stored, dropped, flood)
+	}
+}

@@ -33,6 +33,9 @@ type Config struct {
 	// UpstreamCAs verify the real hosts of terminated connections (the host's system roots
 	// and sandboxd --gateway-upstream-ca). nil: the host's trust store alone.
 	UpstreamCAs *x509.CertPool
+	// MaxConns bounds the connections of all sandboxes together (sandboxd
+	// --gateway-max-conns; see Budget); 0: each sandbox's own DefaultMaxConns alone.
+	MaxConns int
 }
 
 // Gateway serves the egress of every attached sandbox: in each sandbox's own network
@@ -40,8 +43,9 @@ type Config struct {
 // DNSPort. Its goroutines run in the daemon's namespace, so upstream dials and lookups leave
 // from the host.
 type Gateway struct {
-	cfg   Config
-	names *Names
+	cfg    Config
+	names  *Names
+	budget *Budget // shared by every sandbox's proxy
 
 	mu    sync.Mutex
 	boxes map[string]*attachment // sandbox id → what serves it
@@ -63,7 +67,8 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{cfg: cfg, names: NewNames(cfg.Routes), boxes: map[string]*attachment{}}, nil
+	return &Gateway{cfg: cfg, names: NewNames(cfg.Routes), budget: &Budget{Max: cfg.MaxConns},
+		boxes: map[string]*attachment{}}, nil
 }
 
 // listenAddrs are the gateway's sockets inside every sandbox.
@@ -101,6 +106,7 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 		Secrets:     a.secretsFor,
 		CA:          g.cfg.CA,
 		UpstreamCAs: g.cfg.UpstreamCAs,
+		Budget:      g.budget,
 	}
 	// Before the first listener: no connection is decided without the policy.
 	a.proxy.SetHostPolicy(hp)

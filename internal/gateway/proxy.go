@@ -75,6 +75,9 @@ type Proxy struct {
 	DialTimeout      time.Duration // resolving and connecting upstream; 0: DefaultDialTimeout
 	IdleTimeout      time.Duration // a connection with no byte either way is closed; 0: DefaultIdleTimeout
 	MaxConns         int           // connections at once, over it a reset; 0: DefaultMaxConns
+	// Budget bounds the connections of every sandbox together (sandboxd --gateway-max-conns);
+	// the proxies of all sandboxes share it. nil: MaxConns alone.
+	Budget *Budget
 
 	hostPolicy atomic.Pointer[HostPolicy] // the sandbox's egress policy; nil: open, no rules
 
@@ -84,6 +87,8 @@ type Proxy struct {
 	server    *http.Server // the explicit proxy
 	transport *http.Transport
 	forwarder *httputil.ReverseProxy
+
+	share *share // of Budget
 
 	mu        sync.Mutex
 	closed    bool
@@ -151,6 +156,11 @@ func (p *Proxy) init() {
 		p.listeners = map[net.Listener]struct{}{}
 		p.conns = map[net.Conn]struct{}{}
 		p.upConns = map[*idleConn]struct{}{}
+		budget := p.Budget
+		if budget == nil {
+			budget = &Budget{} // MaxConns alone
+		}
+		p.share = budget.join(p.maxConns())
 		p.transport = &http.Transport{
 			DialContext:            p.dialForward,
 			MaxIdleConns:           maxIdleConns,
@@ -244,6 +254,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 // connections fail at once. It does not close listeners Serve is not running on.
 func (p *Proxy) Close() error {
 	p.init()
+	p.share.leave()
 	p.mu.Lock()
 	p.closed = true
 	p.cancel()
@@ -271,13 +282,14 @@ func (p *Proxy) Close() error {
 func (p *Proxy) ServeConn(c net.Conn) {
 	p.init()
 	rec := Record{Sandbox: p.Sandbox, Time: time.Now(), Kind: KindTCP}
+	var s *slot
 	p.mu.Lock()
-	switch {
-	case p.closed:
+	if p.closed {
 		rec.Err = "the gateway is closed"
-	case len(p.conns) >= p.maxConns():
-		rec.Err = fmt.Sprintf("too many connections from this sandbox (limit %d)", p.maxConns())
-	default:
+	} else if taken, err := p.share.take(c); err != nil {
+		rec.Err = err.Error() // the sandbox's own limit or the daemon's
+	} else {
+		s = taken
 		p.conns[c] = struct{}{}
 	}
 	p.mu.Unlock()
@@ -302,6 +314,9 @@ func (p *Proxy) ServeConn(c net.Conn) {
 	// The slot is free before the record says the connection ended.
 	p.mu.Lock()
 	delete(p.conns, c)
+	if shed := s.release(); shed != "" {
+		rec.Err = shed
+	}
 	p.mu.Unlock()
 	if emit {
 		rec.Duration = time.Since(rec.Time)

@@ -43,6 +43,22 @@ type bufferPool struct{ pool sync.Pool }
 func (b *bufferPool) Get() []byte  { return b.pool.Get().(*[128 << 10]byte)[:] }
 func (b *bufferPool) Put(p []byte) { b.pool.Put((*[128 << 10]byte)(p)) }
 
+// What one terminated HTTP/2 connection may make the gateway hold, from either side. net/http
+// reads a frame whole into a buffer it keeps for the connection's life, and by default lets a
+// peer send frames of 1 MiB: an idle connection would keep 1 MiB a side after one large frame.
+// Its transport also lets an upstream send 1 GiB on a connection (4 MiB a stream) that the
+// sandbox's client has not read yet. 64 KiB frames are four TLS records; 4 MiB a connection is
+// what one stream had.
+var (
+	clientH2   = &http.HTTP2Config{MaxReadFrameSize: maxH2Frame}
+	upstreamH2 = &http.HTTP2Config{MaxReadFrameSize: maxH2Frame, MaxReceiveBufferPerConnection: maxH2Window}
+)
+
+const (
+	maxH2Frame  = 64 << 10
+	maxH2Window = 4 << 20
+)
+
 // upstreamTLS is how the gateway speaks TLS to the real host name: verified against the host's
 // trust store, or against UpstreamCAs (sandboxd --gateway-upstream-ca) as well.
 func (p *Proxy) upstreamTLS(name string) *tls.Config {
@@ -133,6 +149,7 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 		ResponseHeaderTimeout:  p.idleTimeout(),
 		ExpectContinueTimeout:  time.Second,
 		DisableCompression:     true, // the client's Accept-Encoding goes upstream as it is
+		HTTP2:                  upstreamH2,
 	}
 	defer tr.CloseIdleConnections()
 	t.forwarder = &httputil.ReverseProxy{
@@ -150,6 +167,7 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 		MaxHeaderBytes:    maxHead,
 		ErrorLog:          log.New(io.Discard, "", 0),
 		BaseContext:       func(net.Listener) context.Context { return p.ctx },
+		HTTP2:             clientH2,
 	}
 	// net/http serves a *tls.Conn it accepts by the protocol ALPN chose, HTTP/2 included.
 	l := &oneConnListener{c: tc}
@@ -286,7 +304,11 @@ func (t *terminated) dialTLS(ctx context.Context, _, _ string) (conn net.Conn, e
 		if err != nil {
 			return nil, &forwardDialError{err: err, addr: up.addr}
 		}
-		raw = up.conn
+		// The client's connection paid for one upstream connection, the seed. Another (an
+		// HTTP/2 client's parallel requests to an HTTP/1.1 host) takes a place of its own.
+		if raw, err = t.p.share.extra(up.conn, t.fail); err != nil {
+			return nil, &forwardDialError{err: err, addr: up.addr}
+		}
 	}
 	ic, err := t.p.track(raw)
 	if err != nil {
