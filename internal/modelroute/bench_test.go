@@ -117,3 +117,30 @@ func BenchmarkRoute(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMeter is the meter alone on an 8 MiB Anthropic stream and on a Chat Completions
+// stream of the same size (whose chunks it must all read: they have no event names).
+func BenchmarkMeter(b *testing.B) {
+	anthropic := streamBody(8 << 20)
+	chunk := `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","model":"gpt-4o","choices":[{"index":0,"delta":{"content":"` +
+		strings.Repeat("lorem ipsum ", 85) + `"},"finish_reason":null}],"usage":null}` + "\n\n"
+	chat := []byte(strings.Repeat(chunk, (8<<20)/len(chunk)))
+	for _, tc := range []struct {
+		name string
+		p    Provider
+		body []byte
+	}{{"anthropic", Anthropic, anthropic}, {"chat", OpenAI, chat}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			for b.Loop() {
+				m := newMeter(tc.p, true)
+				for rest := tc.body; len(rest) > 0; {
+					n := min(len(rest), 32<<10)
+					m.write(rest[:n])
+					rest = rest[n:]
+				}
+				m.finish()
+			}
+		})
+	}
+}
