@@ -329,7 +329,7 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodPost && metered[p][rest] && r.Body != nil && r.Body != http.NoBody {
 		x.reqModel = &requestModel{}
-		r.Body = &requestTap{ReadCloser: r.Body, m: x.reqModel}
+		r.Body = &tappedBody{ReadCloser: r.Body, see: x.reqModel.write}
 	}
 	rt.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
 }
@@ -441,7 +441,7 @@ func (rt *Route) response(resp *http.Response) error {
 		return nil
 	}
 	x.meter = newMeter(x.provider, isEventStream(resp.Header.Get("Content-Type")))
-	resp.Body = &meteredBody{ReadCloser: resp.Body, m: x.meter}
+	resp.Body = &tappedBody{ReadCloser: resp.Body, see: x.meter.write}
 	return nil
 }
 
@@ -524,16 +524,17 @@ type sizedBody struct {
 	io.Closer
 }
 
-// meteredBody shows the meter every byte of the response on its way to the sandbox.
-type meteredBody struct {
+// tappedBody shows see every byte read through it, on its way: the response's to the meter,
+// the request's to requestModel.
+type tappedBody struct {
 	io.ReadCloser
-	m *meter
+	see func([]byte)
 }
 
-func (b *meteredBody) Read(p []byte) (int, error) {
+func (b *tappedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.m.write(p[:n])
+		b.see(p[:n])
 	}
 	return n, err
 }
@@ -565,19 +566,6 @@ func (m *requestModel) get() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.js.str(fModel)
-}
-
-type requestTap struct {
-	io.ReadCloser
-	m *requestModel
-}
-
-func (t *requestTap) Read(p []byte) (int, error) {
-	n, err := t.ReadCloser.Read(p)
-	if n > 0 {
-		t.m.write(p[:n])
-	}
-	return n, err
 }
 
 // sessionHeaders are where harnesses name their session, most specific first (checked in

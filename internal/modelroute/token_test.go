@@ -57,6 +57,13 @@ func TestTokenAudience(t *testing.T) {
 	tk := newTokens(t)
 	_, tokA := mint(t, tk, "sandbox-a", Anthropic)
 	startO, tokO := mint(t, tk, "sandbox-a", OpenAI)
+	// One character of the signed part changed to another.
+	altered := []byte(tokA)
+	if i := len(altered) / 2; altered[i] == 'A' {
+		altered[i] = 'B'
+	} else {
+		altered[i] = 'A'
+	}
 	for _, tc := range []struct {
 		token    string
 		sandbox  string
@@ -72,7 +79,7 @@ func TestTokenAudience(t *testing.T) {
 		{tokO, "sandbox-b", Anthropic, http.StatusForbidden, CodeWrongAudience},
 		{"sk-ant-api03-realkeyAA", "sandbox-a", Anthropic, http.StatusUnauthorized, CodeInvalidToken},
 		{"", "sandbox-a", Anthropic, http.StatusUnauthorized, CodeInvalidToken},
-		{tokA[:len(tokA)-3] + "xAA", "sandbox-a", Anthropic, http.StatusUnauthorized, CodeInvalidToken},
+		{string(altered), "sandbox-a", Anthropic, http.StatusUnauthorized, CodeInvalidToken},
 		{tokA + "x", "sandbox-a", Anthropic, http.StatusUnauthorized, CodeInvalidToken},
 	} {
 		s, e := tk.Verify(tc.token, tc.sandbox, tc.provider)

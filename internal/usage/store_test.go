@@ -20,7 +20,8 @@ func openDB(t *testing.T, path string) *bolt.DB {
 	return db
 }
 
-// openStore opens a store on the bbolt file at path; closing it (and the file) is the caller's.
+// openStore opens a store on the bbolt file at path; it and the file are closed at the end of
+// the test, or earlier by reopen.
 func openStore(t *testing.T, path string, cfg Config) (*Store, *bolt.DB) {
 	t.Helper()
 	db := openDB(t, path)
@@ -28,18 +29,29 @@ func openStore(t *testing.T, path string, cfg Config) (*Store, *bolt.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, db
-}
-
-// testStore opens a store on a fresh file, closed at the end of the test.
-func testStore(t *testing.T, cfg Config) (*Store, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "sandboxd.db")
-	s, db := openStore(t, path, cfg)
 	t.Cleanup(func() {
 		s.Close()
 		db.Close()
 	})
+	return s, db
+}
+
+// reopen closes a store and its file and opens them again, as a daemon restart does.
+func reopen(t *testing.T, s *Store, db *bolt.DB, path string, cfg Config) *Store {
+	t.Helper()
+	s.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = openStore(t, path, cfg)
+	return s
+}
+
+// testStore opens a store on a fresh file.
+func testStore(t *testing.T, cfg Config) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	s, _ := openStore(t, path, cfg)
 	return s, path
 }
 
@@ -225,14 +237,7 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	db.Close()
-
-	s, db = openStore(t, path, Config{})
-	defer func() {
-		s.Close()
-		db.Close()
-	}()
+	s = reopen(t, s, db, path, Config{})
 	after, err := s.Query(Query{})
 	if err != nil {
 		t.Fatal(err)
@@ -266,13 +271,7 @@ func TestRetention(t *testing.T) {
 		s.Add(rec("sb", "ses", "m", at(0, 10, 10*i), int64(i+1), 0, 0, 0))
 	}
 	flush(t, s)
-	s.Close()
-	db.Close()
-	s, db = openStore(t, path, Config{MaxRecords: 3})
-	defer func() {
-		s.Close()
-		db.Close()
-	}()
+	s = reopen(t, s, db, path, Config{MaxRecords: 3})
 
 	recs, err := s.Records(Query{SandboxID: "sb"}, 0)
 	if err != nil {
@@ -356,14 +355,7 @@ func TestDeleteSandbox(t *testing.T) {
 	if err := s.SetSandboxBudget("sb1", 7); !errors.Is(err, ErrGone) {
 		t.Errorf("budget on a deleted sandbox: %v", err)
 	}
-	s.Close()
-	db.Close()
-
-	s, db = openStore(t, path, Config{})
-	defer func() {
-		s.Close()
-		db.Close()
-	}()
+	s = reopen(t, s, db, path, Config{})
 	r, err := s.Query(Query{})
 	if err != nil {
 		t.Fatal(err)
