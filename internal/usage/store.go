@@ -79,7 +79,9 @@ type Store struct {
 	mu       sync.Mutex
 	closed   bool
 	accounts map[string]*account // accountKey → totals and budget, for Check
-	gone     map[string]bool     // accountKey of deleted sandboxes and sessions: nothing more is stored for them
+	// gone holds the accountKey of every sandbox and session deleted while the store is open:
+	// nothing more is stored for them. Ids are never reused; an entry is a few dozen bytes.
+	gone map[string]bool
 }
 
 // account is what Check needs of a sandbox or a session.
@@ -203,6 +205,9 @@ func (s *Store) accountLocked(sandboxID, sessionID string) (*account, error) {
 		return a, nil
 	}
 	a := &account{}
+	if s.gone[accountKey(sandboxID, "")] || s.gone[k] {
+		return a, nil // deleted: nothing to load, and nothing to keep in memory
+	}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		sb := tx.Bucket(bucketUsage).Bucket([]byte(sandboxID))
 		if sb == nil {

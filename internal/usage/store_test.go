@@ -350,6 +350,9 @@ func TestDeleteSandbox(t *testing.T) {
 	if err := s.DeleteSandbox("sb1"); err != nil {
 		t.Fatal(err)
 	}
+	if e, err := s.Check("sb1", ""); e != nil || err != nil {
+		t.Errorf("a deleted sandbox's budget: %+v, %v", e, err)
+	}
 	s.Add(rec("sb1", "s1", "claude-a", at(2, 0, 0), 1, 0, 0, 0)) // not stored
 	flush(t, s)
 	if err := s.SetSandboxBudget("sb1", 7); !errors.Is(err, ErrGone) {
