@@ -1,0 +1,757 @@
+package modelroute
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/internal/testenv"
+	"github.com/hiloop/hiloop/internal/usage"
+)
+
+// The operator's credentials the tests configure; the sandbox never sees them.
+const (
+	realAnthropicKey = "sk-ant-api03-REAL-operator-key-AA"
+	realOAuthToken   = "sk-ant-oat01-REAL-operator-oauth"
+	realOpenAIKey    = "sk-proj-REAL-operator-key"
+)
+
+// seen is a request as the fake provider got it.
+type seen struct {
+	Method, Path, Query string
+	Header              http.Header
+	Body                []byte
+}
+
+// env is a sandbox's model route served on loopback, in front of a fake provider on loopback.
+type env struct {
+	t       *testing.T
+	tokens  *Tokens
+	cfg     *Config
+	up      *httptest.Server
+	route   *httptest.Server
+	client  *http.Client
+	records chan usage.Record
+	upReqs  chan seen
+}
+
+const testSandbox = "sb-a"
+
+// newEnv starts a fake provider answering with serve (after noting each request) and the
+// route of testSandbox in front of it; mods adjust the Config before the route is made.
+func newEnv(t *testing.T, serve http.HandlerFunc, mods ...func(*Config)) *env {
+	t.Helper()
+	e := &env{t: t, tokens: newTokens(t), records: make(chan usage.Record, 16), upReqs: make(chan seen, 16)}
+	e.up = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		e.upReqs <- seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body}
+		serve(w, r)
+	}))
+	t.Cleanup(e.up.Close)
+	e.cfg = &Config{
+		Tokens:    e.tokens,
+		Upstream:  map[Provider]string{Anthropic: e.up.URL + "/base", OpenAI: e.up.URL + "/base"},
+		Transport: &http.Transport{},
+		Credential: func(_ context.Context, sandbox string, p Provider) (Credential, error) {
+			if p == OpenAI {
+				return Credential{APIKey: realOpenAIKey}, nil
+			}
+			return Credential{APIKey: realAnthropicKey}, nil
+		},
+		Sink: func(r usage.Record) { e.records <- r },
+	}
+	for _, m := range mods {
+		m(e.cfg)
+	}
+	rt, err := New(testSandbox, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.route = httptest.NewServer(rt)
+	t.Cleanup(e.route.Close)
+	e.client = &http.Client{Transport: &http.Transport{}} // no proxy from the environment
+	t.Cleanup(e.client.CloseIdleConnections)
+	return e
+}
+
+// token mints a token of a fresh start of sandbox for p.
+func (e *env) token(sandbox string, p Provider) string {
+	_, tok := mint(e.t, e.tokens, sandbox, p)
+	return tok
+}
+
+// post sends body to path on the route with the token in x-api-key (Anthropic) or
+// Authorization (OpenAI), plus headers.
+func (e *env) post(ctx context.Context, path, token, body string, headers ...string) *http.Response {
+	e.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.route.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if strings.HasPrefix(path, "/openai/") {
+		req.Header.Set("Authorization", "Bearer "+token)
+	} else if token != "" {
+		req.Header.Set("X-Api-Key", token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp
+}
+
+// record waits for the route's record of a request.
+func (e *env) record() usage.Record {
+	e.t.Helper()
+	select {
+	case r := <-e.records:
+		return r
+	case <-testenv.Deadline(e.t):
+		e.t.Fatal("no usage record")
+	}
+	return usage.Record{}
+}
+
+// noUpstream checks that nothing reached the fake provider.
+func (e *env) noUpstream() {
+	e.t.Helper()
+	select {
+	case r := <-e.upReqs:
+		e.t.Errorf("the provider was asked: %s %s", r.Method, r.Path)
+	default:
+	}
+}
+
+func serveFile(name, contentType string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, err := readFixtureFile(name)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.Header().Set("Content-Type", contentType)
+		w.Write(b)
+	}
+}
+
+func readFixtureFile(name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join("testdata", name))
+}
+
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The provider sees the operator's credential in the header its API wants, and never the
+// token: not in any header, the URL or the body.
+func TestCredentialSwap(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		path   string
+		cred   Credential
+		header string // where the credential must be
+		want   string
+		beta   string // anthropic-beta the provider must see
+	}{
+		{"anthropic api key", "/anthropic/v1/messages?beta=true", Credential{APIKey: realAnthropicKey}, "X-Api-Key", realAnthropicKey, "fine-grained-tool-streaming-2025-05-14"},
+		{"anthropic oauth", "/anthropic/v1/messages?beta=true", Credential{OAuthToken: realOAuthToken}, "Authorization", "Bearer " + realOAuthToken, "fine-grained-tool-streaming-2025-05-14,oauth-2025-04-20"},
+		{"openai api key", "/openai/v1/responses", Credential{APIKey: realOpenAIKey, Header: http.Header{"Chatgpt-Account-Id": {"acct-operator"}}}, "Authorization", "Bearer " + realOpenAIKey, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, serveFile("anthropic_message.json", "application/json"), func(c *Config) {
+				c.Credential = func(context.Context, string, Provider) (Credential, error) { return tc.cred, nil }
+			})
+			p, _, _ := split(strings.SplitN(tc.path, "?", 2)[0])
+			tok := e.token(testSandbox, p)
+			resp := e.post(context.Background(), tc.path, tok, `{"model":"m","messages":[]}`,
+				"Anthropic-Beta", "fine-grained-tool-streaming-2025-05-14, oauth-2025-04-20",
+				"Cookie", "session=sandbox", "OpenAI-Organization", "org-sandbox", "Chatgpt-Account-Id", "acct-sandbox",
+				"Connection", "X-Hop", "X-Hop", "1", "X-Claude-Code-Session-Id", "harness-ses")
+			readAll(t, resp)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			up := <-e.upReqs
+			if got := up.Header.Get(tc.header); got != tc.want {
+				t.Errorf("%s upstream %q, want %q", tc.header, got, tc.want)
+			}
+			if tc.header == "Authorization" && up.Header.Get("X-Api-Key") != "" {
+				t.Errorf("x-api-key reached the provider: %q", up.Header.Get("X-Api-Key"))
+			}
+			if got := up.Header.Get("Anthropic-Beta"); p == Anthropic && got != tc.beta {
+				t.Errorf("anthropic-beta %q, want %q", got, tc.beta)
+			}
+			for h, vs := range up.Header {
+				for _, v := range vs {
+					if strings.Contains(v, tok) || strings.Contains(v, "hiloop-") {
+						t.Errorf("the token reached the provider in %s: %q", h, v)
+					}
+				}
+			}
+			if strings.Contains(up.Path+up.Query+string(up.Body), tok) {
+				t.Error("the token reached the provider in the URL or body")
+			}
+			for _, h := range []string{"Cookie", "Openai-Organization", "X-Hop"} {
+				if v := up.Header.Get(h); v != "" {
+					t.Errorf("%s reached the provider: %q", h, v)
+				}
+			}
+			if got := up.Header.Get("Chatgpt-Account-Id"); p == OpenAI && got != "acct-operator" {
+				t.Errorf("chatgpt-account-id %q, want the credential's", got)
+			}
+			if up.Header.Get("X-Claude-Code-Session-Id") != "harness-ses" {
+				t.Error("the harness's own headers must go through")
+			}
+			wantPath := "/base" + strings.TrimPrefix(strings.SplitN(tc.path, "?", 2)[0], "/"+string(p))
+			if up.Path != wantPath || (p == Anthropic && up.Query != "beta=true") {
+				t.Errorf("upstream %s?%s, want %s with the query kept", up.Path, up.Query, wantPath)
+			}
+			if up.Header.Get("Accept-Encoding") != "identity" {
+				t.Errorf("accept-encoding %q", up.Header.Get("Accept-Encoding"))
+			}
+			if rec := e.record(); rec.HarnessSession != "harness-ses" || rec.Status != 200 {
+				t.Errorf("record %+v", rec)
+			}
+		})
+	}
+}
+
+// decodeError reads an error answer in either provider's format.
+func decodeError(t *testing.T, p Provider, b []byte) (typ, code, msg string) {
+	t.Helper()
+	var a struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type, Code, Message string
+		} `json:"error"`
+	}
+	var o struct {
+		Error struct {
+			Message, Type, Code string
+			Param               *string
+		} `json:"error"`
+	}
+	if p == OpenAI {
+		if err := json.Unmarshal(b, &o); err != nil || o.Error.Message == "" {
+			t.Fatalf("not an OpenAI error: %s", b)
+		}
+		return o.Error.Type, o.Error.Code, o.Error.Message
+	}
+	if err := json.Unmarshal(b, &a); err != nil || a.Type != "error" || a.Error.Message == "" {
+		t.Fatalf("not an Anthropic error: %s", b)
+	}
+	return a.Error.Type, a.Error.Code, a.Error.Message
+}
+
+// Over HTTP: a token replayed on another sandbox's route or the other provider's route is a
+// 403 wrong_audience in the provider's error format; a bad or ended one is a 401; none of them
+// reaches the provider.
+func TestRouteAudience(t *testing.T) {
+	e := newEnv(t, serveFile("anthropic_message.json", "application/json"))
+	start, revoked := mint(t, e.tokens, testSandbox, OpenAI)
+	e.tokens.Revoke(start.ID)
+	for _, tc := range []struct {
+		name, path, token string
+		status            int
+		typ, code         string
+	}{
+		{"another sandbox's token", "/anthropic/v1/messages", e.token("sb-b", Anthropic), 403, "permission_error", CodeWrongAudience},
+		{"the other provider's token", "/openai/v1/responses", e.token(testSandbox, Anthropic), 403, "invalid_request_error", CodeWrongAudience},
+		{"an OpenAI token on the Anthropic route", "/anthropic/v1/messages", e.token(testSandbox, OpenAI), 403, "permission_error", CodeWrongAudience},
+		{"a revoked token", "/openai/v1/responses", revoked, 401, "invalid_request_error", CodeInvalidToken},
+		{"a real-looking key", "/anthropic/v1/messages", "sk-ant-api03-abcdefAA", 401, "authentication_error", CodeInvalidToken},
+		{"no key", "/anthropic/v1/messages", "", 401, "authentication_error", CodeInvalidToken},
+	} {
+		p, _, _ := split(tc.path)
+		resp := e.post(context.Background(), tc.path, tc.token, `{}`)
+		b := readAll(t, resp)
+		typ, code, msg := decodeError(t, p, b)
+		if resp.StatusCode != tc.status || typ != tc.typ || code != tc.code || resp.Header.Get(HeaderError) != tc.code {
+			t.Errorf("%s: %d %s %s (%s), want %d %s %s", tc.name, resp.StatusCode, typ, code, msg, tc.status, tc.typ, tc.code)
+		}
+		if code == CodeWrongAudience && !strings.Contains(msg, "wrong_audience") {
+			t.Errorf("%s: the message %q does not name wrong_audience", tc.name, msg)
+		}
+		if resp.Header.Get("X-Should-Retry") != "false" {
+			t.Errorf("%s: x-should-retry %q", tc.name, resp.Header.Get("X-Should-Retry"))
+		}
+	}
+	e.noUpstream()
+	select {
+	case r := <-e.records:
+		t.Errorf("a refused token made a usage record: %+v", r)
+	default:
+	}
+}
+
+// A stream goes through byte for byte and as it comes: the sandbox reads the first event while
+// the provider still holds back the rest. The record carries the fixture's usage to the token.
+func TestStreamPassThrough(t *testing.T) {
+	data, err := readFixtureFile("anthropic_stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := bytes.Index(data, []byte("\n\n")) + 2
+	release := make(chan struct{})
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(data[:first])
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Write(data[first:])
+	}, func(c *Config) {
+		c.Attribute = func(sandbox string, p Provider, h HarnessSession) string {
+			if sandbox == testSandbox && p == Anthropic && h.ID == "cc-session-1" {
+				return "hiloop-ses"
+			}
+			return ""
+		}
+	})
+	resp := e.post(context.Background(), "/anthropic/v1/messages?beta=true", e.token(testSandbox, Anthropic),
+		`{"model":"claude-sonnet-4-5","stream":true}`, "X-Claude-Code-Session-Id", "cc-session-1")
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	got := make([]byte, first)
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(resp.Body, got)
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatalf("reading the first event while the provider holds the rest: %v", err)
+		}
+	case <-testenv.Deadline(t):
+		t.Fatal("the first event did not arrive while the provider held back the rest: the route buffers")
+	}
+	close(release)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got = append(got, rest...); !bytes.Equal(got, data) {
+		t.Fatalf("the stream changed on the way:\n%q\nwant\n%q", got, data)
+	}
+	rec := e.record()
+	want := usage.Tokens{Input: 472, Output: 87, CacheRead: 20411, CacheWrite: 1203}
+	if rec.Tokens != want || rec.Model != "claude-sonnet-4-5-20250929" || rec.SessionID != "hiloop-ses" ||
+		rec.HarnessSession != "cc-session-1" || rec.SandboxID != testSandbox || rec.Status != 200 ||
+		rec.Provider != "anthropic" || rec.Path != "/v1/messages" || rec.Err != "" || rec.Duration <= 0 {
+		t.Errorf("record %+v", rec)
+	}
+}
+
+// Every dialect, streamed or not, is metered to the token through the route.
+func TestRouteMetering(t *testing.T) {
+	for _, f := range fixtures {
+		t.Run(f.file, func(t *testing.T) {
+			ct := "application/json"
+			if f.sse {
+				ct = "text/event-stream; charset=utf-8"
+			}
+			e := newEnv(t, serveFile(f.file, ct))
+			path := "/anthropic/v1/messages"
+			if f.provider == OpenAI {
+				path = "/openai/v1/responses"
+				if strings.HasPrefix(f.file, "chat") {
+					path = "/openai/v1/chat/completions"
+				}
+			}
+			resp := e.post(context.Background(), path, e.token(testSandbox, f.provider), `{"model":"asked-for"}`)
+			body := readAll(t, resp)
+			if want, _ := readFixtureFile(f.file); !bytes.Equal(body, want) {
+				t.Errorf("body changed on the way")
+			}
+			rec := e.record()
+			if rec.Tokens != f.tokens || rec.Model != f.model {
+				t.Errorf("record %+v %q, want %+v %q", rec.Tokens, rec.Model, f.tokens, f.model)
+			}
+		})
+	}
+}
+
+// A response that names no model (an error) is recorded with the model the request asked
+// for; an endpoint that does not generate is recorded with no tokens even if its body has usage.
+func TestRouteModelAndEndpoints(t *testing.T) {
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/base/v1/messages" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: field required"}}`)
+			return
+		}
+		serveFile("anthropic_message.json", "application/json")(w, r)
+	})
+	tok := e.token(testSandbox, Anthropic)
+	resp := e.post(context.Background(), "/anthropic/v1/messages", tok, `{"model":"claude-opus-4-1","messages":[{"role":"user","content":"hi"}]}`)
+	readAll(t, resp)
+	if rec := e.record(); rec.Status != 400 || rec.Model != "claude-opus-4-1" || rec.Tokens != (usage.Tokens{}) {
+		t.Errorf("error response: %+v", rec)
+	}
+	resp = e.post(context.Background(), "/anthropic/v1/messages/count_tokens", tok, `{"model":"m"}`)
+	readAll(t, resp)
+	if rec := e.record(); rec.Status != 200 || rec.Tokens != (usage.Tokens{}) || rec.Path != "/v1/messages/count_tokens" {
+		t.Errorf("a non-generating endpoint: %+v", rec)
+	}
+}
+
+// A sandbox that goes away mid-stream still leaves a record of what was seen.
+func TestClientGoneMidStream(t *testing.T) {
+	data, err := readFixtureFile("anthropic_stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := bytes.Index(data, []byte("\n\n")) + 2
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(data[:first])
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the rest never comes; the route drops the upstream request
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := e.post(ctx, "/anthropic/v1/messages", e.token(testSandbox, Anthropic), `{"stream":true}`)
+	read := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		read <- line
+	}()
+	select {
+	case line := <-read:
+		if !strings.HasPrefix(line, "event: message_start") {
+			t.Fatalf("first line %q", line)
+		}
+	case <-testenv.Deadline(t):
+		t.Fatal("the first event never arrived")
+	}
+	cancel()
+	resp.Body.Close()
+	rec := e.record()
+	if want := (usage.Tokens{Input: 472, Output: 1, CacheRead: 20411, CacheWrite: 1203}); rec.Tokens != want || rec.Err == "" || rec.Status != 200 {
+		t.Errorf("record %+v, want tokens %+v and an error", rec, want)
+	}
+}
+
+// A spent budget: 429 in the provider's format, saying it is hiloop's budget, with
+// x-should-retry: false and no Retry-After; the provider is not asked, the daemon is told.
+func TestBudgetSpent(t *testing.T) {
+	var mu sync.Mutex
+	var told []usage.Exceeded
+	e := newEnv(t, serveFile("anthropic_message.json", "application/json"), func(c *Config) {
+		c.Attribute = func(string, Provider, HarnessSession) string { return "ses-1" }
+		c.Budget = func(sandbox, session string) (*usage.Exceeded, error) {
+			if session == "ses-1" {
+				return &usage.Exceeded{Scope: usage.ScopeSession, SandboxID: sandbox, SessionID: session, Used: 1503, Limit: 1500}, nil
+			}
+			return nil, nil
+		}
+		c.BudgetSpent = func(sandbox, session string, x usage.Exceeded) {
+			mu.Lock()
+			told = append(told, x)
+			mu.Unlock()
+		}
+	})
+	for _, p := range []Provider{Anthropic, OpenAI} {
+		path := "/anthropic/v1/messages"
+		if p == OpenAI {
+			path = "/openai/v1/responses"
+		}
+		resp := e.post(context.Background(), path, e.token(testSandbox, p), `{}`)
+		b := readAll(t, resp)
+		typ, code, msg := decodeError(t, p, b)
+		wantType := map[Provider]string{Anthropic: "billing_error", OpenAI: "insufficient_quota"}[p]
+		if resp.StatusCode != 429 || typ != wantType || code != CodeBudgetExceeded {
+			t.Errorf("%s: %d %s %s", p, resp.StatusCode, typ, code)
+		}
+		for _, s := range []string{"hiloop budget spent", "session ses-1's", "1503 of 1500 tokens", "not a limit of the provider"} {
+			if !strings.Contains(msg, s) {
+				t.Errorf("%s: message %q lacks %q", p, msg, s)
+			}
+		}
+		if strings.Contains(strings.ToLower(msg), "rate") {
+			t.Errorf("%s: message %q reads like a rate limit", p, msg)
+		}
+		if resp.Header.Get("X-Should-Retry") != "false" || resp.Header.Get("Retry-After") != "" || resp.Header.Get("Retry-After-Ms") != "" {
+			t.Errorf("%s: x-should-retry %q retry-after %q", p, resp.Header.Get("X-Should-Retry"), resp.Header.Get("Retry-After"))
+		}
+		if rec := e.record(); rec.Status != 429 || rec.SessionID != "ses-1" || rec.Err == "" {
+			t.Errorf("%s: record %+v", p, rec)
+		}
+	}
+	e.noUpstream()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 2 || told[0].Scope != usage.ScopeSession || told[0].Used != 1503 {
+		t.Errorf("BudgetSpent got %+v", told)
+	}
+}
+
+// With the real store: a request in flight completes even though it crosses the budget; the
+// next is refused; raising the budget lets the one after run.
+func TestBudgetWithStore(t *testing.T) {
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "sandboxd.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := usage.Open(db, usage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		st.Close()
+		db.Close()
+	})
+	if err := st.SetSandboxBudget(testSandbox, 1000); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, serveFile("anthropic_stream.sse", "text/event-stream"), func(c *Config) {
+		c.Budget = st.Check
+		sink := c.Sink
+		c.Sink = func(r usage.Record) { st.Add(r); sink(r) }
+	})
+	tok := e.token(testSandbox, Anthropic)
+	want, _ := readFixtureFile("anthropic_stream.sse")
+	resp := e.post(context.Background(), "/anthropic/v1/messages", tok, `{}`)
+	if b := readAll(t, resp); resp.StatusCode != 200 || !bytes.Equal(b, want) {
+		t.Fatalf("the request in budget: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	e.record()
+	resp = e.post(context.Background(), "/anthropic/v1/messages", tok, `{}`)
+	readAll(t, resp)
+	if resp.StatusCode != 429 {
+		t.Fatalf("after crossing the budget: %d", resp.StatusCode)
+	}
+	e.record()
+	if err := st.SetSandboxBudget(testSandbox, 1_000_000); err != nil {
+		t.Fatal(err)
+	}
+	resp = e.post(context.Background(), "/anthropic/v1/messages", tok, `{}`)
+	readAll(t, resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("after raising the budget: %d", resp.StatusCode)
+	}
+	e.record()
+	if err := st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tot, _, err := st.SandboxUsage(testSandbox)
+	if want := (usage.Totals{Requests: 3, Tokens: usage.Tokens{Input: 944, Output: 174, CacheRead: 40822, CacheWrite: 2406}}); err != nil || tot != want {
+		t.Errorf("stored totals %+v (%v), want %+v", tot, err, want)
+	}
+}
+
+func TestNoCredential(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{fmt.Errorf("sandbox sb-a: %w", ErrNoCredential), 401, CodeNoCredential},
+		{errors.New("the store is closed"), 503, CodeUpstream},
+	} {
+		e := newEnv(t, serveFile("chat.json", "application/json"), func(c *Config) {
+			c.Credential = func(context.Context, string, Provider) (Credential, error) { return Credential{}, tc.err }
+		})
+		resp := e.post(context.Background(), "/openai/v1/chat/completions", e.token(testSandbox, OpenAI), `{}`)
+		_, code, _ := decodeError(t, OpenAI, readAll(t, resp))
+		if resp.StatusCode != tc.status || code != tc.code {
+			t.Errorf("%v: %d %s, want %d %s", tc.err, resp.StatusCode, code, tc.status, tc.code)
+		}
+		e.noUpstream()
+	}
+}
+
+func TestUpstreamDown(t *testing.T) {
+	e := newEnv(t, serveFile("chat.json", "application/json"))
+	e.up.Close()
+	resp := e.post(context.Background(), "/openai/v1/chat/completions", e.token(testSandbox, OpenAI), `{}`)
+	typ, code, _ := decodeError(t, OpenAI, readAll(t, resp))
+	if resp.StatusCode != 502 || typ != "server_error" || code != CodeUpstream {
+		t.Errorf("%d %s %s", resp.StatusCode, typ, code)
+	}
+	if rec := e.record(); rec.Status != 502 || !strings.HasPrefix(rec.Err, "upstream: ") {
+		t.Errorf("record %+v", rec)
+	}
+}
+
+// The route forwards over TLS with the certificate verified: a provider whose certificate the
+// transport does not trust is not reached, and a transport that skips verification is refused.
+func TestUpstreamTLS(t *testing.T) {
+	up := httptest.NewUnstartedServer(serveFile("responses.json", "application/json"))
+	up.Config.ErrorLog = log.New(io.Discard, "", 0) // the untrusted client's handshake fails, as it should
+	up.StartTLS()
+	defer up.Close()
+	for _, tc := range []struct {
+		name      string
+		transport http.RoundTripper
+		status    int
+	}{
+		{"trusted", up.Client().Transport, 200},
+		{"untrusted", &http.Transport{}, 502},
+	} {
+		tk := newTokens(t)
+		records := make(chan usage.Record, 1)
+		rt, err := New(testSandbox, &Config{
+			Tokens: tk, Transport: tc.transport, Upstream: map[Provider]string{OpenAI: up.URL},
+			Credential: func(context.Context, string, Provider) (Credential, error) {
+				return Credential{APIKey: realOpenAIKey}, nil
+			},
+			Sink: func(r usage.Record) { records <- r },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, tok := mint(t, tk, testSandbox, OpenAI)
+		req := httptest.NewRequest(http.MethodPost, "/openai/v1/responses", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		rt.ServeHTTP(w, req)
+		rec := <-records
+		if w.Code != tc.status || rec.Status != tc.status {
+			t.Errorf("%s: %d (record %+v)", tc.name, w.Code, rec)
+		}
+		if tc.status == 200 && rec.Tokens != (usage.Tokens{Input: 200, Output: 52, CacheRead: 128}) {
+			t.Errorf("%s: tokens %+v", tc.name, rec.Tokens)
+		}
+	}
+
+	base := &Config{Tokens: newTokens(t), Transport: &http.Transport{},
+		Credential: func(context.Context, string, Provider) (Credential, error) { return Credential{}, nil }}
+	for name, mod := range map[string]func(c *Config){
+		"skips verification": func(c *Config) {
+			c.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+		},
+		"http to a remote host": func(c *Config) { c.Upstream = map[Provider]string{Anthropic: "http://api.anthropic.com"} },
+		"not a URL":             func(c *Config) { c.Upstream = map[Provider]string{OpenAI: "api.openai.com"} },
+		"unknown provider":      func(c *Config) { c.Upstream = map[Provider]string{"gemini": "https://x.test"} },
+		"no tokens":             func(c *Config) { c.Tokens = nil },
+	} {
+		c := *base
+		mod(&c)
+		if _, err := New(testSandbox, &c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestPaths(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/anthropic/v1/messages": true, "/openai/v1/responses": true, "/anthropic/": true,
+		"/anthropic": false, "/anthropicx/v1": false, "/v1/messages": false, "/gemini/v1": false, "": false,
+	} {
+		if Handles(path) != want {
+			t.Errorf("Handles(%q) = %v", path, !want)
+		}
+	}
+	e := newEnv(t, serveFile("chat.json", "application/json"))
+	tok := e.token(testSandbox, OpenAI)
+	for _, path := range []string{"/openai/v1/../../admin", "/openai//v1/responses", "/openai/v1/./responses", "/openai/v1/%2e%2e/x"} {
+		resp := e.post(context.Background(), path, tok, `{}`)
+		readAll(t, resp)
+		if resp.StatusCode != 400 {
+			t.Errorf("%s: %d, want 400", path, resp.StatusCode)
+		}
+	}
+	// A WebSocket upgrade (Codex's Responses over WebSocket) is refused with 426, which Codex
+	// takes as "use HTTP"; a stream over it could not be metered.
+	req, err := http.NewRequest(http.MethodGet, e.route.URL+"/openai/v1/responses", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusUpgradeRequired {
+		t.Errorf("websocket upgrade: %d, want 426", resp.StatusCode)
+	}
+	e.noUpstream()
+}
+
+// Each harness's session header is found; the most specific wins, sub-agents name a parent.
+func TestHarnessSession(t *testing.T) {
+	for _, tc := range []struct {
+		headers []string
+		want    HarnessSession
+	}{
+		{[]string{"X-Claude-Code-Session-Id", "3f2a-uuid"}, HarnessSession{ID: "3f2a-uuid"}},
+		{[]string{"session-id", "codex-session", "thread-id", "codex-thread", "x-codex-parent-thread-id", "parent-thread"},
+			HarnessSession{ID: "codex-thread", Parent: "parent-thread"}},
+		{[]string{"x-session-affinity", "ses_1", "X-Session-Id", "ses_1", "x-parent-session-id", "ses_0"},
+			HarnessSession{ID: "ses_1", Parent: "ses_0"}},
+		{[]string{"session_id", "old-codex"}, HarnessSession{ID: "old-codex"}},
+		{[]string{"conversation_id", "older-codex"}, HarnessSession{ID: "older-codex"}},
+		{[]string{"X-Claude-Code-Session-Id", "bad\x01value", "X-Session-Id", "ok"}, HarnessSession{ID: "ok"}},
+		{nil, HarnessSession{}},
+	} {
+		h := http.Header{}
+		for i := 0; i+1 < len(tc.headers); i += 2 {
+			h.Add(tc.headers[i], tc.headers[i+1])
+		}
+		if got := harnessSession(h); got != tc.want {
+			t.Errorf("%v: %+v, want %+v", tc.headers, got, tc.want)
+		}
+	}
+}
+
+// A request with a body whose answer streams for a while is not cut off: once the route writes
+// the response's headers, the server closes the request body, and a transport that then reads
+// it again (to check the declared length) used to drop the upstream connection mid-stream.
+func TestLongStreamAfterRequestBody(t *testing.T) {
+	body := streamBody(2 << 20)
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(body)
+	})
+	tok := e.token(testSandbox, Anthropic)
+	request := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"` + strings.Repeat("x", 4096) + `"}]}`
+	for i := range 40 {
+		resp := e.post(context.Background(), "/anthropic/v1/messages", tok, request)
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || n != int64(len(body)) {
+			t.Fatalf("request %d: %d of %d bytes, %v", i, n, len(body), err)
+		}
+		<-e.upReqs
+		if rec := e.record(); rec.Err != "" || rec.Output != 4000 {
+			t.Fatalf("request %d: record %+v", i, rec)
+		}
+	}
+}
