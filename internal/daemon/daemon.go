@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hiloop/hiloop/images"
@@ -24,14 +25,17 @@ import (
 	"github.com/hiloop/hiloop/internal/egresslog"
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/logins"
+	"github.com/hiloop/hiloop/internal/modelroute"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
 	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/internal/session"
 	"github.com/hiloop/hiloop/internal/sshd"
 	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/usage"
 	"github.com/hiloop/hiloop/internal/volume"
 )
 
@@ -92,9 +96,14 @@ type Daemon struct {
 	egressLog *egresslog.Log
 	secrets   *secrets.Store
 	logins    *logins.Store
-	audit     *auditlog.Log
-	sshKeys   *sshKeys
-	ssh       *sshd.Server // nil while the endpoint is off
+	usage     *usage.Store
+	routeCfg  *modelroute.Config
+	// liveSessions is sessions once made: the model route asks it from the gateway's
+	// goroutines, which serve sandboxes before the session service exists.
+	liveSessions atomic.Pointer[session.Service]
+	audit        *auditlog.Log
+	sshKeys      *sshKeys
+	ssh          *sshd.Server // nil while the endpoint is off
 }
 
 // New opens the data dir and reconciles the store with what runs on the host.
@@ -192,6 +201,9 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("egress gateway budget", "max_conns", maxConns, "nofile", nofile)
+	if err := d.openModelRoute(); err != nil {
+		return err
+	}
 	d.gateway, err = gateway.New(gateway.Config{
 		Routes:      d.cfg.GatewayRoutes,
 		Policy:      &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
@@ -200,6 +212,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		CA:          ca,
 		UpstreamCAs: d.cfg.GatewayUpstreamCAs,
 		MaxConns:    maxConns,
+		ModelRoute:  d.modelRoute,
 	})
 	if err != nil {
 		return err
@@ -217,19 +230,26 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.sessions = session.New(session.Config{
-		Store:     d.store,
-		Log:       d.events,
-		Sandboxes: d.sandboxes,
-		Images:    d.images,
-		Provided:  provided,
-		LogDir:    filepath.Join(d.cfg.DataDir, "harness"),
-		Version:   d.cfg.Version,
-		Logger:    d.log.With("component", "sessions"),
+		Store:       d.store,
+		Log:         d.events,
+		Sandboxes:   d.sandboxes,
+		Images:      d.images,
+		Provided:    provided,
+		Gateway:     harness.Env{GatewayURL: gateway.ProxyURL},
+		Credentials: d.harnessKeys,
+		LogDir:      filepath.Join(d.cfg.DataDir, "harness"),
+		Version:     d.cfg.Version,
+		Logger:      d.log.With("component", "sessions"),
 	})
+	d.liveSessions.Store(d.sessions)
 	d.sandboxes.OnStop(d.sessions.SandboxStopped)
 	d.sandboxes.OnDelete(d.sessions.SandboxDeleted)
+	d.sandboxes.OnDelete(d.usageDeleted)
 	if err := d.sessions.Recover(ctx); err != nil {
 		return fmt.Errorf("recover sessions: %w", err)
+	}
+	if err := d.pruneUsage(); err != nil {
+		return fmt.Errorf("prune the model usage: %w", err)
 	}
 	if d.sshKeys, err = newSSHKeys(d.store); err != nil {
 		return err
@@ -265,6 +285,9 @@ func (d *Daemon) Close() error {
 	}
 	if d.egressLog != nil {
 		d.egressLog.Close() // after the gateway: its last records are stored
+	}
+	if d.usage != nil {
+		d.usage.Close() // after the gateway: the route's last records are stored
 	}
 	// With no workspace mounted the volume driver can let go of its own mount point too.
 	if c, ok := d.volumes.(interface{ Close() error }); ok {

@@ -55,8 +55,16 @@ func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) error {
-	if err := d.sessions.Delete(r.Context(), r.PathValue("id")); err != nil {
+	id := r.PathValue("id")
+	rec, recErr := d.store.GetSession(id)
+	if err := d.sessions.Delete(r.Context(), id); err != nil {
 		return err
+	}
+	if recErr == nil {
+		// Its tokens stay counted against the sandbox; only the session's own account goes.
+		if err := d.usage.DeleteSession(rec.SandboxID, id); err != nil {
+			d.log.Error("delete the model usage of a deleted session; the next start of sandboxd finishes it", "session", id, "err", err)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -36,6 +36,9 @@ type Config struct {
 	// MaxConns bounds the connections of all sandboxes together (sandboxd
 	// --gateway-max-conns; see Budget); 0: each sandbox's own DefaultMaxConns alone.
 	MaxConns int
+	// ModelRoute makes the model route of the sandbox id: the handler the proxy serves
+	// origin-form requests with whose path it handles (see Proxy.ModelRoute). nil: none.
+	ModelRoute func(sandboxID string) (ModelRoute, error)
 }
 
 // Gateway serves the egress of every attached sandbox: in each sandbox's own network
@@ -107,6 +110,13 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 		CA:          g.cfg.CA,
 		UpstreamCAs: g.cfg.UpstreamCAs,
 		Budget:      g.budget,
+	}
+	if g.cfg.ModelRoute != nil {
+		route, err := g.cfg.ModelRoute(id)
+		if err != nil {
+			return fmt.Errorf("gateway: the model route of %s: %w", name, err)
+		}
+		a.proxy.ModelRoute = route
 	}
 	// Before the first listener: no connection is decided without the policy.
 	a.proxy.SetHostPolicy(hp)

@@ -78,6 +78,9 @@ type Proxy struct {
 	// Budget bounds the connections of every sandbox together (sandboxd --gateway-max-conns);
 	// the proxies of all sandboxes share it. nil: MaxConns alone.
 	Budget *Budget
+	// ModelRoute serves the origin-form requests to the proxy whose path it handles (the
+	// harnesses' base URLs point at the proxy's own address); nil: none.
+	ModelRoute ModelRoute
 
 	hostPolicy atomic.Pointer[HostPolicy] // the sandbox's egress policy; nil: open, no rules
 
@@ -865,6 +868,8 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		p.connect(w, r, ec, &rec)
 	case r.URL.IsAbs():
 		p.forward(w, r, &rec)
+	case p.ModelRoute != nil && p.ModelRoute.Handles(r.URL.Path):
+		p.serveModelRoute(w, r, &rec)
 	default:
 		rec.Err = "an origin-form request to the proxy: " + r.Method + " " + r.RequestURI
 		plainError(w, http.StatusBadRequest, fmt.Sprintf("this is the sandbox's egress proxy (%s); send it absolute-form requests (GET http://host/path) or CONNECT host:port, not %s %s",
@@ -872,6 +877,36 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.Duration = time.Since(rec.Time)
 	p.audit(rec)
+}
+
+// ModelRoute is the model route a proxy serves on its own address: the provider APIs under
+// the prefixes it Handles, with the provider's credential swapped in (internal/modelroute).
+type ModelRoute interface {
+	http.Handler
+	// Handles reports whether an origin-form request for path is the route's.
+	Handles(path string) bool
+}
+
+// KindModelRoute is the kind of the record of a request to the model route.
+const KindModelRoute = "model-route"
+
+// serveModelRoute serves one request of the model route and records it: the route's own
+// errors (its X-Hiloop-Error header) as the record's error.
+func (p *Proxy) serveModelRoute(w http.ResponseWriter, r *http.Request, rec *Record) {
+	rec.Kind = KindModelRoute
+	rec.Host = strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 2)[0]
+	rec.Rule = "model route"
+	cw := &countingWriter{ResponseWriter: w}
+	var up atomic.Int64
+	r.Body = &countingBody{ReadCloser: r.Body, n: &up}
+	p.ModelRoute.ServeHTTP(cw, r)
+	// Refused: the route's own 401 and 403 (a token), not the provider's answers.
+	rec.Err = cw.Header().Get("X-Hiloop-Error")
+	rec.Allowed = !(rec.Err != "" && (cw.status == http.StatusUnauthorized || cw.status == http.StatusForbidden))
+	if rec.Err == "" && cw.status >= 400 {
+		rec.Err = fmt.Sprintf("upstream answered %d %s", cw.status, http.StatusText(cw.status))
+	}
+	rec.BytesUp, rec.BytesDown = up.Load(), cw.n
 }
 
 // captured serves one origin-form request read from a captured connection (or a CONNECT
@@ -1208,14 +1243,25 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// countingWriter counts the response body bytes; Unwrap lets http.ResponseController reach
-// the server's writer (to flush and to hijack for an upgrade).
+// countingWriter counts the response body bytes and keeps the status; Unwrap lets
+// http.ResponseController reach the server's writer (to flush and to hijack for an upgrade).
 type countingWriter struct {
 	http.ResponseWriter
-	n int64
+	n      int64
+	status int
+}
+
+func (w *countingWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *countingWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
 	n, err := w.ResponseWriter.Write(b)
 	w.n += int64(n)
 	return n, err

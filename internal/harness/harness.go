@@ -19,6 +19,9 @@ import (
 // the registry's users need one import.
 type Env = adapter.Env
 
+// Keys is adapter.Keys, the model route keys of one harness start.
+type Keys = adapter.Keys
+
 // Lookup returns the adapter named name. The adapter is the caller's: its slices are its own.
 func Lookup(name string) (adapter.Adapter, error) {
 	switch name {

@@ -608,3 +608,7 @@ func cleanPath(p string) string {
 	}
 	return "/" + strings.Join(out, "/")
 }
+
+// Handles reports whether the route serves a request for path: Handles(path), as a method so
+// that the gateway can hold a route behind an interface of its own.
+func (r *Route) Handles(path string) bool { return Handles(path) }

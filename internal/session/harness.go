@@ -109,12 +109,25 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 		return nil, &turnError{msg: fmt.Sprintf("open the harness log: %v", err)}
 	}
 	fmt.Fprintf(logf, "--- %s sandboxd: starting harness %s: %s\n", time.Now().UTC().Format(time.RFC3339), key.harness, strings.Join(ad.Argv, " "))
+	genv := s.cfg.Gateway
+	release := func() {}
+	if s.cfg.Credentials != nil && ad.Install != "" {
+		sb, err := s.boxes.Get(ctx, key.sandbox)
+		if err == nil {
+			genv.Keys, release, err = s.cfg.Credentials(sb.ID, key.sandbox, key.harness)
+		}
+		if err != nil {
+			logf.Close()
+			return nil, &turnError{msg: fmt.Sprintf("start harness %s in sandbox %s: its model route keys: %v", key.harness, key.sandbox, err)}
+		}
+	}
 	var env []string
 	if ad.Env != nil {
-		env = ad.Env(s.cfg.Gateway)
+		env = ad.Env(genv)
 	}
 	proc, err := s.boxes.Exec(ctx, key.sandbox, runtime.ExecSpec{Argv: ad.Argv, Env: env, User: harnessUser, Dir: harnessDir})
 	if err != nil {
+		release()
 		logf.Close()
 		return nil, &turnError{msg: fmt.Sprintf("start harness %s in sandbox %s: %v", key.harness, key.sandbox, err)}
 	}
@@ -140,6 +153,7 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 	go func() {
 		p.exit, p.exitErr = proc.Wait()
 		<-stderrDone
+		release() // its keys are worthless from now on
 		fmt.Fprintf(logf, "--- %s sandboxd: harness %s %s\n", time.Now().UTC().Format(time.RFC3339), key.harness, p.describeExit())
 		logf.Close()
 		close(p.exited)

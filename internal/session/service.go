@@ -47,6 +47,10 @@ type Config struct {
 	LogDir string
 	// Gateway is what harness adapters need to know of the egress gateway.
 	Gateway harness.Env
+	// Credentials gives each harness start the keys it presents to the model route (tokens
+	// scoped to the sandbox and that start), and release, called once the harness has exited,
+	// revokes them. nil: the adapters' fixed placeholders.
+	Credentials func(sandboxID, sandbox, harness string) (keys harness.Keys, release func(), err error)
 	// Images says which harnesses a sandbox's image carries; nil counts none.
 	Images Images
 	// Provided are the harnesses sandboxd provides in every sandbox whatever its image: "fake"
@@ -82,6 +86,7 @@ type Service struct {
 	deleting map[string]bool          // sessions being deleted: no prompt may start
 	procs    map[procKey]*harnessProc // live harness processes
 	starts   map[procKey]*sync.Mutex  // one harness start at a time per key
+	acp      map[acpKey]string        // a harness's session id in a sandbox → the session
 
 	permMu  sync.Mutex                       // serializes permission decisions
 	waiters map[string]chan store.Permission // permission key → the harness's waiting request
@@ -99,6 +104,7 @@ func New(cfg Config) *Service {
 		deleting: map[string]bool{},
 		procs:    map[procKey]*harnessProc{},
 		starts:   map[procKey]*sync.Mutex{},
+		acp:      map[acpKey]string{},
 		waiters:  map[string]chan store.Permission{},
 	}
 }
@@ -324,6 +330,29 @@ func (s *Service) forget(id string) {
 	for _, p := range s.procs {
 		p.forget(id)
 	}
+	for k, v := range s.acp {
+		if v == id {
+			delete(s.acp, k)
+		}
+	}
+}
+
+// acpKey is a harness's own id of a session in one sandbox.
+type acpKey struct{ sandboxID, acpID string }
+
+// HarnessSession returns the session of the sandbox sandboxID that its harness calls acpID
+// (the id a harness sends with its model requests; for the three harnesses, their ACP session
+// id), "" when none: the model route's attribution. It knows the sessions that had a turn
+// since the daemon started, which are the only ones a harness can be making requests for.
+func (s *Service) HarnessSession(sandboxID, acpID string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.acp[acpKey{sandboxID, acpID}]
+}
+
+// Notice puts a notice in a session's log, e.g. that its token budget is spent.
+func (s *Service) Notice(id, msg string) {
+	s.log.Enqueue(id, api.EventNotice, mustJSON(api.NoticeData{Message: msg}))
 }
 
 // Events returns up to limit stored events of a session after seq after.

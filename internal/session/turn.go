@@ -76,8 +76,11 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (api.StopReason
 			return "", &turnError{msg: fmt.Sprintf("store the session: %v", err)}
 		}
 	}
+	s.mu.Lock()
+	s.acp[acpKey{rec.SandboxID, acpID}] = rec.ID
+	s.mu.Unlock()
 	if notice != "" {
-		s.log.Enqueue(rec.ID, api.EventNotice, mustJSON(api.NoticeData{Message: notice}))
+		s.Notice(rec.ID, notice)
 	}
 
 	// From here a cancel goes to the harness, which answers the prompt with stop reason

@@ -7,13 +7,28 @@ package adapter
 
 // Env is what the daemon knows when it starts a harness.
 type Env struct {
-	// GatewayURL is the egress gateway's base URL as a sandbox reaches it, e.g.
-	// "http://10.0.0.1:8080"; empty until the gateway exists.
-	//
-	// TODO(model route): the daemon sets it (internal/daemon passes the session service's
-	// Config.Gateway), so that claude-code, codex and opencode (installed by the agents image)
-	// reach their providers; until then only the fake harness can answer a prompt.
+	// GatewayURL is the egress gateway's base URL as a sandbox reaches it, the explicit proxy
+	// on the sandbox's own loopback ("http://127.0.0.1:3128"), where the model route serves
+	// /anthropic/ and /openai/; empty leaves the harness on its provider's own URL.
 	GatewayURL string
+	// Keys are what this start presents to the model route as API keys.
+	Keys Keys
+}
+
+// Keys are the API keys of one harness start: tokens the model route accepts from this
+// sandbox and this start only, for one provider each, never a provider's credential. An empty
+// one leaves the adapter's fixed placeholder, which the route refuses.
+type Keys struct {
+	Anthropic string
+	OpenAI    string
+}
+
+// Or returns key, or placeholder when key is empty.
+func Or(key, placeholder string) string {
+	if key == "" {
+		return placeholder
+	}
+	return key
 }
 
 // Login is one way a harness can authenticate to its model provider.

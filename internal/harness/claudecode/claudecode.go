@@ -27,7 +27,8 @@ const Dir = "/opt/hiloop/harness/claude-code"
 // would also read as the project's settings.
 const ConfigDir = "/workspace/.hiloop/claude-code"
 
-// Placeholder is the API key the harness sees; the gateway swaps in the real one.
+// Placeholder is the API key the harness sees when the daemon gives it no key of the model
+// route's (Env.Keys): the route refuses it.
 const Placeholder = "hiloop-placeholder-anthropic-api-key"
 
 // GatewayPath is the gateway's Anthropic route; Claude Code appends /v1/messages.
@@ -51,7 +52,7 @@ func Adapter() adapter.Adapter {
 // env returns the harness's environment; without a gateway the base URL is left out.
 func env(e adapter.Env) []string {
 	env := []string{
-		"ANTHROPIC_API_KEY=" + Placeholder,
+		"ANTHROPIC_API_KEY=" + adapter.Or(e.Keys.Anthropic, Placeholder),
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", // no telemetry or update checks: there is no way out but the gateway
 		"CLAUDE_CONFIG_DIR=" + ConfigDir,
 	}

@@ -51,7 +51,7 @@ func Adapter() adapter.Adapter {
 // the pinned Node and the installed codex first, for the processes codex-acp starts.
 func env(e adapter.Env) []string {
 	env := []string{
-		"OPENAI_API_KEY=" + Placeholder,
+		"OPENAI_API_KEY=" + adapter.Or(e.Keys.OpenAI, Placeholder),
 		"CODEX_HOME=" + Home,
 		"PATH=" + Dir + "/node_modules/node/bin:" + Dir + "/node_modules/.bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 	}

@@ -26,7 +26,8 @@ const Dir = "/opt/hiloop/harness/opencode"
 // survive a sandbox restart.
 const DataDir = "/workspace/.hiloop/opencode"
 
-// Placeholder is the API key the harness sees; the gateway swaps in the real one.
+// Placeholder is the API key the harness sees when the daemon gives it no key of the model
+// route's (Env.Keys): the route refuses it.
 const Placeholder = "hiloop-placeholder-anthropic-api-key"
 
 // GatewayPath is the gateway's Anthropic route, with the /v1 that OpenCode's baseURL includes.
@@ -49,7 +50,7 @@ func Adapter() adapter.Adapter {
 // env returns the harness's environment: OPENCODE_CONFIG_CONTENT points the anthropic provider
 // at the gateway with the placeholder key; without a gateway the baseURL is left out.
 func env(e adapter.Env) []string {
-	options := map[string]string{"apiKey": Placeholder}
+	options := map[string]string{"apiKey": adapter.Or(e.Keys.Anthropic, Placeholder)}
 	if e.GatewayURL != "" {
 		options["baseURL"] = strings.TrimRight(e.GatewayURL, "/") + GatewayPath
 	}

@@ -1,0 +1,219 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/harness"
+	"github.com/hiloop/hiloop/internal/harness/claudecode"
+	"github.com/hiloop/hiloop/internal/harness/codex"
+	"github.com/hiloop/hiloop/internal/harness/opencode"
+	"github.com/hiloop/hiloop/internal/modelroute"
+	"github.com/hiloop/hiloop/internal/usage"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// The model route: every sandbox's gateway serves it on the sandbox's loopback, and each
+// harness start gets tokens for it in place of API keys (see internal/modelroute).
+
+// tokenKeyPurpose derives the key that signs the route's tokens from the master key.
+const tokenKeyPurpose = "model route tokens v1"
+
+// providerLogin is the login each provider's credential comes from.
+var providerLogin = map[modelroute.Provider]api.LoginProvider{
+	modelroute.Anthropic: api.LoginClaude,
+	modelroute.OpenAI:    api.LoginCodex,
+}
+
+// providerKeyEnv is the variable an API-key secret is attached as to stand for a provider's
+// credential in one sandbox; it wins over the operator's login.
+var providerKeyEnv = map[modelroute.Provider]string{
+	modelroute.Anthropic: "ANTHROPIC_API_KEY",
+	modelroute.OpenAI:    "OPENAI_API_KEY",
+}
+
+// harnessProviders are the providers each harness's model requests go to, the keys it gets.
+var harnessProviders = map[string][]modelroute.Provider{
+	claudecode.Name: {modelroute.Anthropic},
+	codex.Name:      {modelroute.OpenAI},
+	opencode.Name:   {modelroute.Anthropic, modelroute.OpenAI},
+}
+
+// openModelRoute opens the usage store and makes the route's configuration; the gateway makes
+// each sandbox's route from it.
+func (d *Daemon) openModelRoute() error {
+	var err error
+	if d.usage, err = usage.Open(d.store.Bolt(), usage.Config{Logger: d.log.With("component", "usage")}); err != nil {
+		return err
+	}
+	tokens, err := modelroute.NewTokens(d.secrets.DeriveKey(tokenKeyPurpose))
+	if err != nil {
+		return err
+	}
+	upstream := map[modelroute.Provider]string{}
+	for _, p := range []modelroute.Provider{modelroute.Anthropic, modelroute.OpenAI} {
+		if u := d.cfg.ProviderURLs[string(p)]; u != nil {
+			upstream[p] = u.String()
+		}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // the host's proxy variables are the operator's shell's, not the route's
+	t.TLSClientConfig = &tls.Config{RootCAs: d.cfg.GatewayUpstreamCAs}
+	t.ResponseHeaderTimeout = 10 * time.Minute // a model may think long before its first byte
+	d.routeCfg = &modelroute.Config{
+		Tokens:      tokens,
+		Upstream:    upstream,
+		Transport:   t,
+		Credential:  d.routeCredential,
+		Attribute:   d.routeAttribute,
+		Budget:      d.usage.Check,
+		BudgetSpent: d.budgetSpent,
+		Sink:        d.usage.Add,
+		Log:         d.log.With("component", "model-route"),
+	}
+	return nil
+}
+
+// modelRoute is the gateway's ModelRoute: the route of one sandbox.
+func (d *Daemon) modelRoute(sandboxID string) (gateway.ModelRoute, error) {
+	return modelroute.New(sandboxID, d.routeCfg)
+}
+
+// routeCredential is the credential for provider p in the sandbox: an API-key secret attached
+// to the sandbox as the provider's key variable wins, else the operator's login.
+func (d *Daemon) routeCredential(_ context.Context, sandboxID string, p modelroute.Provider) (modelroute.Credential, error) {
+	atts, err := d.secrets.Attachments(sandboxID)
+	if err != nil {
+		return modelroute.Credential{}, err
+	}
+	for _, a := range atts {
+		if a.Env == providerKeyEnv[p] {
+			if v := d.secrets.Value(sandboxID, a.Secret, a.Placeholder); len(v) > 0 {
+				return modelroute.Credential{APIKey: string(v)}, nil
+			}
+		}
+	}
+	login := providerLogin[p]
+	c, err := d.logins.Credential(login)
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodeLoginNotFound {
+		return modelroute.Credential{}, fmt.Errorf("%w: add one with `hiloop login add %s`, or attach a secret as %s", modelroute.ErrNoCredential, login, providerKeyEnv[p])
+	}
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodeLoginNeedsReconnect {
+		return modelroute.Credential{}, fmt.Errorf("%w: %s", modelroute.ErrNoCredential, apiErr.Message)
+	}
+	if err != nil {
+		return modelroute.Credential{}, err
+	}
+	switch c.Kind {
+	case api.LoginAPIKey:
+		return modelroute.Credential{APIKey: c.Token}, nil
+	case api.LoginOAuthToken:
+		return modelroute.Credential{OAuthToken: c.Token}, nil
+	}
+	// TODO(issue 11): a ChatGPT login's requests go to chatgpt.com/backend-api/codex, not to
+	// the OpenAI API; until the route forwards there, it is refused rather than misused.
+	return modelroute.Credential{}, fmt.Errorf("%w: a ChatGPT login cannot be used through the model route yet; add an OpenAI API key with `hiloop login add codex --api-key-stdin`", modelroute.ErrNoCredential)
+}
+
+// routeAttribute maps the harness session a request names (or the one it was spawned from) to
+// the hiloop session.
+func (d *Daemon) routeAttribute(sandboxID string, _ modelroute.Provider, h modelroute.HarnessSession) string {
+	sessions := d.liveSessions.Load()
+	if sessions == nil {
+		return ""
+	}
+	if h.ID != "" {
+		if id := sessions.HarnessSession(sandboxID, h.ID); id != "" {
+			return id
+		}
+	}
+	if h.Parent != "" {
+		return sessions.HarnessSession(sandboxID, h.Parent)
+	}
+	return ""
+}
+
+// budgetSpent tells the session whose request was refused which budget is spent.
+func (d *Daemon) budgetSpent(sandboxID, sessionID string, e usage.Exceeded) {
+	d.log.Info("model route: a token budget is spent", "sandbox_id", sandboxID, "session", sessionID,
+		"scope", e.Scope, "used", e.Used, "limit", e.Limit)
+	sessions := d.liveSessions.Load()
+	if sessionID == "" || sessions == nil {
+		return
+	}
+	what := "the sandbox's model token budget"
+	raise := "raise it with `hiloop sandbox budget SANDBOX --tokens N`"
+	if e.Scope == usage.ScopeSession {
+		what = "this session's model token budget"
+		raise = fmt.Sprintf("raise it with `hiloop session budget %s --tokens N`", sessionID)
+	}
+	sessions.Notice(sessionID, fmt.Sprintf("%s is spent: %d of %d tokens used; the model route refuses this session's requests until you %s",
+		what, e.Used, e.Limit, raise))
+}
+
+// harnessKeys mints the route tokens of one harness start; release revokes them.
+func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, func(), error) {
+	providers := harnessProviders[name]
+	if len(providers) == 0 {
+		return harness.Keys{}, func() {}, nil
+	}
+	start, err := d.routeCfg.Tokens.Mint(sandboxID)
+	if err != nil {
+		return harness.Keys{}, nil, err
+	}
+	var keys harness.Keys
+	for _, p := range providers {
+		tok, err := d.routeCfg.Tokens.Token(start, p)
+		if err != nil {
+			d.routeCfg.Tokens.Revoke(start.ID)
+			return harness.Keys{}, nil, err
+		}
+		switch p {
+		case modelroute.Anthropic:
+			keys.Anthropic = tok
+		case modelroute.OpenAI:
+			keys.OpenAI = tok
+		}
+		if l, err := d.logins.Get(providerLogin[p]); err == nil {
+			d.auditAdd(api.AuditRecord{Action: api.AuditHarnessLoginUsed, Provider: l.Provider, Kind: l.Kind, Sandbox: sandbox, Harness: name})
+		}
+	}
+	return keys, func() { d.routeCfg.Tokens.Revoke(start.ID) }, nil
+}
+
+// usageDeleted drops the usage of a deleted sandbox.
+func (d *Daemon) usageDeleted(name, id string) {
+	d.routeCfg.Tokens.RevokeSandbox(id)
+	if err := d.usage.DeleteSandbox(id); err != nil {
+		d.log.Error("delete the model usage of a deleted sandbox; the next start of sandboxd finishes it", "sandbox", name, "err", err)
+	}
+}
+
+// pruneUsage drops the usage of sandboxes and sessions deleted while no daemon was told.
+func (d *Daemon) pruneUsage() error {
+	boxes, err := d.store.ListSandboxes()
+	if err != nil {
+		return err
+	}
+	ids := map[string]bool{}
+	for _, b := range boxes {
+		ids[b.ID] = true
+	}
+	sessions, err := d.store.ListSessions()
+	if err != nil {
+		return err
+	}
+	seen := map[[2]string]bool{}
+	for _, s := range sessions {
+		seen[[2]string{s.SandboxID, s.ID}] = true
+	}
+	return d.usage.Prune(func(id string) bool { return ids[id] },
+		func(sb, ses string) bool { return seen[[2]string{sb, ses}] })
+}
+
