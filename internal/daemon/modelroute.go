@@ -216,4 +216,3 @@ func (d *Daemon) pruneUsage() error {
 	return d.usage.Prune(func(id string) bool { return ids[id] },
 		func(sb, ses string) bool { return seen[[2]string{sb, ses}] })
 }
-
