@@ -13,6 +13,7 @@ import (
 	"github.com/hiloop/hiloop/internal/harness/claudecode"
 	"github.com/hiloop/hiloop/internal/harness/codex"
 	"github.com/hiloop/hiloop/internal/harness/opencode"
+	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/modelroute"
 	"github.com/hiloop/hiloop/internal/usage"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -181,6 +182,7 @@ func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, fun
 			keys.OpenAI = tok
 		}
 		if l, err := d.logins.Get(providerLogin[p]); err == nil {
+			d.freshen(l)
 			d.auditAdd(api.AuditRecord{Action: api.AuditHarnessLoginUsed, Provider: l.Provider, Kind: l.Kind, Sandbox: sandbox, Harness: name})
 		}
 	}
@@ -215,4 +217,19 @@ func (d *Daemon) pruneUsage() error {
 	}
 	return d.usage.Prune(func(id string) bool { return ids[id] },
 		func(sb, ses string) bool { return seen[[2]string{sb, ses}] })
+}
+
+// freshen renews a ChatGPT login that a harness start is about to use when its access token
+// expires within logins.RenewBefore: however many harnesses start at once, the login makes at
+// most one refresh a minute (logins.Store.RefreshChatGPT), and a failure is the audit log's
+// and the next use's to report, not this start's.
+func (d *Daemon) freshen(l api.Login) {
+	if l.Kind != api.LoginChatGPT || l.Status != api.LoginOK || l.ExpiresAt == nil || time.Until(*l.ExpiresAt) > logins.RenewBefore {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.logins.RefreshChatGPT(ctx, time.Now()); err != nil {
+		d.log.Warn("renew the chatgpt login for a harness start", "err", err)
+	}
 }

@@ -1,0 +1,111 @@
+package daemon
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/internal/auditlog"
+	"github.com/hiloop/hiloop/internal/fakeprovider"
+	"github.com/hiloop/hiloop/internal/harness/codex"
+	"github.com/hiloop/hiloop/internal/logins"
+	"github.com/hiloop/hiloop/internal/modelroute"
+	"github.com/hiloop/hiloop/internal/secrets"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// Twenty harnesses starting at once with a ChatGPT login about to expire renew it with one
+// request to the token endpoint, and each start gets tokens of its own.
+func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
+	fake := fakeprovider.New(fakeprovider.Config{RefreshToken: "rt-0", AccessTokenTTL: 30 * time.Minute})
+	if err := fake.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+
+	dir := t.TempDir()
+	db, err := bolt.Open(filepath.Join(dir, "db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sec, err := secrets.Open(db, filepath.Join(dir, "master.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil)), secrets: sec}
+	if d.audit, err = auditlog.Open(db); err != nil {
+		t.Fatal(err)
+	}
+	if d.logins, err = logins.Open(db, sec); err != nil {
+		t.Fatal(err)
+	}
+	d.logins.Audit = d.auditAdd
+	d.logins.Refresh = &logins.Refresher{TokenURL: fake.URL() + "/oauth/token"}
+	tokens, err := modelroute.NewTokens(sec.DeriveKey(tokenKeyPurpose))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.routeCfg = &modelroute.Config{Tokens: tokens}
+
+	// An auth.json whose access token expires in 20 minutes: inside logins.RenewBefore.
+	access := logins.UnsignedJWT(map[string]any{"exp": float64(time.Now().Add(20 * time.Minute).Unix())})
+	auth, _ := json.Marshal(map[string]any{"tokens": map[string]string{"id_token": access, "access_token": access, "refresh_token": "rt-0"}})
+	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: string(auth)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	keys := make([]string, 20)
+	for i := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k, release, err := d.harnessKeys("sandbox-id", "box", codex.Name)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer release()
+			keys[i] = k.OpenAI
+		}()
+	}
+	wg.Wait()
+	if n := fake.TokenCalls(); n != 1 {
+		t.Fatalf("the token endpoint was called %d times by 20 harness starts, want 1", n)
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "sk-proj-hiloop-") || seen[k] {
+			t.Fatalf("harness start keys %q", keys)
+		}
+		seen[k] = true
+	}
+	l, err := d.logins.Get(api.LoginCodex)
+	if err != nil || l.RefreshedAt == nil || time.Until(*l.ExpiresAt) < 25*time.Minute {
+		t.Fatalf("the login after the starts: %+v %v", l, err)
+	}
+	recs, err := d.audit.Since(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used, refreshed int
+	for _, r := range recs {
+		switch r.Action {
+		case api.AuditHarnessLoginUsed:
+			used++
+		case api.AuditLoginRefreshed:
+			refreshed++
+		}
+	}
+	if used != 20 || refreshed != 1 {
+		t.Fatalf("audit: %d harness starts using the login, %d refreshes; want 20 and 1", used, refreshed)
+	}
+}
