@@ -66,6 +66,9 @@ func Main() int {
 				if err != nil {
 					return fmt.Errorf("invalid --egress-allow-cidr %q: want an address range such as 10.1.0.0/16", c)
 				}
+				if err := gateway.CheckAllowCIDR(prefix); err != nil {
+					return fmt.Errorf("invalid --egress-allow-cidr %q: %w", c, err)
+				}
 				cfg.EgressAllowCIDRs = append(cfg.EgressAllowCIDRs, prefix.Masked())
 			}
 			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
@@ -109,7 +112,7 @@ func Main() int {
 	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
 	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
-	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default: private, link-local or the host's own addresses (repeatable)")
+	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default, e.g. a private network; never the host's own addresses, and no range may cover its loopback (repeatable)")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := cmd.Execute(); err != nil {
