@@ -63,7 +63,8 @@ type Config struct {
 	// horizons): --gateway-resolve.
 	GatewayRoutes []gateway.Route
 	// EgressAllowCIDRs are ranges sandboxes may reach although they are denied by default
-	// (private, link-local, the host's own addresses): --egress-allow-cidr.
+	// (private, link-local): --egress-allow-cidr. They never open the host's own addresses,
+	// and a range covering its loopback stops the start (gateway.CheckAllowCIDR).
 	EgressAllowCIDRs []netip.Prefix
 	// MasterKeyFile holds the key that seals the secrets; empty means <DataDir>/master.key,
 	// created on first start: --master-key-file.

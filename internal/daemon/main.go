@@ -66,6 +66,9 @@ func Main() int {
 				if err != nil {
 					return fmt.Errorf("invalid --egress-allow-cidr %q: want an address range such as 10.1.0.0/16", c)
 				}
+				if err := gateway.CheckAllowCIDR(prefix); err != nil {
+					return fmt.Errorf("invalid --egress-allow-cidr %q: %w", c, err)
+				}
 				cfg.EgressAllowCIDRs = append(cfg.EgressAllowCIDRs, prefix.Masked())
 			}
 			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
@@ -118,7 +121,7 @@ func Main() int {
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
 	f.IntVar(&cfg.GatewayMaxConns, "gateway-max-conns", 0, fmt.Sprintf("bound the egress gateway's connections of all sandboxes together (0: what half of the process's file descriptor limit carries at %d each, at most %d; a sandbox holds at most half, and is sure of %d)",
 		gateway.ConnFDs, gateway.MaxDefaultBudget, gateway.DefaultConnReserve))
-	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default: private, link-local or the host's own addresses (repeatable)")
+	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default, e.g. a private network; never the host's own addresses, and no range may cover its loopback (repeatable)")
 	f.StringArrayVar(&providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

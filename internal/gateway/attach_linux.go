@@ -120,7 +120,7 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 	}
 	// Before the first listener: no connection is decided without the policy.
 	a.proxy.SetHostPolicy(hp)
-	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Audit: audit, Sandbox: name, Policy: a.proxy.HostPolicy}
+	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Addrs: g.cfg.Policy, Audit: audit, Sandbox: name, Policy: a.proxy.HostPolicy}
 	defer func() {
 		if retErr != nil {
 			a.close()

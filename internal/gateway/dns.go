@@ -51,20 +51,23 @@ const (
 
 // Resolver is the DNS server of one sandbox, served on its loopback (UDP and TCP, DNSPort). A
 // routed host (see Names) resolves to its synthetic IPv4 address and has no IPv6 address;
-// localhost and names under .localhost resolve to loopback; other A and AAAA questions get the
-// host resolver's addresses, minus any in SyntheticPrefix; other question types get an empty
-// answer at once. It does not filter addresses: the proxy checks the one it dials. The zero
-// value with Sandbox set is ready; a Resolver must not be copied once it serves.
+// localhost and names under .localhost resolve to the sandbox's own loopback (RFC 6761); other
+// A and AAAA questions get the host resolver's addresses (the same lookup as the proxy's, see
+// hostLookup), minus any in SyntheticPrefix and any the gateway would refuse to dial (Addrs, and
+// the sandbox's deny rules on addresses), so a sandbox learns no private address by asking; other
+// question types get an empty answer at once. The proxy still checks the address it dials. The
+// zero value with Sandbox set is ready; a Resolver must not be copied once it serves.
 type Resolver struct {
 	// Names are the routed hosts; nil means none.
 	Names *Names
 	// Lookup asks the host's resolver for a name's addresses of both families; host is lower
 	// case with no trailing dot, never a routed host or localhost. It must return when ctx is
 	// done. An error that is a *net.DNSError with IsNotFound set is answered NXDOMAIN, any other
-	// SERVFAIL. Nil means net.DefaultResolver.LookupNetIP with network "ip" and the name made
-	// absolute, so neither the host's search list nor its /etc/hosts applies: the sandbox's
-	// client already applied its own search list, and the host's names are the host's.
+	// SERVFAIL. Nil means hostLookup, as for the proxy.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Addrs is the address policy of the sandbox's proxy: an address it refuses is left out of
+	// answers (Record.Rule says "withheld: ..."). nil: the default AddrPolicy.
+	Addrs *AddrPolicy
 	// Audit, when set, receives a Record (kind "dns") for every query answered.
 	Audit func(Record)
 	// Sandbox names the sandbox in audit records.
@@ -73,7 +76,8 @@ type Resolver struct {
 	// query). nil: discarded.
 	Log *slog.Logger
 	// Policy returns the sandbox's egress policy at the time of a query; a name it refuses on
-	// every port is answered NXDOMAIN (Record.Rule names the rule). nil: every name is answered.
+	// every port is answered NXDOMAIN (Record.Rule names the rule), and an address a deny rule
+	// names for every port is left out of answers. nil: every name is answered.
 	Policy func() *HostPolicy
 
 	once    sync.Once
@@ -344,8 +348,9 @@ func (r *Resolver) resolve(ctx context.Context, m *response, host string, busy b
 	case q.Class != dnsmessage.ClassINET:
 		m.rcode = dnsmessage.RCodeRefused
 		return "refused"
-	case host == "localhost" || strings.HasSuffix(host, ".localhost"):
-		// RFC 6761 section 6.3: always loopback, never the host resolver's idea of it.
+	case isLocalhost(host):
+		// The sandbox's own loopback, which a program asking for localhost expects; the proxy
+		// refuses the name (the host's loopback), and the host resolver is never asked.
 		m.ttl = syntheticTTL
 		if ip4 {
 			m.answers = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
@@ -354,14 +359,16 @@ func (r *Resolver) resolve(ctx context.Context, m *response, host string, busy b
 		}
 		return "localhost"
 	}
+	var hp *HostPolicy
 	if r.Policy != nil {
-		// A name the sandbox may not reach does not exist for it: tools fail at once with a
-		// clear "could not resolve", and the host's resolver is not asked about it.
-		var hd *HostDenied
-		if errors.As(r.Policy().CheckName(host), &hd) {
-			m.rcode = dnsmessage.RCodeNameError
-			return hd.Rule
-		}
+		hp = r.Policy()
+	}
+	// A name the sandbox may not reach does not exist for it: tools fail at once with a clear
+	// "could not resolve", and the host's resolver is not asked about it.
+	var hd *HostDenied
+	if errors.As(hp.CheckName(host), &hd) {
+		m.rcode = dnsmessage.RCodeNameError
+		return hd.Rule
 	}
 	if a, ok := r.Names.Addr(host); ok {
 		m.ttl = syntheticTTL
@@ -402,14 +409,51 @@ func (r *Resolver) resolve(ctx context.Context, m *response, host string, busy b
 		return "servfail"
 	}
 	m.ttl = answerTTL
+	withheld, first := 0, ""
 	for _, a := range addrs {
 		// The Go resolver reports IPv4 answers as IPv4-mapped IPv6 for network "ip".
 		a = a.Unmap()
-		if (a.Is4() && ip4 || a.Is6() && ip6) && !r.Names.Synthetic(a) {
-			m.answers = append(m.answers, a)
+		if !(a.Is4() && ip4 || a.Is6() && ip6) || r.Names.Synthetic(a) {
+			continue
 		}
+		if why := r.refused(hp, host, a); why != "" {
+			if withheld++; withheld == 1 {
+				first = why
+			}
+			continue
+		}
+		m.answers = append(m.answers, a)
+	}
+	switch {
+	case withheld == 1:
+		return "withheld: " + first
+	case withheld > 1:
+		return fmt.Sprintf("withheld %d addresses: %s, ...", withheld, first)
 	}
 	return ""
+}
+
+// refused says why the proxy would refuse to dial a, an address host resolved to, on every
+// port, for the audit; "" if it would not.
+func (r *Resolver) refused(hp *HostPolicy, host string, a netip.Addr) string {
+	var d *Denied
+	if errors.As(r.Addrs.Check(a), &d) {
+		d.Host = host
+		return d.auditText()
+	}
+	var hd *HostDenied
+	if errors.As(hp.CheckAddr(host, a, 0), &hd) {
+		return host + " resolves to " + a.String() + ", " + hd.Rule
+	}
+	return ""
+}
+
+// isLocalhost reports whether host (normalised) is localhost or a name under .localhost, which
+// RFC 6761 section 6.3 makes loopback: the resolver answers the sandbox's own loopback and the
+// proxy refuses it as the host's, so the name means the same to both and the host's resolver
+// and /etc/hosts never decide it.
+func isLocalhost(host string) bool {
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // lookup asks the host's resolver, with a timeout, joining a lookup of the same host already in
@@ -453,9 +497,12 @@ func (r *Resolver) lookup(ctx context.Context, host string) ([]netip.Addr, error
 	return f.addrs, f.err
 }
 
-// hostLookup is the default Lookup: the daemon's own resolver, asked for the absolute name (a
-// trailing dot), which both Go's resolver and glibc's look up in DNS alone.
-func hostLookup(ctx context.Context, host string) ([]netip.Addr, error) {
+// hostLookup is the default Lookup of the resolver and of the proxy, so a name resolves the same
+// for both: the daemon's own resolver, asked for the absolute name (a trailing dot), which both
+// Go's resolver and glibc's look up in DNS alone. Neither the host's search list nor its
+// /etc/hosts applies: the sandbox's client already applied its own search list, and the host's
+// names are the host's. A variable only so that a test can see who asks it.
+var hostLookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", host+".")
 }
 

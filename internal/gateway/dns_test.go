@@ -643,3 +643,87 @@ func TestValidHost(t *testing.T) {
 		}
 	}
 }
+
+// An address the proxy would refuse to dial is left out of answers, so a sandbox cannot map a
+// private network's names by asking for them; the audit record names what was withheld.
+func TestResolverWithholdsRefusedAddresses(t *testing.T) {
+	lookup := func(_ context.Context, host string) ([]netip.Addr, error) {
+		switch host {
+		case "mixed.example.test":
+			return []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.5"), netip.MustParseAddr("::ffff:203.0.113.9"), netip.MustParseAddr("fd00::5"), netip.MustParseAddr("2001:db8::9")}, nil
+		case "internal.example.test":
+			return []netip.Addr{netip.MustParseAddr("::ffff:10.0.0.5"), netip.MustParseAddr("::ffff:192.168.1.5"), netip.MustParseAddr("::ffff:127.0.0.1")}, nil
+		case "nat64.example.test":
+			return []netip.Addr{netip.MustParseAddr("64:ff9b::a00:5"), netip.MustParseAddr("64:ff9b::203.0.113.9")}, nil
+		case "denied.example.test":
+			return []netip.Addr{netip.MustParseAddr("::ffff:203.0.113.66"), netip.MustParseAddr("::ffff:203.0.113.77")}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	var records recorder
+	var hp atomicPolicy
+	hp.set(mustPolicy(t, false, nil, []string{"203.0.113.66", "203.0.113.77:443"}))
+	r := &Resolver{Lookup: lookup, Addrs: &AddrPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, Local: noLocal},
+		Policy: hp.get, Audit: records.add}
+	udp, _ := serve(t, r)
+	c := dial(t, "udp", udp)
+	id := uint16(0)
+	for _, tc := range []struct {
+		name string
+		typ  dnsmessage.Type
+		want string
+		rule string
+	}{
+		{"mixed.example.test", dnsmessage.TypeA, "203.0.113.9", "withheld: mixed.example.test resolves to 10.0.0.5, a private address (RFC 1918)"},
+		{"mixed.example.test", dnsmessage.TypeAAAA, "2001:db8::9", "withheld: mixed.example.test resolves to fd00::5, a unique local address"},
+		// The operator's --egress-allow-cidr opens 192.168.0.0/16, and only that.
+		{"internal.example.test", dnsmessage.TypeA, "192.168.1.5", "withheld 2 addresses: internal.example.test resolves to 10.0.0.5, a private address (RFC 1918), ..."},
+		{"nat64.example.test", dnsmessage.TypeAAAA, "64:ff9b::cb00:7109", "withheld: nat64.example.test resolves to 64:ff9b::a00:5, an address embedding 10.0.0.5"},
+		// A deny rule on an address for every port withholds it; one for a port does not.
+		{"denied.example.test", dnsmessage.TypeA, "203.0.113.77", "withheld: denied.example.test resolves to 203.0.113.66, egress deny 203.0.113.66"},
+	} {
+		id++
+		m := c.exchange(id, question(tc.name+".", tc.typ), 0)
+		if got := strings.Join(addrs(m), ","); m.RCode != dnsmessage.RCodeSuccess || got != tc.want {
+			t.Errorf("%s %s: %v %s, want %s", tc.name, tc.typ, m.RCode, got, tc.want)
+		}
+		rec := records.find(tc.name)
+		if rec == nil || !rec.Allowed || !strings.HasPrefix(rec.Rule, tc.rule) || fmt.Sprint(rec.Answers) != "["+tc.want+"]" {
+			t.Errorf("%s %s: record %+v, want rule %q", tc.name, tc.typ, rec, tc.rule)
+		}
+		records.mu.Lock()
+		records.recs = nil
+		records.mu.Unlock()
+	}
+}
+
+// The proxy and the resolver resolve a name with one lookup, hostLookup, unless told otherwise:
+// a name means the same to the sandbox and to the gateway.
+func TestOneLookup(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	orig := hostLookup
+	t.Cleanup(func() { hostLookup = orig })
+	hostLookup = func(_ context.Context, host string) ([]netip.Addr, error) {
+		mu.Lock()
+		asked = append(asked, host)
+		mu.Unlock()
+		return []netip.Addr{netip.MustParseAddr("10.0.0.9")}, nil
+	}
+	udp, _ := serve(t, &Resolver{Addrs: &AddrPolicy{Local: noLocal}})
+	dial(t, "udp", udp).exchange(1, question("db.corp.test.", dnsmessage.TypeA), 0)
+
+	p := &Proxy{Policy: &AddrPolicy{Local: noLocal}}
+	t.Cleanup(func() { p.Close() })
+	p.init()
+	_, err := p.dial(context.Background(), "db.corp.test", 5432)
+	var d *Denied
+	if !errors.As(err, &d) || d.Error() != "db.corp.test resolves to a private address (RFC 1918)" {
+		t.Fatalf("proxy: %v, want db.corp.test refused as private", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(asked, []string{"db.corp.test", "db.corp.test"}) {
+		t.Fatalf("hostLookup was asked %q, want db.corp.test by the resolver and the proxy", asked)
+	}
+}

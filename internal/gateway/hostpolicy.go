@@ -29,7 +29,10 @@ type HostPolicy struct {
 type HostRule struct {
 	// Host is a lower-case name ("api.example.com"), a wildcard ("*.example.com": every name
 	// under example.com at any depth, not example.com itself), or an IP address in its
-	// canonical form, which matches only a destination asked for by that address.
+	// canonical form. An address in an allow rule matches only a destination asked for by that
+	// address: in a closed sandbox the name is what is allowed, so allowing an address never
+	// lets through a name that resolves to it. An address in a deny rule also refuses a name
+	// that resolves to it (CheckAddr), and an IPv6 address that carries it to a translator.
 	Host string
 	Port uint16 // 0: every port
 }
@@ -86,10 +89,17 @@ type HostDenied struct {
 	// Rule names what refused it, for the audit: "egress deny *.example.com" or
 	// "egress closed: api.other.test:443 is not allowed".
 	Rule string
+	// Addr is the address Host resolved to that an address deny rule names; the sandbox is
+	// not told it (see Denied). Zero when the rule matched what the sandbox asked for.
+	Addr netip.Addr
 }
 
+// Error is what the sandbox is told.
 func (d *HostDenied) Error() string {
-	if strings.HasPrefix(d.Rule, "egress closed") {
+	switch {
+	case d.Addr.IsValid():
+		return d.target() + " is refused: it resolves to an address an egress deny rule names"
+	case strings.HasPrefix(d.Rule, "egress closed"):
 		return d.Rule
 	}
 	return d.target() + " is refused: " + d.Rule
@@ -149,6 +159,45 @@ func (p *HostPolicy) CheckName(host string) error {
 		}
 	}
 	return &HostDenied{Host: host, Rule: "egress closed: " + host + " is not allowed"}
+}
+
+// CheckAddr returns nil unless a deny rule that is an address names a, or an IPv4 address a
+// carries to a translator (NAT64, 6to4), on port; then a *HostDenied. host is the name that
+// resolved to a, "" when a was asked for directly. Port 0 is a DNS answer, refused only by a
+// rule for every port. Allow rules are not consulted: a name was decided by Check, and an
+// address asked for directly too.
+func (p *HostPolicy) CheckAddr(host string, a netip.Addr, port uint16) error {
+	if p == nil || len(p.Deny) == 0 {
+		return nil
+	}
+	a = a.WithZone("").Unmap()
+	for _, b := range append([]netip.Addr{a}, embedded(a)...) {
+		s := b.String()
+		for _, r := range p.Deny {
+			if r.Host == s && (r.Port == 0 || port != 0 && r.Port == port) {
+				d := &HostDenied{Host: host, Port: port, Rule: "egress deny " + r.String()}
+				if host == "" {
+					d.Host = a.String()
+				} else {
+					d.Addr = a
+				}
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+// CheckECH returns a *HostDenied if the sandbox's policy is closed: a TLS ClientHello that
+// carries encrypted_client_hello (ECH) names a cover host in its SNI, host, while the server it
+// is for is encrypted, so only an open sandbox lets it through. Port 0 is not used.
+func (p *HostPolicy) CheckECH(host string, port uint16) error {
+	if p == nil || !p.Closed {
+		return nil
+	}
+	d := &HostDenied{Host: host, Port: port}
+	d.Rule = "egress closed: a TLS ClientHello with encrypted_client_hello (ECH) to " + d.target() + " hides the server it is for"
+	return d
 }
 
 // policyHost is host as rules are matched against it: lower case without a trailing dot, an

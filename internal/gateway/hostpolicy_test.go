@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -348,5 +349,195 @@ func TestResolverHostPolicy(t *testing.T) {
 	hp.set(mustPolicy(t, false, nil, nil))
 	if m := ask("rebind.example.test"); m.RCode != dnsmessage.RCodeSuccess || strings.Join(addrs(m), ",") != "203.0.113.8" {
 		t.Errorf("after opening: %v %v", m.RCode, addrs(m))
+	}
+}
+
+// A deny rule on an address refuses that address however it was reached: asked for, resolved
+// to, or carried by a NAT64 or 6to4 address; a rule with a port only on that port, and a DNS
+// answer (port 0) only by a rule for every port.
+func TestHostPolicyCheckAddr(t *testing.T) {
+	hp := mustPolicy(t, false, []string{"203.0.113.9"}, []string{"203.0.113.66", "203.0.113.77:443", "2001:db8::66", "*.example.test"})
+	for _, tc := range []struct {
+		host, addr string
+		port       uint16
+		rule       string // "" = nil
+		told       string // in what the sandbox is told
+	}{
+		{"pub.test", "203.0.113.66", 80, "egress deny 203.0.113.66", "pub.test:80 is refused: it resolves to an address an egress deny rule names"},
+		{"pub.test", "::ffff:203.0.113.66", 443, "egress deny 203.0.113.66", "resolves to an address"},
+		{"pub.test", "64:ff9b::cb00:7142", 443, "egress deny 203.0.113.66", "resolves to an address"},
+		{"pub.test", "2002:cb00:7142::1", 443, "egress deny 203.0.113.66", "resolves to an address"},
+		{"pub.test", "2001:db8::66", 443, "egress deny 2001:db8::66", "resolves to an address"},
+		{"pub.test", "203.0.113.66", 0, "egress deny 203.0.113.66", "pub.test is refused"},
+		{"", "203.0.113.66", 22, "egress deny 203.0.113.66", "203.0.113.66:22 is refused: egress deny 203.0.113.66"},
+		{"", "64:ff9b::cb00:7142", 22, "egress deny 203.0.113.66", "[64:ff9b::cb00:7142]:22 is refused: egress deny 203.0.113.66"},
+		{"pub.test", "203.0.113.77", 443, "egress deny 203.0.113.77:443", "resolves to an address"},
+		{"pub.test", "203.0.113.77", 80, "", ""},
+		{"pub.test", "203.0.113.77", 0, "", ""},
+		{"pub.test", "203.0.113.9", 80, "", ""},        // allow rules are not consulted
+		{"x.example.test", "203.0.113.10", 80, "", ""}, // nor name rules
+	} {
+		err := hp.CheckAddr(tc.host, netip.MustParseAddr(tc.addr), tc.port)
+		var hd *HostDenied
+		switch {
+		case tc.rule == "" && err != nil:
+			t.Errorf("%s %s %d: %v, want nil", tc.host, tc.addr, tc.port, err)
+		case tc.rule == "":
+		case !errors.As(err, &hd) || hd.Rule != tc.rule || !strings.Contains(hd.Error(), tc.told):
+			t.Errorf("%s %s %d: %v (%+v), want rule %q, told %q", tc.host, tc.addr, tc.port, err, hd, tc.rule, tc.told)
+		case tc.host != "" && strings.Contains(hd.Error(), tc.addr):
+			t.Errorf("%s %s %d: the sandbox is told the address: %q", tc.host, tc.addr, tc.port, hd.Error())
+		}
+	}
+	if err := (*HostPolicy)(nil).CheckAddr("pub.test", netip.MustParseAddr("203.0.113.66"), 80); err != nil {
+		t.Errorf("nil policy: %v", err)
+	}
+}
+
+// ECH hides the server a ClientHello is for behind a cover name: refused in a closed sandbox.
+func TestHostPolicyCheckECH(t *testing.T) {
+	var hd *HostDenied
+	if err := mustPolicy(t, true, []string{"cover.test"}, nil).CheckECH("cover.test", 443); !errors.As(err, &hd) ||
+		hd.Rule != "egress closed: a TLS ClientHello with encrypted_client_hello (ECH) to cover.test:443 hides the server it is for" {
+		t.Errorf("closed: %v", err)
+	}
+	if err := mustPolicy(t, false, nil, []string{"other.test"}).CheckECH("cover.test", 443); err != nil {
+		t.Errorf("open: %v", err)
+	}
+	if err := (*HostPolicy)(nil).CheckECH("cover.test", 443); err != nil {
+		t.Errorf("nil: %v", err)
+	}
+}
+
+// The proxy applies a deny rule on an address to the addresses a name resolves to; in a closed
+// sandbox an allow rule on an address lets through only that address asked for, not a name
+// that resolves to it.
+func TestProxyAddressRules(t *testing.T) {
+	var mu sync.Mutex
+	var dialled []string
+	var web string
+	h := newHarness(t, func(p *Proxy) {
+		fake := p.Lookup
+		p.Lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			switch host {
+			case "pub.example.test":
+				return []netip.Addr{netip.MustParseAddr("203.0.113.66")}, nil
+			case "pub6.example.test":
+				return []netip.Addr{netip.MustParseAddr("64:ff9b::203.0.113.66")}, nil
+			case "two.example.test":
+				return []netip.Addr{netip.MustParseAddr("203.0.113.66"), netip.MustParseAddr("203.0.113.67")}, nil
+			}
+			return fake(ctx, host)
+		}
+		// Every public address is the web server, so nothing leaves this machine.
+		p.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dialled = append(dialled, addr)
+			to := web
+			mu.Unlock()
+			if netip.MustParseAddrPort(addr).Addr().IsLoopback() {
+				to = addr // a route's target
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, to)
+		}
+	})
+	mu.Lock()
+	web = serverAddr(h.u.web).String()
+	mu.Unlock()
+	lastDialled := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dialled) == 0 {
+			return ""
+		}
+		return dialled[len(dialled)-1]
+	}
+	c := h.explicitClient()
+	forward := func(host string) (int, string) {
+		t.Helper()
+		return get(t, c, "http://"+host+"/")
+	}
+
+	// A connection pooled while the address was allowed is not used once a rule denies it.
+	if status, body := forward("pub.example.test"); status != 200 || lastDialled() != "203.0.113.66:80" {
+		t.Fatalf("pub, open: %d %s, dialled %s", status, body, lastDialled())
+	}
+	h.record("pub, open", byHost(KindProxyHTTP, "pub.example.test"))
+
+	// Open, deny 203.0.113.66.
+	h.p.SetHostPolicy(mustPolicy(t, false, nil, []string{"203.0.113.66"}))
+	for _, host := range []string{"pub.example.test", "pub6.example.test"} {
+		status, body := forward(host)
+		if status != http.StatusForbidden || !strings.Contains(body, host+":80 is refused: it resolves to an address an egress deny rule names") ||
+			strings.Contains(body, "203.0.113.66") || strings.Contains(body, "cb00") {
+			t.Fatalf("%s: %d %s", host, status, body)
+		}
+		r := h.record(host, byHost(KindProxyHTTP, host))
+		if r.Allowed || r.Rule != "egress deny 203.0.113.66" || !r.Addr.IsValid() {
+			t.Fatalf("%s: record %+v", host, r)
+		}
+	}
+	wantReset(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), clientHello(t, "pub.example.test"))
+	if r := h.record("tls", byHost(KindTLS, "pub.example.test")); r.Allowed || r.Rule != "egress deny 203.0.113.66" || r.Addr.String() != "203.0.113.66:443" {
+		t.Fatalf("tls: record %+v", r)
+	}
+	// A name with another address goes there.
+	if status, body := forward("two.example.test"); status != 200 || lastDialled() != "203.0.113.67:80" {
+		t.Fatalf("two: %d %s, dialled %s", status, body, lastDialled())
+	}
+	h.record("two", byHost(KindProxyHTTP, "two.example.test"))
+	// A rule on another port leaves this one alone.
+	h.p.SetHostPolicy(mustPolicy(t, false, nil, []string{"203.0.113.66:443"}))
+	if status, body := forward("pub.example.test"); status != 200 || lastDialled() != "203.0.113.66:80" {
+		t.Fatalf("port 443 denied, 80 asked: %d %s, dialled %s", status, body, lastDialled())
+	}
+	h.record("pub on 80", byHost(KindProxyHTTP, "pub.example.test"))
+
+	// Closed, allow the address: the address asked for passes, a name resolving to it does not.
+	h.p.SetHostPolicy(mustPolicy(t, true, []string{"203.0.113.66", "two.example.test"}, nil))
+	if status, body := forward("203.0.113.66"); status != 200 {
+		t.Fatalf("closed, the allowed address: %d %s", status, body)
+	}
+	if status, body := forward("pub.example.test"); status != http.StatusForbidden || !strings.Contains(body, "egress closed: pub.example.test:80 is not allowed") {
+		t.Fatalf("closed, a name resolving to the allowed address: %d %s", status, body)
+	}
+	// Closed, a deny rule on an address: an allowed name is not dialled there.
+	h.p.SetHostPolicy(mustPolicy(t, true, []string{"two.example.test"}, []string{"203.0.113.67"}))
+	if status, body := forward("two.example.test"); status != 200 || lastDialled() != "203.0.113.66:80" {
+		t.Fatalf("closed, two with .67 denied: %d %s, dialled %s", status, body, lastDialled())
+	}
+}
+
+// In a closed sandbox a ClientHello with ECH is reset, captured or in a tunnel; in an open one
+// it goes through.
+func TestProxyECH(t *testing.T) {
+	h := newHarness(t, nil)
+	hello := echHello(t, "hidden.example.test", "api.example.test")
+	h.p.SetHostPolicy(mustPolicy(t, true, []string{"api.example.test:443"}, nil))
+	const rule = "egress closed: a TLS ClientHello with encrypted_client_hello (ECH) to api.example.test:443 hides the server it is for"
+
+	wantReset(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), hello)
+	if r := h.record("captured", byHost(KindTLS, "api.example.test")); r.Allowed || r.Rule != rule {
+		t.Fatalf("captured: record %+v", r)
+	}
+	wantReset(t, h.dialExplicitTunnel("api.example.test:443"), hello)
+	if r := h.record("tunnel", byHost(KindConnect, "api.example.test")); r.Allowed || r.Rule != rule {
+		t.Fatalf("tunnel: record %+v", r)
+	}
+
+	// Open: carried to the cover host, which knows nothing of ECH and answers as itself.
+	h.p.SetHostPolicy(nil)
+	conf := echConfig(t, "hidden.example.test", "api.example.test")
+	conf.RootCAs = h.u.caPool
+	raw := h.dialTransparent(netip.AddrPortFrom(public, 443))
+	err := tls.Client(raw, conf).Handshake()
+	raw.Close() // the record comes when the connection ends
+	var rejected *tls.ECHRejectionError
+	if !errors.As(err, &rejected) {
+		t.Fatalf("open: handshake %v, want the cover host's rejection of ECH", err)
+	}
+	if r := h.record("open", byHost(KindTLS, "api.example.test")); !r.Allowed {
+		t.Fatalf("open: record %+v", r)
 	}
 }

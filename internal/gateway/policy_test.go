@@ -61,7 +61,15 @@ func TestAddrPolicyCheck(t *testing.T) {
 		{addr: "64:ff9b::a9fe:a9fe", rule: "embedding 169.254.169.254, the cloud metadata"},
 		{addr: "64:ff9b::10.0.0.1", rule: "RFC 1918"},
 		{addr: "64:ff9b::1.1.1.1"},
-		{addr: "64:ff9b:1::1", rule: "local-use NAT64"},
+		// RFC 8215's local-use prefix: the IPv4 address each layout its translator may use
+		// would carry; 1.1.1.1 read as /96, 10.0.0.1 read as /64.
+		{addr: "64:ff9b:1::1", rule: "embedding 0.0.0.1, a this-network"},
+		{addr: "64:ff9b:1::101:101"},
+		{addr: "64:ff9b:1:abcd::101:101"},
+		{addr: "64:ff9b:1::a00:1", rule: "embedding 10.0.0.1, a private address"},
+		{addr: "64:ff9b:1::7f00:1", rule: "embedding 127.0.0.1, a loopback address"},
+		{addr: "64:ff9b:1:0:a:0:100:0", rule: "embedding 10.0.0.1, a private address"},
+		{addr: "64:ff9b:1:0:a9:fea9:fe00:0", rule: "embedding"},
 		{addr: "2002:0a00:0001::1", rule: "embedding 10.0.0.1"},
 		{addr: "2002:0101:0101::1"},
 		{addr: "203.0.113.7", rule: "this host"},
@@ -78,6 +86,9 @@ func TestAddrPolicyCheck(t *testing.T) {
 		{addr: "169.254.169.254", allow: []string{"169.254.0.0/16"}},
 		{addr: "203.0.113.7", allow: []string{"203.0.113.0/24"}, rule: "this host"}, // the host itself stays refused
 		{addr: "fd00::5", allow: []string{"fd00::/8"}},
+		// An allowed IPv6 range does not open an IPv4 address through a translator.
+		{addr: "64:ff9b::10.0.0.1", allow: []string{"64:ff9b::/96"}, rule: "embedding 10.0.0.1, a private address"},
+		{addr: "2002:7f00:1::1", allow: []string{"2002::/16"}, rule: "embedding 127.0.0.1, a loopback address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr+"/"+strings.Join(tt.allow, ","), func(t *testing.T) {
@@ -96,8 +107,8 @@ func TestAddrPolicyCheck(t *testing.T) {
 			if !errors.As(err, &d) {
 				t.Fatalf("Check(%s) = %v, want *Denied", tt.addr, err)
 			}
-			if !strings.Contains(d.Rule, tt.rule) {
-				t.Fatalf("Check(%s) rule %q, want it to mention %q", tt.addr, d.Rule, tt.rule)
+			if !strings.Contains(d.Error(), tt.rule) {
+				t.Fatalf("Check(%s) = %q, want it to mention %q", tt.addr, d.Error(), tt.rule)
 			}
 			if !strings.HasPrefix(d.Error(), d.Addr.String()+" is ") {
 				t.Fatalf("Check(%s) error %q does not start with the address", tt.addr, d.Error())
@@ -188,9 +199,14 @@ func FuzzAddrPolicy(f *testing.F) {
 		// Through NAT64, a denied IPv4 address stays denied.
 		b16 := nat64.Addr().As16()
 		copy(b16[12:], b4[:])
+		localUse := nat64Local.Addr().As16() // RFC 8215's local-use prefix, as a /96
+		copy(localUse[12:], b4[:])
 		if want != "" {
 			if verdict(netip.AddrFrom16(b16)) == "" {
 				t.Fatalf("%s is denied (%s) but its NAT64 form is allowed", v4, want)
+			}
+			if verdict(netip.AddrFrom16(localUse)) == "" {
+				t.Fatalf("%s is denied (%s) but its local-use NAT64 form is allowed", v4, want)
 			}
 		}
 
@@ -207,4 +223,64 @@ func FuzzAddrPolicy(f *testing.F) {
 			}
 		}
 	})
+}
+
+// No --egress-allow-cidr may cover any of the host's loopback: a service there is reached
+// through a route, one at a time.
+func TestCheckAllowCIDR(t *testing.T) {
+	for _, tc := range []struct {
+		cidr string
+		ok   bool
+	}{
+		{"10.0.0.0/8", true},
+		{"169.254.0.0/16", true},
+		{"128.0.0.0/1", true},
+		{"126.255.255.255/32", true},
+		{"128.0.0.0/32", true},
+		{"fd00::/8", true},
+		{"64:ff9b::/96", true},
+		{"::2/128", true},
+		{"127.0.0.0/8", false},
+		{"127.0.0.2/32", false},
+		{"127.255.255.255/32", false},
+		{"120.0.0.0/5", false},
+		{"0.0.0.0/0", false},
+		{"::1/128", false},
+		{"::/0", false},
+		{"::/96", false},
+		{"::ffff:127.0.0.1/128", false},
+		{"::ffff:0:0/96", false},
+	} {
+		err := CheckAllowCIDR(netip.MustParsePrefix(tc.cidr))
+		if tc.ok != (err == nil) {
+			t.Errorf("CheckAllowCIDR(%s) = %v, want ok %v", tc.cidr, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--gateway-resolve") {
+			t.Errorf("CheckAllowCIDR(%s) = %v, does not name --gateway-resolve", tc.cidr, err)
+		}
+	}
+}
+
+// What the sandbox is told names the address only when the sandbox asked for it; the audit
+// text names the address a name resolved to.
+func TestDeniedText(t *testing.T) {
+	p := &AddrPolicy{Local: noLocal}
+	for _, tc := range []struct {
+		addr, host    string
+		told, audited string
+	}{
+		{"10.0.0.5", "", "10.0.0.5 is a private address (RFC 1918)", "10.0.0.5 is a private address (RFC 1918)"},
+		{"10.0.0.5", "api.internal", "api.internal resolves to a private address (RFC 1918)", "api.internal resolves to 10.0.0.5, a private address (RFC 1918)"},
+		{"64:ff9b::a00:5", "", "64:ff9b::a00:5 is an address embedding 10.0.0.5, a private address (RFC 1918)", "64:ff9b::a00:5 is an address embedding 10.0.0.5, a private address (RFC 1918)"},
+		{"64:ff9b::a00:5", "api.internal", "api.internal resolves to an address embedding a private address (RFC 1918)", "api.internal resolves to 64:ff9b::a00:5, an address embedding 10.0.0.5, a private address (RFC 1918)"},
+	} {
+		var d *Denied
+		if !errors.As(p.Check(netip.MustParseAddr(tc.addr)), &d) {
+			t.Fatalf("%s allowed", tc.addr)
+		}
+		d.Host = tc.host
+		if d.Error() != tc.told || d.auditText() != tc.audited {
+			t.Errorf("%s as %q: told %q, audited %q; want %q, %q", tc.addr, tc.host, d.Error(), d.auditText(), tc.told, tc.audited)
+		}
+	}
 }

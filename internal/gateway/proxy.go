@@ -47,7 +47,8 @@ type Proxy struct {
 	OriginalDst func(net.Conn) (netip.AddrPort, error)
 	// Policy checks every address dialled except a route's. nil: the default AddrPolicy.
 	Policy *AddrPolicy
-	// Lookup resolves a host name on the host. nil: net.DefaultResolver.
+	// Lookup resolves a host name on the host. nil: the resolver's own lookup (hostLookup:
+	// absolute names, no search list, no /etc/hosts), so a name means the same to both.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	// Dial connects to an upstream address from the host. nil: a net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -138,16 +139,16 @@ func (p *Proxy) SetHostPolicy(hp *HostPolicy) { p.hostPolicy.Store(hp) }
 // HostPolicy returns the sandbox's egress policy; nil: open, no rules.
 func (p *Proxy) HostPolicy() *HostPolicy { return p.hostPolicy.Load() }
 
-// decide applies the sandbox's egress policy to host (a name, or an address asked for
+// decide applies the sandbox's egress policy hp to host (a name, or an address asked for
 // directly) and port. An address the gateway's resolver handed out for a routed host is decided
 // by that host's name.
-func (p *Proxy) decide(host string, port uint16) error {
+func (p *Proxy) decide(hp *HostPolicy, host string, port uint16) error {
 	if a, err := netip.ParseAddr(host); err == nil {
 		if name, ok := p.syntheticHost(a.Unmap()); ok {
 			host = name
 		}
 	}
-	return p.HostPolicy().Check(host, port)
+	return hp.Check(host, port)
 }
 
 // ErrProxyClosed is returned by Serve after Close.
@@ -367,6 +368,13 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	if host == "" {
 		host = dst.Addr().String()
 	}
+	if h.ech {
+		if err := p.HostPolicy().CheckECH(host, dst.Port()); err != nil {
+			p.refusal(err, rec)
+			reset(c)
+			return true
+		}
+	}
 	if h.kind == KindHTTP {
 		// Every request of a kept-alive or pipelined connection is decided by its own Host:
 		// the connection is served by the same per-request forwarder as the explicit proxy,
@@ -428,13 +436,14 @@ type upstream struct {
 }
 
 // dial connects to host:port for the sandbox: by a route, else to an address literal the
-// policy allows, else to the first address host resolves to that the policy allows and that
+// policies allow, else to the first address host resolves to that the policies allow and that
 // answers. A destination the sandbox's HostPolicy refuses is a *HostDenied, a refused address
-// a *Denied; a failure to resolve or to connect is an
-// *upstreamError. upstream.addr is set on failure too, when an address was chosen.
+// a *Denied; a failure to resolve or to connect is an *upstreamError. upstream.addr is set on
+// failure too, when an address was chosen.
 func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, error) {
 	// The sandbox's policy first: by name when there is one, else by the address asked for.
-	if err := p.decide(host, port); err != nil {
+	hp := p.HostPolicy()
+	if err := p.decide(hp, host, port); err != nil {
 		return upstream{}, err
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -445,10 +454,19 @@ func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, e
 			if err := p.Policy.Check(a); err != nil {
 				return upstream{addr: ap}, err
 			}
+			if err := hp.CheckAddr("", a, port); err != nil {
+				return upstream{addr: ap}, err
+			}
 			c, err := p.dialAddr(ctx, host, port, ap)
 			return upstream{conn: c, addr: ap}, err
 		}
 		host = name
+	}
+	if isLocalhost(host) {
+		// RFC 6761: loopback, whatever the host's resolver or a route says; in the sandbox the
+		// resolver answers its own loopback, so here it can only mean the host's.
+		lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		return upstream{addr: netip.AddrPortFrom(lo, port)}, &Denied{Addr: lo, Host: host, Rule: ruleLoopback, hostOnly: true}
 	}
 	for _, r := range p.Routes {
 		if r.Host == host && r.Port == port {
@@ -458,9 +476,7 @@ func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, e
 	}
 	lookup := p.Lookup
 	if lookup == nil {
-		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		}
+		lookup = hostLookup // the resolver's: the name means the same to the sandbox and here
 	}
 	addrs, err := lookup(ctx, host)
 	if err == nil && len(addrs) == 0 {
@@ -473,15 +489,23 @@ func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, e
 		}
 		return upstream{}, &upstreamError{msg: fmt.Sprintf("cannot resolve %s: %v", host, err), err: err}
 	}
-	var denied *Denied
+	var refused error // the first refusal of an address host resolved to
 	var failed upstream
 	var dialErr error
 	for _, a := range addrs {
 		ap := netip.AddrPortFrom(a.Unmap(), port)
-		if err := p.Policy.Check(ap.Addr()); err != nil {
-			if denied == nil && errors.As(err, &denied) {
-				denied.Host = host
-				failed.addr = ap
+		// The address ranges, then the sandbox's deny rules on addresses: a name is refused
+		// where the address it resolves to is.
+		err := p.Policy.Check(ap.Addr())
+		var d *Denied
+		if errors.As(err, &d) {
+			d.Host = host
+		} else if err == nil {
+			err = hp.CheckAddr(host, ap.Addr(), port)
+		}
+		if err != nil {
+			if refused == nil {
+				refused, failed.addr = err, ap
 			}
 			continue
 		}
@@ -497,10 +521,10 @@ func (p *Proxy) dial(ctx context.Context, host string, port uint16) (upstream, e
 	switch {
 	case dialErr != nil:
 		return failed, dialErr
-	case denied == nil: // not a nil *Denied in a non-nil error
+	case refused == nil:
 		return failed, &upstreamError{msg: fmt.Sprintf("cannot resolve %s: no usable address", host)}
 	}
-	return failed, denied
+	return failed, refused
 }
 
 // dialAddr connects to ap for host:port, and says so in its error.
@@ -540,7 +564,8 @@ type upstreamError struct {
 func (e *upstreamError) Error() string { return e.msg }
 func (e *upstreamError) Unwrap() error { return e.err }
 
-// refusal turns a dial error into the HTTP status and text a client gets, and records it.
+// refusal turns a dial error into the HTTP status and text a client gets, and records it. The
+// text names the host and the rule, never an address a name resolved to; the record keeps it.
 func (p *Proxy) refusal(err error, rec *Record) (int, string) {
 	var hd *HostDenied
 	if errors.As(err, &hd) {
@@ -551,8 +576,8 @@ func (p *Proxy) refusal(err error, rec *Record) (int, string) {
 	var d *Denied
 	if errors.As(err, &d) {
 		rec.Allowed = false
-		rec.Rule = d.Error()
-		return http.StatusForbidden, d.Error() + "; sandboxd --egress-allow-cidr allows it"
+		rec.Rule = d.auditText()
+		return http.StatusForbidden, d.Error() + "; " + d.hint()
 	}
 	rec.Allowed = true
 	rec.Err = err.Error()
@@ -1019,6 +1044,13 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, ec *explicitConn
 		reset(c)
 		return
 	}
+	if h.ech {
+		if err := p.HostPolicy().CheckECH(host, port); err != nil {
+			p.refusal(err, rec)
+			reset(c)
+			return
+		}
+	}
 	switch {
 	case h.kind == KindTLS && p.bound(host):
 		// Secrets (terminate.go): TLS to a host with a secret bound to it is terminated.
@@ -1073,6 +1105,12 @@ func splitTarget(hostport string, def uint16) (string, uint16, error) {
 
 type forwardKey struct{}
 
+// forwarding is what forward tells forwardError through the request's context.
+type forwarding struct {
+	rec     *Record
+	refused error // a pooled connection the policy now refuses, closed before it was used
+}
+
 // forward serves an absolute-form request: it goes to its host over a pooled connection, so
 // one client connection can carry requests to many hosts.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *Record) {
@@ -1093,25 +1131,42 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *Record) {
 	r.URL.Host = net.JoinHostPort(host, strconv.Itoa(int(port)))
 	// Decided here and not only when the transport dials: a request may reuse a pooled
 	// connection that an earlier policy let through.
-	if err := p.decide(host, port); err != nil {
+	if err := p.decide(p.HostPolicy(), host, port); err != nil {
 		status, msg := p.refusal(err, rec)
 		plainError(w, status, msg)
 		return
 	}
 	rec.Allowed = true
 	rec.SecretMisuse = p.plainMisuse(host, r) // Secrets (terminate.go): never injected in clear
+	routed := false
 	for _, rt := range p.Routes {
 		if rt.Host == host && rt.Port == port {
 			rec.Rule = fmt.Sprintf("route %s:%d=%s", rt.Host, rt.Port, rt.To)
+			routed = true
 		}
 	}
-	ctx := context.WithValue(r.Context(), forwardKey{}, rec)
+	fw := &forwarding{rec: rec}
+	ctx := context.WithValue(r.Context(), forwardKey{}, fw)
 	var mu sync.Mutex
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
 			mu.Lock()
-			rec.Addr = addrPortOf(info.Conn.RemoteAddr())
-			mu.Unlock()
+			defer mu.Unlock()
+			if ic, ok := info.Conn.(*idleConn); ok {
+				rec.Addr = ic.addr
+			} else {
+				rec.Addr = addrPortOf(info.Conn.RemoteAddr())
+			}
+			// A pooled connection was dialled under the policy of its time: its address is
+			// checked against today's deny rules. Closed before the request is written, it
+			// fails the request, which the transport retries on a new dial (decided anew)
+			// when it can, else forwardError answers the refusal.
+			if info.Reused && !routed {
+				if err := p.HostPolicy().CheckAddr(host, rec.Addr.Addr(), port); err != nil {
+					fw.refused = err
+					info.Conn.Close()
+				}
+			}
 		},
 	})
 	r = r.WithContext(ctx)
@@ -1171,7 +1226,12 @@ func (p *Proxy) dialForward(ctx context.Context, network, addr string) (c net.Co
 	if err != nil {
 		return nil, &forwardDialError{err: err, addr: up.addr}
 	}
-	return p.track(up.conn)
+	ic, err := p.track(up.conn)
+	if err != nil {
+		return nil, err
+	}
+	ic.addr = up.addr
+	return ic, nil
 }
 
 // forwardDialError carries the address a forwarded request was refused or failed at back to
@@ -1185,14 +1245,20 @@ func (e *forwardDialError) Error() string { return e.err.Error() }
 func (e *forwardDialError) Unwrap() error { return e.err }
 
 func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, err error) {
-	rec, _ := r.Context().Value(forwardKey{}).(*Record)
-	if rec == nil {
-		rec = &Record{}
+	fw, _ := r.Context().Value(forwardKey{}).(*forwarding)
+	if fw == nil {
+		fw = &forwarding{rec: &Record{}}
 	}
+	rec := fw.rec
 	var fe *forwardDialError
-	if errors.As(err, &fe) {
+	switch {
+	case errors.As(err, &fe):
 		rec.Addr = fe.addr
 		status, msg := p.refusal(fe.err, rec)
+		plainError(w, status, msg)
+		return
+	case fw.refused != nil:
+		status, msg := p.refusal(fw.refused, rec)
 		plainError(w, status, msg)
 		return
 	}
@@ -1212,7 +1278,8 @@ func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, err error) 
 type idleConn struct {
 	net.Conn
 	idle time.Duration
-	p    *Proxy // whose upConns hold it
+	p    *Proxy         // whose upConns hold it
+	addr netip.AddrPort // the address dialled
 }
 
 func (c *idleConn) Close() error {

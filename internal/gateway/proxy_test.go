@@ -547,31 +547,39 @@ func TestDenied(t *testing.T) {
 		send  []byte
 		reset bool   // else a 403 answer
 		host  string // in the record
-		rule  string // in the answer and the record
+		rule  string // in the answer and, unless audit says otherwise, the record
+		audit string // in the record: with the address a name resolved to, which the answer never names
 	}
+	const (
+		allowCIDR = "sandboxd --egress-allow-cidr allows it"
+		route     = "reached only through sandboxd --gateway-resolve"
+	)
 	tests := []tc{
-		{name: "http literal private", dst: "10.0.0.1:80", send: []byte("GET / HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n"), host: "10.0.0.1", rule: "10.0.0.1 is a private address (RFC 1918)"},
+		{name: "http literal private", dst: "10.0.0.1:80", send: []byte("GET / HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n"), host: "10.0.0.1", rule: "10.0.0.1 is a private address (RFC 1918); " + allowCIDR},
 		{name: "http literal metadata", dst: "169.254.169.254:80", send: []byte("GET /latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"), host: "169.254.169.254", rule: "169.254.169.254 is the cloud metadata address"},
-		{name: "http literal loopback", dst: "127.0.0.1:80", send: []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), host: "127.0.0.1", rule: "127.0.0.1 is a loopback address"},
+		{name: "http literal loopback", dst: "127.0.0.1:80", send: []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), host: "127.0.0.1", rule: "127.0.0.1 is a loopback address; a service on the host is " + route},
 		{name: "http no host, by address", dst: "127.0.0.1:80", send: []byte("GET / HTTP/1.0\r\n\r\n"), rule: "127.0.0.1 is a loopback address"},
-		{name: "http name private", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"), host: "evil.example.test", rule: "evil.example.test resolves to 10.0.0.1, a private address (RFC 1918)"},
-		{name: "http name metadata", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: meta.example.test\r\n\r\n"), host: "meta.example.test", rule: "resolves to 169.254.169.254, the cloud metadata address"},
-		{name: "http name loopback", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: loop.example.test\r\n\r\n"), host: "loop.example.test", rule: "resolves to 127.0.0.1, a loopback address"},
-		{name: "http name all denied", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: mixed.example.test\r\n\r\n"), host: "mixed.example.test", rule: "resolves to 10.0.0.1"},
-		{name: "tls name private", dst: public.String() + ":443", send: sni("evil.example.test"), reset: true, host: "evil.example.test", rule: "resolves to 10.0.0.1"},
-		{name: "tls name metadata", dst: public.String() + ":443", send: sni("meta.example.test"), reset: true, host: "meta.example.test", rule: "cloud metadata"},
-		{name: "tls name loopback", dst: public.String() + ":443", send: sni("loop.example.test"), reset: true, host: "loop.example.test", rule: "loopback"},
-		{name: "tls no sni metadata", dst: "169.254.169.254:443", send: sni(""), reset: true, rule: "169.254.169.254 is the cloud metadata address"},
-		{name: "tls no sni loopback", dst: "127.0.0.1:443", send: sni(""), reset: true, rule: "127.0.0.1 is a loopback address"},
-		{name: "tcp private", dst: "10.0.0.1:22", send: []byte("SSH-2.0-OpenSSH_9.2\r\n"), reset: true, rule: "10.0.0.1 is a private address"},
-		{name: "tcp ula", dst: "[fd00::1]:22", send: []byte{0, 1, 2}, reset: true, rule: "fd00::1 is a unique local address"},
-		{name: "tcp synthetic unknown", dst: "198.18.9.9:22", send: []byte{0, 1, 2}, reset: true, rule: "198.18.9.9 is a benchmarking address"},
+		{name: "http name private", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"), host: "evil.example.test", rule: "evil.example.test resolves to a private address (RFC 1918); " + allowCIDR, audit: "evil.example.test resolves to 10.0.0.1, a private address (RFC 1918)"},
+		{name: "http name metadata", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: meta.example.test\r\n\r\n"), host: "meta.example.test", rule: "meta.example.test resolves to the cloud metadata address", audit: "resolves to 169.254.169.254, the cloud metadata address"},
+		{name: "http name loopback", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: loop.example.test\r\n\r\n"), host: "loop.example.test", rule: "loop.example.test resolves to a loopback address; a service on the host is " + route, audit: "resolves to 127.0.0.1, a loopback address"},
+		{name: "http name all denied", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: mixed.example.test\r\n\r\n"), host: "mixed.example.test", rule: "mixed.example.test resolves to a private address", audit: "resolves to 10.0.0.1"},
+		{name: "http localhost", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: localhost:8080\r\n\r\n"), host: "localhost", rule: "localhost resolves to a loopback address; a service on the host is " + route, audit: "localhost resolves to 127.0.0.1, a loopback address"},
+		{name: "tls name private", dst: public.String() + ":443", send: sni("evil.example.test"), reset: true, host: "evil.example.test", audit: "resolves to 10.0.0.1"},
+		{name: "tls name metadata", dst: public.String() + ":443", send: sni("meta.example.test"), reset: true, host: "meta.example.test", audit: "cloud metadata"},
+		{name: "tls name loopback", dst: public.String() + ":443", send: sni("loop.example.test"), reset: true, host: "loop.example.test", audit: "loopback"},
+		{name: "tls localhost", dst: public.String() + ":443", send: sni("svc.localhost"), reset: true, host: "svc.localhost", audit: "svc.localhost resolves to 127.0.0.1, a loopback address"},
+		{name: "tls no sni metadata", dst: "169.254.169.254:443", send: sni(""), reset: true, audit: "169.254.169.254 is the cloud metadata address"},
+		{name: "tls no sni loopback", dst: "127.0.0.1:443", send: sni(""), reset: true, audit: "127.0.0.1 is a loopback address"},
+		{name: "tcp private", dst: "10.0.0.1:22", send: []byte("SSH-2.0-OpenSSH_9.2\r\n"), reset: true, audit: "10.0.0.1 is a private address"},
+		{name: "tcp ula", dst: "[fd00::1]:22", send: []byte{0, 1, 2}, reset: true, audit: "fd00::1 is a unique local address"},
+		{name: "tcp synthetic unknown", dst: "198.18.9.9:22", send: []byte{0, 1, 2}, reset: true, audit: "198.18.9.9 is a benchmarking address"},
 		{name: "connect literal private", send: []byte("CONNECT 10.0.0.1:443 HTTP/1.1\r\nHost: 10.0.0.1:443\r\n\r\n"), host: "10.0.0.1", rule: "10.0.0.1 is a private address (RFC 1918)"},
-		{name: "connect literal loopback", send: []byte("CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n"), host: "127.0.0.1", rule: "loopback"},
+		{name: "connect literal loopback", send: []byte("CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n"), host: "127.0.0.1", rule: "loopback address; a service on the host is " + route},
 		{name: "connect mapped loopback", send: []byte("CONNECT [::ffff:127.0.0.1]:22 HTTP/1.1\r\nHost: x\r\n\r\n"), host: "127.0.0.1", rule: "127.0.0.1 is a loopback address"},
-		{name: "connect name metadata", send: []byte("CONNECT meta.example.test:443 HTTP/1.1\r\nHost: meta.example.test:443\r\n\r\n"), host: "meta.example.test", rule: "resolves to 169.254.169.254, the cloud metadata address"},
-		{name: "forward literal metadata", send: []byte("GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n"), host: "169.254.169.254", rule: "169.254.169.254 is the cloud metadata address"},
-		{name: "forward name private", send: []byte("GET http://evil.example.test/ HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"), host: "evil.example.test", rule: "resolves to 10.0.0.1"},
+		{name: "connect name metadata", send: []byte("CONNECT meta.example.test:443 HTTP/1.1\r\nHost: meta.example.test:443\r\n\r\n"), host: "meta.example.test", rule: "meta.example.test resolves to the cloud metadata address; " + allowCIDR, audit: "resolves to 169.254.169.254, the cloud metadata address"},
+		{name: "connect localhost", send: []byte("CONNECT localhost:5432 HTTP/1.1\r\nHost: localhost:5432\r\n\r\n"), host: "localhost", rule: "localhost resolves to a loopback address", audit: "localhost resolves to 127.0.0.1"},
+		{name: "forward name private", send: []byte("GET http://evil.example.test/ HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"), host: "evil.example.test", rule: "evil.example.test resolves to a private address", audit: "resolves to 10.0.0.1"},
+		{name: "forward localhost", send: []byte("GET http://LocalHost.:8080/ HTTP/1.1\r\nHost: localhost\r\n\r\n"), host: "localhost", rule: "localhost resolves to a loopback address", audit: "localhost resolves to 127.0.0.1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -586,18 +594,28 @@ func TestDenied(t *testing.T) {
 				c = h.dialTransparent(netip.MustParseAddrPort(tt.dst))
 				kind = strings.Fields(tt.name)[0]
 			}
+			var body string
 			if tt.reset {
 				wantReset(t, c, tt.send)
 			} else {
-				status, body := rawHTTP(t, c, string(tt.send))
+				var status int
+				status, body = rawHTTP(t, c, string(tt.send))
 				if status != http.StatusForbidden {
 					t.Fatalf("status %d: %s", status, body)
 				}
-				wantBody(t, body, "hiloop gateway: ", tt.rule, "sandboxd --egress-allow-cidr allows it")
+				wantBody(t, body, "hiloop gateway: ", tt.rule)
 			}
-			r := h.record(tt.name, func(r Record) bool { return r.Kind == kind && r.Host == tt.host })
-			if r.Allowed || !strings.Contains(r.Rule, tt.rule) || !r.Addr.IsValid() || r.BytesDown != 0 || r.BytesUp != 0 {
-				t.Fatalf("record %+v", r)
+			audit := tt.audit
+			if audit == "" {
+				audit, _, _ = strings.Cut(tt.rule, ";")
+			}
+			rec := h.record(tt.name, func(r Record) bool { return r.Kind == kind && r.Host == tt.host })
+			if rec.Allowed || !strings.Contains(rec.Rule, audit) || !rec.Addr.IsValid() || rec.BytesDown != 0 || rec.BytesUp != 0 {
+				t.Fatalf("record %+v", rec)
+			}
+			// The sandbox learns no address it did not ask for.
+			if _, err := netip.ParseAddr(tt.host); err != nil && tt.host != "" && strings.Contains(body, rec.Addr.Addr().String()) {
+				t.Fatalf("the answer names %s, the address %s resolved to: %q", rec.Addr.Addr(), tt.host, body)
 			}
 		})
 	}

@@ -30,9 +30,11 @@ type Record struct {
 	// Allowed reports whether the policy let the connection through, or whether a DNS query got
 	// an answer (possibly an empty one). Rule names what decided: the rule that denied (naming
 	// the address and the range it is in), the route used, or for dns "route", "localhost",
-	// "nxdomain", "servfail", "busy", "formerr", "notimp", "refused". A refusal by the sandbox's
-	// egress policy names its rule: "egress deny *.example.com", "egress closed: api.other.test:443
-	// is not allowed" (for dns, without the port; the name is then answered NXDOMAIN).
+	// "nxdomain", "servfail", "busy", "formerr", "notimp", "refused", or "withheld: ..." for an
+	// answer left without addresses the proxy would refuse (naming the first). A refusal by the
+	// sandbox's egress policy names its rule: "egress deny *.example.com", "egress closed:
+	// api.other.test:443 is not allowed" (for dns, without the port; the name is then answered
+	// NXDOMAIN).
 	Allowed bool
 	Rule    string
 	// Err says what went wrong when a connection could not be carried although the policy

@@ -28,6 +28,10 @@ type hello struct {
 	method string // HTTP only
 	target string // HTTP only: the request target as sent
 	head   []byte // every byte read from the connection: it goes upstream before the splice
+	// ech: the ClientHello carries encrypted_client_hello, so host is only its cover name (the
+	// public name of the server's ECH configuration, or anything for GREASE), and the server
+	// it is for is encrypted.
+	ech bool
 }
 
 // headError is a client's fault in the bytes the gateway had to read: a slow, truncated,
@@ -174,11 +178,11 @@ func (s *sniffer) tls() (hello, error) {
 			return s.unrecognised(), nil
 		}
 		if size := int(msg[1])<<16 | int(msg[2])<<8 | int(msg[3]); len(msg) >= 4+size {
-			sni, ok := serverName(msg[4 : 4+size])
+			sni, ech, ok := serverName(msg[4 : 4+size])
 			if !ok {
 				return s.unrecognised(), nil
 			}
-			return hello{kind: KindTLS, host: normalHost(sni), head: s.buf}, nil
+			return hello{kind: KindTLS, host: normalHost(sni), head: s.buf, ech: ech}, nil
 		}
 	}
 }
@@ -206,47 +210,55 @@ func (s *sniffer) tlsFault(err error) (hello, error) {
 	return hello{kind: KindTLS, head: s.buf}, err
 }
 
+// extECH is TLS's encrypted_client_hello extension (ECH): its presence means the SNI names
+// a cover host, whether the extension is real or GREASE, which nobody on the path can tell apart.
+const extECH = 0xfe0d
+
 // serverName parses a ClientHello message body and returns its host_name server name, "" if it
-// has none. ok is false if the message is malformed.
-func serverName(m cryptobyte.String) (name string, ok bool) {
+// has none, and whether it carries encrypted_client_hello. ok is false if the message is
+// malformed.
+func serverName(m cryptobyte.String) (name string, ech, ok bool) {
 	var sessionID, suites, compression, exts cryptobyte.String
 	if !m.Skip(2+32) || // legacy_version, random
 		!m.ReadUint8LengthPrefixed(&sessionID) ||
 		!m.ReadUint16LengthPrefixed(&suites) ||
 		!m.ReadUint8LengthPrefixed(&compression) {
-		return "", false
+		return "", false, false
 	}
 	if m.Empty() {
-		return "", true // no extensions
+		return "", false, true // no extensions
 	}
 	if !m.ReadUint16LengthPrefixed(&exts) || !m.Empty() {
-		return "", false
+		return "", false, false
 	}
 	for !exts.Empty() {
 		var typ uint16
 		var data cryptobyte.String
 		if !exts.ReadUint16(&typ) || !exts.ReadUint16LengthPrefixed(&data) {
-			return "", false
+			return "", false, false
+		}
+		if typ == extECH {
+			ech = true
 		}
 		if typ != 0 { // server_name
 			continue
 		}
 		var list cryptobyte.String
 		if !data.ReadUint16LengthPrefixed(&list) || !data.Empty() {
-			return "", false
+			return "", false, false
 		}
 		for !list.Empty() {
 			var nameType uint8
 			var host cryptobyte.String
 			if !list.ReadUint8(&nameType) || !list.ReadUint16LengthPrefixed(&host) {
-				return "", false
+				return "", false, false
 			}
 			if nameType == 0 && name == "" {
 				name = string(host)
 			}
 		}
 	}
-	return name, true
+	return name, ech, true
 }
 
 // http reads an HTTP/1 request head. Bytes whose first line is not a request line are not HTTP

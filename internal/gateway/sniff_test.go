@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/ecdh"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/cryptobyte"
 )
 
 // chunkConn serves data in reads of at most chunk bytes; once data is used up it reports a
@@ -60,6 +64,69 @@ func clientHello(t testing.TB, serverName string) []byte {
 		t.Fatalf("no ClientHello recorded: %x", rc.buf.Bytes())
 	}
 	return rc.buf.Bytes()
+}
+
+// echConfigList is an ECHConfigList (TLS Encrypted Client Hello, version 0xfe0d) with one
+// configuration whose public name, the cover name a client puts in its outer SNI, is
+// publicName; no server holds its key.
+func echConfigList(t testing.TB, publicName string) []byte {
+	t.Helper()
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b cryptobyte.Builder
+	b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
+		b.AddUint16(extECH) // the configuration's version
+		b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
+			b.AddUint8(7)       // config_id
+			b.AddUint16(0x0020) // DHKEM(X25519, HKDF-SHA256)
+			b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(key.PublicKey().Bytes()) })
+			b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
+				b.AddUint16(0x0001) // HKDF-SHA256
+				b.AddUint16(0x0001) // AES-128-GCM
+			})
+			b.AddUint8(0) // maximum_name_length
+			b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes([]byte(publicName)) })
+			b.AddUint16(0) // no extensions
+		})
+	})
+	return b.BytesOrPanic()
+}
+
+// echConfig is a client configuration that sends serverName encrypted, behind publicName.
+func echConfig(t testing.TB, serverName, publicName string) *tls.Config {
+	return &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS13, EncryptedClientHelloConfigList: echConfigList(t, publicName)}
+}
+
+// echHello is the ClientHello Go's TLS client sends for serverName with ECH, behind publicName.
+func echHello(t testing.TB, serverName, publicName string) []byte {
+	t.Helper()
+	rc := &recordedConn{}
+	tls.Client(rc, echConfig(t, serverName, publicName)).Handshake()
+	if rc.buf.Len() == 0 || rc.buf.Bytes()[0] != 0x16 {
+		t.Fatalf("no ClientHello recorded: %x", rc.buf.Bytes())
+	}
+	return rc.buf.Bytes()
+}
+
+// A ClientHello with encrypted_client_hello names its cover host in the SNI: sniff says so.
+func TestSniffECH(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data []byte
+		host string
+		ech  bool
+	}{
+		{"plain", clientHello(t, "api.example.test"), "api.example.test", false},
+		{"ech", echHello(t, "hidden.example.test", "cover.example.test"), "cover.example.test", true},
+		{"ech in small records", reframe(t, echHello(t, "hidden.example.test", "Cover.Example.Test"), 50), "cover.example.test", true},
+	} {
+		h, err := sniff(&chunkConn{data: tc.data, chunk: 1 << 20}, time.Second, time.Second)
+		if err != nil || h.kind != KindTLS || h.host != tc.host || h.ech != tc.ech {
+			t.Errorf("%s: kind %q host %q ech %v (%v), want tls %q ech %v", tc.name, h.kind, h.host, h.ech, err, tc.host, tc.ech)
+		}
+	}
 }
 
 // reframe splits the handshake messages of a record stream into records of at most n bytes.
@@ -205,6 +272,7 @@ func FuzzSniff(f *testing.F) {
 	f.Add(clientHello(f, "api.example.test"), uint8(255), false)
 	f.Add(reframe(f, clientHello(f, "x.test"), 7), uint8(3), false)
 	f.Add(clientHello(f, ""), uint8(0), true)
+	f.Add(echHello(f, "hidden.test", "cover.test"), uint8(255), false)
 	f.Add([]byte("GET http://a.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n"), uint8(255), false)
 	f.Add([]byte("POST / HTTP/1.1\r\nHost: a.test:80\r\nContent-Length: 3\r\n\r\nabc"), uint8(4), true)
 	f.Add([]byte("SSH-2.0-x\r\n"), uint8(255), false)
