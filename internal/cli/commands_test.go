@@ -111,13 +111,14 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "web", "--model-budget-tokens", "lots"),
 	}},
 	{"hiloop sandbox budget", parser(newCmdSandboxBudget), []flagCase{
-		ok(&SandboxBudgetOptions{Name: "web", Tokens: 5000}, "web", "--tokens", "5000"),
-		ok(&SandboxBudgetOptions{Name: "web", Tokens: 0, Output: "json"}, "web", "--tokens", "0", "-o", "json"),
-		ok(&SandboxBudgetOptions{Name: "web"}, "web", "--clear"),
+		ok(&BudgetOptions{Target: "web", Tokens: 5000}, "web", "--tokens", "5000"),
+		ok(&BudgetOptions{Target: "web", Tokens: 0, Output: "json"}, "web", "--tokens", "0", "-o", "json"),
+		ok(&BudgetOptions{Target: "web"}, "web", "--clear"),
 		refused(ExitUsage, "web"),
 		refused(ExitUsage, "web", "--tokens", "5", "--clear"),
 		refused(ExitUsage, "web", "--tokens", "-5"),
 		refused(ExitUsage, "--tokens", "5"),
+		refused(ExitUsage, "Web", "--tokens", "5"),
 		refused(ExitUsage, "web", "--tokens", "5", "-o", "xml"),
 	}},
 	{"hiloop usage", parser(newCmdUsage), []flagCase{
@@ -324,8 +325,8 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "web", "--budget-tokens", "-1"),
 	}},
 	{"hiloop session budget", parser(newCmdSessionBudget), []flagCase{
-		ok(&SessionBudgetOptions{Session: "s1", Tokens: 90000}, "s1", "--tokens", "90000"),
-		ok(&SessionBudgetOptions{Session: "s1", Output: "yaml"}, "s1", "--clear", "-o", "yaml"),
+		ok(&BudgetOptions{Target: "s1", Tokens: 90000}, "s1", "--tokens", "90000"),
+		ok(&BudgetOptions{Target: "s1", Output: "yaml"}, "s1", "--clear", "-o", "yaml"),
 		refused(ExitUsage, "s1"),
 		refused(ExitUsage, "s1", "--tokens", "1", "--clear"),
 		refused(ExitUsage, "s1", "--tokens", "1e3"),

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
 )
 
 // UsageOptions are the flags of `hiloop usage`.
@@ -180,131 +181,108 @@ func budgetText(u api.ModelUsage) string {
 	return fmt.Sprintf("%d/%d tokens used, %s", u.TotalTokens, u.BudgetTokens, left)
 }
 
-// budgetFlags adds --tokens and --clear to a budget command.
-func budgetFlags(cmd *cobra.Command, tokens *int64, clear *bool) {
-	cmd.Flags().Int64Var(tokens, "tokens", 0, "the new budget in tokens (input, output and cache together); 0 removes it")
-	cmd.Flags().BoolVar(clear, "clear", false, "remove the budget")
-}
-
-// checkBudgetFlags checks that a budget command got --tokens or --clear, and a budget the API
-// takes.
-func checkBudgetFlags(cmd *cobra.Command, tokens int64, clear bool) error {
-	switch set := cmd.Flags().Changed("tokens"); {
-	case set == clear:
-		return &usageError{fmt.Errorf("%s takes --tokens N or --clear", cmd.CommandPath())}
-	case set:
-		if err := api.ValidateBudget("--tokens", tokens); err != nil {
-			return &usageError{err}
-		}
-	}
-	return nil
-}
-
-// SandboxBudgetOptions are the argument and flags of `hiloop sandbox budget`.
-type SandboxBudgetOptions struct {
-	Name string
+// BudgetOptions are the argument and flags of `hiloop sandbox budget` and `hiloop session budget`.
+type BudgetOptions struct {
+	// Target is the sandbox's name or the session's id.
+	Target string
 	// Tokens is the new budget; 0 (also from --clear) removes it.
 	Tokens int64
 	// Output is the -o format, or "" for a one-line answer.
 	Output string
 }
 
-func newCmdSandboxBudget(f *Factory, runF func(*SandboxBudgetOptions) error) *cobra.Command {
-	opts := &SandboxBudgetOptions{}
-	var clear bool
-	cmd := &cobra.Command{
-		Use:   "budget NAME (--tokens N | --clear)",
-		Short: "Set or remove a sandbox's model token budget",
-		Long: `Set the sandbox's model token budget: once its harnesses have spent N tokens (input, output,
+// budgetCommand is what tells `sandbox budget` and `session budget` apart.
+type budgetCommand struct {
+	use, short, long, example, args string
+	check                           func(target string) error // of the argument, before anything runs
+	what                            string                    // the budget in the one-line answer
+	set                             func(ctx context.Context, c *client.Client, target string, tokens int64) (api.ModelUsage, error)
+}
+
+func newCmdSandboxBudget(f *Factory, runF func(*BudgetOptions) error) *cobra.Command {
+	return newCmdBudget(f, runF, budgetCommand{
+		use:   "budget NAME (--tokens N | --clear)",
+		short: "Set or remove a sandbox's model token budget",
+		long: `Set the sandbox's model token budget: once its harnesses have spent N tokens (input, output,
 cache read and cache write together, as ` + "`hiloop usage`" + ` counts them), the model route answers their
 requests with a 429 saying the hiloop budget is spent, and the session whose request it was
 gets a notice. A request already running completes. Raising the budget lets the next request
 through; --tokens 0 or --clear removes it. It may be set below what is already spent.
 
 Prints the budget and how much of it is used, or the api.ModelUsage with -o.`,
-		Example: `  hiloop sandbox budget web --tokens 2000000
+		example: `  hiloop sandbox budget web --tokens 2000000
   hiloop sandbox budget web --clear`,
-		Args: exactArgs(1, "one sandbox NAME"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Name = args[0]
-			if err := checkBudgetFlags(cmd, opts.Tokens, clear); err != nil {
-				return err
-			}
-			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
-				return err
-			}
-			return runCommand(cmd, f, opts, runF, sandboxBudgetRun)
+		args:  "one sandbox NAME",
+		check: func(name string) error { return api.ValidateName("sandbox", name) },
+		what:  "model token budget",
+		set: func(ctx context.Context, c *client.Client, name string, tokens int64) (api.ModelUsage, error) {
+			return c.SetSandboxBudget(ctx, name, tokens)
 		},
-	}
-	budgetFlags(cmd, &opts.Tokens, &clear)
-	addOutputFlag(cmd, &opts.Output)
-	return cmd
+	})
 }
 
-func sandboxBudgetRun(ctx context.Context, f *Factory, opts *SandboxBudgetOptions) error {
-	c, err := f.Client()
-	if err != nil {
-		return err
-	}
-	u, err := c.SetSandboxBudget(ctx, opts.Name, opts.Tokens)
-	if err != nil {
-		return err
-	}
-	return printBudget(f, opts.Output, opts.Name, "model token budget", u)
-}
-
-// SessionBudgetOptions are the argument and flags of `hiloop session budget`.
-type SessionBudgetOptions struct {
-	Session string
-	// Tokens is the new budget; 0 (also from --clear) removes it.
-	Tokens int64
-	// Output is the -o format, or "" for a one-line answer.
-	Output string
-}
-
-func newCmdSessionBudget(f *Factory, runF func(*SessionBudgetOptions) error) *cobra.Command {
-	opts := &SessionBudgetOptions{}
-	var clear bool
-	cmd := &cobra.Command{
-		Use:   "budget SESSION (--tokens N | --clear)",
-		Short: "Set, raise or remove a session's model token budget",
-		Long: `Set the session's model token budget: once the session's requests have spent N tokens, the
+func newCmdSessionBudget(f *Factory, runF func(*BudgetOptions) error) *cobra.Command {
+	return newCmdBudget(f, runF, budgetCommand{
+		use:   "budget SESSION (--tokens N | --clear)",
+		short: "Set, raise or remove a session's model token budget",
+		long: `Set the session's model token budget: once the session's requests have spent N tokens, the
 model route refuses them with a 429 saying the hiloop budget is spent, the session gets a
 notice saying so, and the turn ends. Raising the budget lets the next prompt run; --tokens 0
 or --clear removes it (the sandbox's budget still counts).
 
 Prints the budget and how much of it is used, or the api.ModelUsage with -o.`,
-		Example: `  hiloop session budget k3x9q2m7v4b8 --tokens 500000`,
-		Args:    exactArgs(1, "one SESSION id"),
+		example: `  hiloop session budget k3x9q2m7v4b8 --tokens 500000`,
+		args:    "one SESSION id",
+		check:   api.ValidateSessionID,
+		what:    "token budget",
+		set: func(ctx context.Context, c *client.Client, id string, tokens int64) (api.ModelUsage, error) {
+			return c.SetSessionBudget(ctx, id, tokens)
+		},
+	})
+}
+
+func newCmdBudget(f *Factory, runF func(*BudgetOptions) error, bc budgetCommand) *cobra.Command {
+	opts := &BudgetOptions{}
+	var clear bool
+	cmd := &cobra.Command{
+		Use:     bc.use,
+		Short:   bc.short,
+		Long:    bc.long,
+		Example: bc.example,
+		Args:    exactArgs(1, bc.args),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := api.ValidateSessionID(args[0]); err != nil {
+			if err := bc.check(args[0]); err != nil {
 				return err
 			}
-			opts.Session = args[0]
-			if err := checkBudgetFlags(cmd, opts.Tokens, clear); err != nil {
-				return err
+			opts.Target = args[0]
+			switch set := cmd.Flags().Changed("tokens"); {
+			case set == clear:
+				return &usageError{fmt.Errorf("%s takes --tokens N or --clear", cmd.CommandPath())}
+			case set:
+				if err := api.ValidateBudget("--tokens", opts.Tokens); err != nil {
+					return &usageError{err}
+				}
 			}
 			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
-			return runCommand(cmd, f, opts, runF, sessionBudgetRun)
+			return runCommand(cmd, f, opts, runF, func(ctx context.Context, f *Factory, opts *BudgetOptions) error {
+				c, err := f.Client()
+				if err != nil {
+					return err
+				}
+				u, err := bc.set(ctx, c, opts.Target, opts.Tokens)
+				if err != nil {
+					return err
+				}
+				return printBudget(f, opts.Output, opts.Target, bc.what, u)
+			})
 		},
 	}
-	budgetFlags(cmd, &opts.Tokens, &clear)
+	cmd.Flags().Int64Var(&opts.Tokens, "tokens", 0, "the new budget in tokens (input, output and cache together); 0 removes it")
+	cmd.Flags().BoolVar(&clear, "clear", false, "remove the budget")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
-}
-
-func sessionBudgetRun(ctx context.Context, f *Factory, opts *SessionBudgetOptions) error {
-	c, err := f.Client()
-	if err != nil {
-		return err
-	}
-	u, err := c.SetSessionBudget(ctx, opts.Session, opts.Tokens)
-	if err != nil {
-		return err
-	}
-	return printBudget(f, opts.Output, opts.Session, "token budget", u)
 }
 
 // printBudget answers a budget command: "web: model token budget 1000/5000 tokens used, 4000

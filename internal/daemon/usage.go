@@ -82,25 +82,10 @@ func (d *Daemon) putSandboxBudget(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	tokens, err := budgetBody(w, r)
-	if err != nil {
-		return err
-	}
-	rec, err := d.sandboxRecord(name)
-	if err != nil {
-		return err
-	}
-	if err := d.usage.SetSandboxBudget(rec.ID, tokens); err != nil {
-		if errors.Is(err, usage.ErrGone) {
-			return sandboxNotFound(name)
-		}
-		return err
-	}
-	u, err := d.sandboxUsage(rec.ID)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, u)
+	return d.putBudget(w, r, sandboxNotFound(name), func() (string, string, error) {
+		rec, err := d.sandboxRecord(name)
+		return rec.ID, "", err
+	})
 }
 
 // putSessionBudget serves PUT /v1/sessions/{id}/budget, as putSandboxBudget does for a session.
@@ -109,37 +94,45 @@ func (d *Daemon) putSessionBudget(w http.ResponseWriter, r *http.Request) error 
 	if err := api.ValidateSessionID(id); err != nil {
 		return err
 	}
-	tokens, err := budgetBody(w, r)
+	return d.putBudget(w, r, sessionNotFound(id), func() (string, string, error) {
+		rec, err := d.sessionRecord(id)
+		return rec.SandboxID, rec.ID, err
+	})
+}
+
+// putBudget sets the budget a PUT's body names on the account account finds: a sandbox's
+// (session "") or a session's; gone is the answer when it was deleted meanwhile.
+func (d *Daemon) putBudget(w http.ResponseWriter, r *http.Request, gone error, account func() (sandboxID, sessionID string, err error)) error {
+	var p api.BudgetPut
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	sandboxID, sessionID, err := account()
 	if err != nil {
 		return err
 	}
-	rec, err := d.sessionRecord(id)
-	if err != nil {
-		return err
-	}
-	if err := d.usage.SetSessionBudget(rec.SandboxID, rec.ID, tokens); err != nil {
+	if err := d.setBudget(sandboxID, sessionID, *p.Tokens); err != nil {
 		if errors.Is(err, usage.ErrGone) {
-			return sessionNotFound(id)
+			return gone
 		}
 		return err
 	}
-	u, err := d.sessionUsage(rec.SandboxID, rec.ID)
+	u, err := d.modelUsage(sandboxID, sessionID)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, u)
 }
 
-// budgetBody reads and checks the body of a budget PUT.
-func budgetBody(w http.ResponseWriter, r *http.Request) (int64, error) {
-	var p api.BudgetPut
-	if err := decodeBody(w, r, &p); err != nil {
-		return 0, err
+// setBudget sets a sandbox's budget (session "") or a session's.
+func (d *Daemon) setBudget(sandboxID, sessionID string, tokens int64) error {
+	if sessionID == "" {
+		return d.usage.SetSandboxBudget(sandboxID, tokens)
 	}
-	if err := p.Validate(); err != nil {
-		return 0, err
-	}
-	return *p.Tokens, nil
+	return d.usage.SetSessionBudget(sandboxID, sessionID, tokens)
 }
 
 // setCreateBudget stores the budget a create request named for a sandbox (session "") or a
@@ -149,24 +142,18 @@ func (d *Daemon) setCreateBudget(sandboxID, sessionID string, tokens int64, undo
 	if tokens == 0 {
 		return nil
 	}
-	var err error
-	if sessionID == "" {
-		err = d.usage.SetSandboxBudget(sandboxID, tokens)
-	} else {
-		err = d.usage.SetSessionBudget(sandboxID, sessionID, tokens)
-	}
-	if err == nil {
-		return nil
-	}
-	if uerr := undo(); uerr != nil {
-		d.log.Error("undo a create whose budget could not be stored", "sandbox_id", sandboxID, "session", sessionID, "err", uerr)
+	err := d.setBudget(sandboxID, sessionID, tokens)
+	if err != nil {
+		if uerr := undo(); uerr != nil {
+			d.log.Error("undo a create whose budget could not be stored", "sandbox_id", sandboxID, "session", sessionID, "err", uerr)
+		}
 	}
 	return err
 }
 
 // withSandboxUsage adds a sandbox's model usage and budget to its view.
 func (d *Daemon) withSandboxUsage(sb api.Sandbox) (api.Sandbox, error) {
-	u, err := d.sandboxUsage(sb.ID)
+	u, err := d.modelUsage(sb.ID, "")
 	sb.ModelUsage = u
 	return sb, err
 }
@@ -181,24 +168,30 @@ func (d *Daemon) withSessionUsage(se api.Session) (api.Session, error) {
 	if err != nil {
 		return se, err
 	}
-	se.ModelUsage, err = d.sessionUsage(rec.SandboxID, rec.ID)
+	se.ModelUsage, err = d.modelUsage(rec.SandboxID, rec.ID)
 	return se, err
 }
 
-func (d *Daemon) sandboxUsage(sandboxID string) (*api.ModelUsage, error) {
-	t, budget, err := d.usage.SandboxUsage(sandboxID)
+// modelUsage is the usage and budget of a sandbox (session "") or a session, as the API shows
+// them; it counts requests whose records are not written yet.
+func (d *Daemon) modelUsage(sandboxID, sessionID string) (*api.ModelUsage, error) {
+	var t usage.Totals
+	var budget int64
+	var err error
+	if sessionID == "" {
+		t, budget, err = d.usage.SandboxUsage(sandboxID)
+	} else {
+		t, budget, err = d.usage.SessionUsage(sandboxID, sessionID)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return modelUsage(t, budget), nil
-}
-
-func (d *Daemon) sessionUsage(sandboxID, sessionID string) (*api.ModelUsage, error) {
-	t, budget, err := d.usage.SessionUsage(sandboxID, sessionID)
-	if err != nil {
-		return nil, err
+	u := &api.ModelUsage{UsageTotals: usageTotals(t), BudgetTokens: budget}
+	if budget > 0 {
+		left := max(budget-t.Total(), 0)
+		u.RemainingTokens = &left
 	}
-	return modelUsage(t, budget), nil
+	return u, nil
 }
 
 // sandboxRecord is the stored record of the sandbox named name.
@@ -231,16 +224,6 @@ func sandboxNotFound(name string) error {
 
 func sessionNotFound(id string) error {
 	return api.Errorf(api.CodeSessionNotFound, "session %s not found: `hiloop session list` shows the sessions", id)
-}
-
-// modelUsage is totals and a budget as the API shows them.
-func modelUsage(t usage.Totals, budget int64) *api.ModelUsage {
-	u := &api.ModelUsage{UsageTotals: usageTotals(t), BudgetTokens: budget}
-	if budget > 0 {
-		left := max(budget-t.Total(), 0)
-		u.RemainingTokens = &left
-	}
-	return u
 }
 
 func usageTotals(t usage.Totals) api.UsageTotals {
