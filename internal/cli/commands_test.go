@@ -101,6 +101,39 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "web", "--secret", "gh:1BAD"),
 		refused(ExitUsage, "web", "--secret", "gh", "--secret", "gh:OTHER"),
 		refused(ExitUsage, "web", "--secret", "Bad_Name"),
+		ok(&SandboxCreateOptions{Post: func() api.SandboxesPost {
+			p := withName(defaultCreate, "web")
+			p.ModelBudgetTokens = 5000000
+			return p
+		}(), Output: "table"}, "web", "--model-budget-tokens", "5000000"),
+		refused(ExitUsage, "web", "--model-budget-tokens", "-1"),
+		refused(ExitUsage, "web", "--model-budget-tokens", "1000000000000001"),
+		refused(ExitUsage, "web", "--model-budget-tokens", "lots"),
+	}},
+	{"hiloop sandbox budget", parser(newCmdSandboxBudget), []flagCase{
+		ok(&BudgetOptions{Target: "web", Tokens: 5000}, "web", "--tokens", "5000"),
+		ok(&BudgetOptions{Target: "web", Tokens: 0, Output: "json"}, "web", "--tokens", "0", "-o", "json"),
+		ok(&BudgetOptions{Target: "web"}, "web", "--clear"),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "--tokens", "5", "--clear"),
+		refused(ExitUsage, "web", "--tokens", "-5"),
+		refused(ExitUsage, "--tokens", "5"),
+		refused(ExitUsage, "Web", "--tokens", "5"),
+		refused(ExitUsage, "web", "--tokens", "5", "-o", "xml"),
+	}},
+	{"hiloop usage", parser(newCmdUsage), []flagCase{
+		ok(&UsageOptions{Output: "table"}),
+		ok(&UsageOptions{Sandbox: "web", Session: "s1", Since: "24h", Output: "json"}, "--sandbox", "web", "--session", "s1", "--since", "24h", "-o", "json"),
+		ok(&UsageOptions{Since: "7d", Output: "table"}, "--since", "7d"),
+		ok(&UsageOptions{Since: "2025-06-30T09:00:00Z", Output: "yaml"}, "--since", "2025-06-30T09:00:00Z", "-o", "yaml"),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "--since", "yesterday"),
+		refused(ExitUsage, "--since", "-1h"),
+		refused(ExitUsage, "--since", "0s"),
+		refused(ExitUsage, "--since", "2025-06-30"),
+		refused(ExitUsage, "--sandbox", "Web"),
+		refused(ExitNotFound, "--session", "Bad/Id"),
+		refused(ExitUsage, "-o", "xml"),
 	}},
 	{"hiloop sandbox secret attach", parser(newCmdSandboxSecretAttach), []flagCase{
 		ok(&SandboxSecretAttachOptions{Name: "web", Attachment: api.SecretAttachment{Secret: "openai-key", Env: "OPENAI_KEY"}, Output: "table"}, "web", "openai-key"),
@@ -287,6 +320,17 @@ var commandFlagCases = []struct {
 		refused(ExitUsage),
 		refused(ExitUsage, "web", "--policy", "sometimes"),
 		refused(ExitUsage, "web", "--cwd", "src"),
+		ok(&SessionNewOptions{Post: api.SessionsPost{Sandbox: "web", Harness: "claude-code", BudgetTokens: 20000}},
+			"web", "--harness", "claude-code", "--budget-tokens", "20000"),
+		refused(ExitUsage, "web", "--budget-tokens", "-1"),
+	}},
+	{"hiloop session budget", parser(newCmdSessionBudget), []flagCase{
+		ok(&BudgetOptions{Target: "s1", Tokens: 90000}, "s1", "--tokens", "90000"),
+		ok(&BudgetOptions{Target: "s1", Output: "yaml"}, "s1", "--clear", "-o", "yaml"),
+		refused(ExitUsage, "s1"),
+		refused(ExitUsage, "s1", "--tokens", "1", "--clear"),
+		refused(ExitUsage, "s1", "--tokens", "1e3"),
+		refused(ExitNotFound, "Bad/Id", "--tokens", "1"),
 	}},
 	{"hiloop session list", parser(newCmdSessionList), []flagCase{
 		ok(&SessionListOptions{Output: "table"}),

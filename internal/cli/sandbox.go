@@ -31,6 +31,7 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 		newCmdSandboxGrow(f, nil),
 		newCmdSandboxRestore(f, nil),
 		newCmdSandboxEgress(f, nil),
+		newCmdSandboxBudget(f, nil),
 		newCmdSandboxSecret(f),
 		newCmdSnapshot(f),
 	)
@@ -58,10 +59,13 @@ A durable /workspace survives stop and start; an ephemeral one is dropped at eve
 Everything outside /workspace comes back from the image on every start.
 Its egress is open unless --egress closed; --egress-allow and --egress-deny take HOST[:PORT]
 rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the policy later.
---secret attaches a secret (` + "`hiloop secret create`" + `): the sandbox sees only a placeholder.`,
+--secret attaches a secret (` + "`hiloop secret create`" + `): the sandbox sees only a placeholder.
+--model-budget-tokens caps the model tokens its harnesses may spend (` + "`hiloop sandbox budget`" + `
+changes it later).`,
 		Example: `  hiloop sandbox create web --cpus 4 --memory-mb 8192 --workspace-gib 50
   hiloop sandbox create agent --egress closed --egress-allow api.anthropic.com --egress-allow '*.github.com'
-  hiloop sandbox create agent --secret anthropic:ANTHROPIC_API_KEY`,
+  hiloop sandbox create agent --secret anthropic:ANTHROPIC_API_KEY
+  hiloop sandbox create agent --image agents --model-budget-tokens 5000000`,
 		Args: exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Post.Name = args[0]
@@ -85,6 +89,9 @@ rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the pol
 			if opts.Post.Secrets, err = secretFlags(secrets); err != nil {
 				return err
 			}
+			if err := api.ValidateBudget("--model-budget-tokens", opts.Post.ModelBudgetTokens); err != nil {
+				return &usageError{err}
+			}
 			return runCommand(cmd, f, opts, runF, sandboxCreateRun)
 		},
 	}
@@ -101,6 +108,7 @@ rules as ` + "`hiloop sandbox egress`" + ` does, which shows and changes the pol
 	fl.StringArrayVar(&egress.Allow, "egress-allow", nil, "let it reach HOST[:PORT], e.g. api.example.com or '*.example.com:443' (repeatable)")
 	fl.StringArrayVar(&egress.Deny, "egress-deny", nil, "refuse HOST[:PORT], in either mode (repeatable)")
 	fl.StringArrayVar(&secrets, "secret", nil, "attach a secret: NAME[:ENVVAR], the variable defaulting to NAME in upper case (repeatable)")
+	fl.Int64Var(&opts.Post.ModelBudgetTokens, "model-budget-tokens", 0, "the model tokens its harnesses may spend, all sessions together (default: no budget)")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -127,7 +135,7 @@ func newCmdSandboxGet(f *Factory, runF func(*SandboxGetOptions) error) *cobra.Co
 	opts := &SandboxGetOptions{}
 	cmd := &cobra.Command{
 		Use:   "get NAME",
-		Short: "Show one sandbox",
+		Short: "Show one sandbox, with the model tokens its harnesses spent and its budget",
 		Args:  exactArgs(1, "one sandbox NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name = args[0]
@@ -173,6 +181,7 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 			t.row("secrets:", strings.Join(list, ", "))
 		}
 		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
+		modelUsageRows(t, sb.ModelUsage)
 		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
 		if sb.StartedAt != nil {
 			t.row("started:", sb.StartedAt.Local().Format(time.RFC3339))

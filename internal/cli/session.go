@@ -49,6 +49,7 @@ ask waits for an operator's ` + "`session approve`" + ` or ` + "`session deny`" 
 		newCmdSessionApprove(f, nil),
 		newCmdSessionDeny(f, nil),
 		newCmdSessionCancel(f, nil),
+		newCmdSessionBudget(f, nil),
 		newCmdSessionDelete(f, nil),
 	)
 	return cmd
@@ -65,7 +66,7 @@ type SessionNewOptions struct {
 func newCmdSessionNew(f *Factory, runF func(*SessionNewOptions) error) *cobra.Command {
 	opts := &SessionNewOptions{}
 	cmd := &cobra.Command{
-		Use:     "new SANDBOX [--harness NAME] [--policy auto-approve|ask] [--cwd DIR]",
+		Use:     "new SANDBOX [--harness NAME] [--policy auto-approve|ask] [--cwd DIR] [--budget-tokens N]",
 		Aliases: []string{"create"},
 		Short:   "Start a coding-agent session in a sandbox and print its id",
 		Long: `Start a session: the daemon starts the harness in the sandbox, in ACP mode, working in DIR.
@@ -78,10 +79,13 @@ with harness_not_in_image, naming the image to create the sandbox from. Without 
 session runs the first harness the image carries, else fake where sandboxd provides it; with
 none at all it is harness_not_in_image too. Without --policy the session follows its sandbox's permission policy:
 auto-approve allows every tool call once, ask waits for ` + "`hiloop session approve`" + ` or ` + "`deny`" + `.
-With --idempotency-key, repeating the command returns the same session.`,
+With --budget-tokens, the model route refuses the session's requests once they have spent N
+tokens (` + "`hiloop session budget`" + ` raises it). With --idempotency-key, repeating the command
+returns the same session.`,
 		Example: `  hiloop session new web
   hiloop sandbox create agent --image agents && hiloop session new agent --harness codex
   hiloop session new web --harness opencode --policy ask --cwd /workspace/api
+  hiloop session new agent --harness claude-code --budget-tokens 500000
   id=$(hiloop session new web --idempotency-key ci-run-42)`,
 		Args: exactArgs(1, "one SANDBOX name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -91,6 +95,9 @@ With --idempotency-key, repeating the command returns the same session.`,
 			}
 			if opts.Post.Cwd != "" && !strings.HasPrefix(opts.Post.Cwd, "/") {
 				return &usageError{fmt.Errorf("invalid --cwd %q: use an absolute path in the sandbox, e.g. %s", opts.Post.Cwd, api.DefaultSessionCwd)}
+			}
+			if err := api.ValidateBudget("--budget-tokens", opts.Post.BudgetTokens); err != nil {
+				return &usageError{err}
 			}
 			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
@@ -102,6 +109,7 @@ With --idempotency-key, repeating the command returns the same session.`,
 	fl.StringVar(&opts.Post.Harness, "harness", "", "the harness to run: claude-code, codex, opencode or fake (default: the first the sandbox's image carries)")
 	fl.StringVar((*string)(&opts.Post.PermissionPolicy), "policy", "", "who answers permission requests: auto-approve or ask (default: the sandbox's policy)")
 	fl.StringVar(&opts.Post.Cwd, "cwd", "", "the harness's working directory in the sandbox (default "+api.DefaultSessionCwd+")")
+	fl.Int64Var(&opts.Post.BudgetTokens, "budget-tokens", 0, "the model tokens the session may spend (default: no budget of its own)")
 	fl.StringVar(&opts.IdempotencyKey, "idempotency-key", "", "make the request safe to repeat: the same key returns the same session")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
@@ -179,7 +187,7 @@ func newCmdSessionGet(f *Factory, runF func(*SessionGetOptions) error) *cobra.Co
 	opts := &SessionGetOptions{}
 	cmd := &cobra.Command{
 		Use:     "get SESSION",
-		Short:   "Show one session",
+		Short:   "Show one session, with the model tokens it spent and its budget",
 		Example: "  hiloop session get k3x9q2m7v4b8 -o json",
 		Args:    exactArgs(1, "one SESSION id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -221,6 +229,7 @@ func printSession(f *Factory, output string, s api.Session) error {
 		if s.ACPSessionID != "" {
 			t.row("acp session:", s.ACPSessionID)
 		}
+		modelUsageRows(t, s.ModelUsage)
 		t.row("created:", s.CreatedAt.Local().Format(time.RFC3339))
 	})
 }

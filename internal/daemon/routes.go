@@ -27,6 +27,7 @@ func (d *Daemon) routes() []route {
 		{method: "GET", pattern: "/v1/sandboxes/{name}/egress/log", handle: d.sandboxEgressLog},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", handle: d.restoreSandbox, idempotent: true},
 		{method: "PUT", pattern: "/v1/sandboxes/{name}/egress", handle: d.putEgress, idempotent: true},
+		{method: "PUT", pattern: "/v1/sandboxes/{name}/budget", handle: d.putSandboxBudget, idempotent: true},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.createSnapshot, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.listSnapshots},
 		{method: "GET", pattern: "/v1/snapshots", handle: d.listSnapshots},
@@ -45,6 +46,8 @@ func (d *Daemon) routes() []route {
 		{method: "POST", pattern: "/v1/sessions/{id}/permissions/{tool_call_id}", handle: d.answerPermission, idempotent: true},
 		{method: "GET", pattern: "/v1/sessions/{id}/events", handle: d.sessionEvents},
 		{method: "GET", pattern: "/v1/sessions/{id}/stream", handle: d.streamSession},
+		{method: "PUT", pattern: "/v1/sessions/{id}/budget", handle: d.putSessionBudget, idempotent: true},
+		{method: "GET", pattern: "/v1/usage", handle: d.getUsage},
 		// Creating and rotating a secret honour no Idempotency-Key: a receipt keeps a hash of the
 		// request body, which holds the value, and the bbolt file must reveal nothing of it.
 		{method: "POST", pattern: "/v1/secrets", handle: d.createSecret},
@@ -82,6 +85,9 @@ func (d *Daemon) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		if list[i], err = d.withSecrets(list[i]); err != nil {
 			return err
 		}
+		if list[i], err = d.withSandboxUsage(list[i]); err != nil {
+			return err
+		}
 	}
 	return writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: list})
 }
@@ -110,6 +116,16 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	// No harness runs before the answer, so the budget holds from the sandbox's first request.
+	err = d.setCreateBudget(sb.ID, "", p.ModelBudgetTokens, func() error {
+		return d.sandboxes.Delete(context.WithoutCancel(r.Context()), sb.Name, false)
+	})
+	if err != nil {
+		return err
+	}
+	if sb, err = d.withSandboxUsage(sb); err != nil {
+		return err
+	}
 	return d.writeSandbox(w, http.StatusCreated, sb)
 }
 
@@ -120,6 +136,9 @@ func (d *Daemon) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	sb, err := d.sandboxes.Get(r.Context(), name)
 	if err != nil {
+		return err
+	}
+	if sb, err = d.withSandboxUsage(sb); err != nil {
 		return err
 	}
 	return d.writeSandbox(w, http.StatusOK, sb)

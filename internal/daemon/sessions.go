@@ -29,6 +29,20 @@ func (d *Daemon) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	rec, err := d.sessionRecord(se.ID)
+	if err != nil {
+		return err
+	}
+	// No prompt can come before the answer, so the budget holds from the session's first request.
+	err = d.setCreateBudget(rec.SandboxID, se.ID, p.BudgetTokens, func() error {
+		return d.sessions.Delete(context.WithoutCancel(r.Context()), se.ID)
+	})
+	if err != nil {
+		return err
+	}
+	if se, err = d.withSessionUsage(se); err != nil {
+		return err
+	}
 	return writeJSON(w, http.StatusCreated, se)
 }
 
@@ -43,12 +57,20 @@ func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	for i := range list {
+		if list[i], err = d.withSessionUsage(list[i]); err != nil {
+			return err
+		}
+	}
 	return writeJSON(w, http.StatusOK, api.SessionList{Sessions: list})
 }
 
 func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) error {
 	se, err := d.sessions.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
+		return err
+	}
+	if se, err = d.withSessionUsage(se); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, se)
@@ -85,6 +107,9 @@ func (d *Daemon) promptSession(w http.ResponseWriter, r *http.Request) error {
 func (d *Daemon) cancelSession(w http.ResponseWriter, r *http.Request) error {
 	se, err := d.sessions.Cancel(r.Context(), r.PathValue("id"))
 	if err != nil {
+		return err
+	}
+	if se, err = d.withSessionUsage(se); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, se)

@@ -122,6 +122,7 @@ func TestScripts(t *testing.T) {
 
 			"fakeprovider":          cmdFakeProvider,
 			"fakeprovider-requests": cmdFakeProviderRequests,
+			"meteringcheck":         cmdMeteringCheck,
 		},
 	})
 }

@@ -96,6 +96,10 @@ type SandboxesPost struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// Secrets are attached to it from the start (see SecretAttachment); each must exist.
 	Secrets []SecretAttachment `json:"secrets,omitempty"`
+	// ModelBudgetTokens is the sandbox's model token budget, e.g. 5000000: once its harnesses
+	// have spent that many tokens (ModelUsage.TotalTokens), the model route refuses their
+	// requests until the budget is raised (PUT /v1/sandboxes/{name}/budget). 0: none.
+	ModelBudgetTokens int64 `json:"model_budget_tokens,omitempty"`
 }
 
 // Workspace describes a sandbox's /workspace volume.
@@ -139,6 +143,9 @@ type Sandbox struct {
 	CreatedAt time.Time `json:"created_at"`
 	// StartedAt is when the sandbox last started; zero while stopped.
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// ModelUsage is what its harnesses have spent through the model route and its token
+	// budget; in the answers of get, list and create.
+	ModelUsage *ModelUsage `json:"model_usage,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.
@@ -209,6 +216,9 @@ func (p *SandboxesPost) Normalize() error {
 		}
 	}
 	if err := NormalizeSecretAttachments("secrets", p.Secrets); err != nil {
+		return err
+	}
+	if err := ValidateBudget("model_budget_tokens", p.ModelBudgetTokens); err != nil {
 		return err
 	}
 	if p.CPUs == 0 {

@@ -115,6 +115,10 @@ type SessionsPost struct {
 	Cwd string `json:"cwd,omitempty"`
 	// PermissionPolicy overrides the sandbox's policy for this session: "auto-approve" or "ask".
 	PermissionPolicy PermissionPolicy `json:"permission_policy,omitempty"`
+	// BudgetTokens is the session's model token budget, e.g. 500000: once its requests have
+	// spent that many tokens, the model route refuses them until the budget is raised (PUT
+	// /v1/sessions/{id}/budget). 0: none (the sandbox's budget still counts).
+	BudgetTokens int64 `json:"budget_tokens,omitempty"`
 }
 
 var sessionIDRE = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
@@ -140,7 +144,10 @@ func (p *SessionsPost) Normalize() error {
 	if !strings.HasPrefix(p.Cwd, "/") || strings.ContainsRune(p.Cwd, 0) || len(p.Cwd) > 4096 {
 		return Errorf(CodeInvalidArgument, "invalid cwd %q: use an absolute path in the sandbox, e.g. /workspace", p.Cwd)
 	}
-	return ValidatePolicy("permission_policy", p.PermissionPolicy)
+	if err := ValidatePolicy("permission_policy", p.PermissionPolicy); err != nil {
+		return err
+	}
+	return ValidateBudget("budget_tokens", p.BudgetTokens)
 }
 
 // Session is a session as the API reports it.
@@ -163,6 +170,9 @@ type Session struct {
 	ACPSessionID string `json:"acp_session_id,omitempty"`
 	// CreatedAt is when the session was created.
 	CreatedAt time.Time `json:"created_at"`
+	// ModelUsage is what the session's requests have spent through the model route and its
+	// token budget; in the answers of get, list, create and cancel.
+	ModelUsage *ModelUsage `json:"model_usage,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.
