@@ -10,8 +10,10 @@ import (
 // The daemon-wide connection budget (sandboxd --gateway-max-conns).
 const (
 	// ConnFDs is how many file descriptors one connection of the gateway may hold: its two
-	// sockets and, while it is spliced and waiting for bytes, a pipe (two descriptors) each way,
-	// which Go's splice(2) keeps for as long as it waits. TestConnFDs counts them.
+	// sockets and, while bytes move, a splice pipe (two descriptors) each way, which a copy
+	// keeps while its receiver is too slow to take them. An idle tunnel holds only its sockets
+	// (it waits for bytes without a pipe: waitQueued; TestConnFDs counts them), but the budget
+	// counts a busy one, so that descriptors cannot run out however the connections behave.
 	ConnFDs = 6
 	// DefaultConnReserve is how many connections every attached sandbox is sure of however busy
 	// the others are: a harness's model streams and a package manager's parallel downloads (npm

@@ -215,8 +215,8 @@ func TestBudgetTerminatedUpstreams(t *testing.T) {
 	})
 }
 
-// A connection the gateway tunnels holds at most ConnFDs descriptors in the daemon, the figure
-// the default budget is derived from: counted while 20 tunnels are idle.
+// An idle connection the gateway tunnels holds its two sockets and no splice pipe, counted while
+// 20 tunnels are idle. (ConnFDs, what the budget counts, is the worst case: a busy one.)
 func TestConnFDs(t *testing.T) {
 	// An upstream that echoes without splice(2), so that it holds no pipe of its own.
 	plain := tcpServer(t, func(c net.Conn) {
@@ -259,8 +259,10 @@ func TestConnFDs(t *testing.T) {
 		tunnel()
 	}
 	// Each tunnel also holds the client's socket and the upstream's, in this process.
-	if per := float64(fds()-before-2*n) / n; per > ConnFDs {
-		t.Fatalf("an idle tunnel holds %.1f descriptors in the gateway, more than ConnFDs (%d) the budget counts", per, ConnFDs)
+	// Idle, a tunnel holds its two sockets and no pipe (waitQueued): what is above 2 is the few
+	// pipes splice's pool keeps for every copy to share, not one per tunnel.
+	if per := float64(fds()-before-2*n) / n; per >= 3 {
+		t.Fatalf("an idle tunnel holds %.1f descriptors in the gateway: it keeps a splice pipe while idle", per)
 	} else {
 		t.Logf("an idle tunnel holds %.1f descriptors in the gateway", per)
 	}

@@ -643,8 +643,14 @@ func (p *Proxy) splice(client, up net.Conn) (bytesUp, bytesDown int64, err error
 			now := time.Now()
 			src.SetReadDeadline(now.Add(idle))
 			writeDeadline := now.Add(2 * idle)
-			dst.SetWriteDeadline(writeDeadline)
-			k, err := io.CopyN(dst, src, spliceChunk)
+			// Wait for bytes first, then copy what is queued (at least one, which reads the
+			// end of the stream): the copy holds a splice pipe only while it moves bytes.
+			queued, err := waitQueued(src)
+			var k int64
+			if err == nil {
+				dst.SetWriteDeadline(writeDeadline)
+				k, err = io.CopyN(dst, src, min(max(queued, 1), spliceChunk))
+			}
 			*n += k
 			if k > 0 {
 				last.Store(time.Now().UnixNano())
