@@ -140,7 +140,8 @@ func (d *Daemon) routeAttribute(sandboxID string, _ modelroute.Provider, h model
 	return ""
 }
 
-// budgetSpent tells the session whose request was refused which budget is spent.
+// budgetSpent tells the session whose request was refused which budget is spent, and how to
+// raise it.
 func (d *Daemon) budgetSpent(sandboxID, sessionID string, e usage.Exceeded) {
 	d.log.Info("model route: a token budget is spent", "sandbox_id", sandboxID, "session", sessionID,
 		"scope", e.Scope, "used", e.Used, "limit", e.Limit)
@@ -148,14 +149,17 @@ func (d *Daemon) budgetSpent(sandboxID, sessionID string, e usage.Exceeded) {
 	if sessionID == "" || sessions == nil {
 		return
 	}
-	what := "the sandbox's model token budget"
-	raise := "raise it with `hiloop sandbox budget SANDBOX --tokens N`"
-	if e.Scope == usage.ScopeSession {
-		what = "this session's model token budget"
-		raise = fmt.Sprintf("raise it with `hiloop session budget %s --tokens N`", sessionID)
+	msg := fmt.Sprintf("this session's model token budget is spent: %d of %d tokens used; the model route refuses its requests until you raise it with `hiloop session budget %s --tokens N`",
+		e.Used, e.Limit, sessionID)
+	if e.Scope == usage.ScopeSandbox {
+		sandbox := "SANDBOX"
+		if rec, err := d.store.GetSession(sessionID); err == nil {
+			sandbox = rec.Sandbox
+		}
+		msg = fmt.Sprintf("the sandbox's model token budget is spent: %d of %d tokens used; the model route refuses its sessions' requests until you raise it with `hiloop sandbox budget %s --tokens N`",
+			e.Used, e.Limit, sandbox)
 	}
-	sessions.Notice(sessionID, fmt.Sprintf("%s is spent: %d of %d tokens used; the model route refuses this session's requests until you %s",
-		what, e.Used, e.Limit, raise))
+	sessions.BudgetSpent(sessionID, msg)
 }
 
 // harnessKeys mints the route tokens of one harness start; release revokes them.

@@ -121,6 +121,7 @@ type turn struct {
 	cancelled bool
 	ending    bool // turn_end is being recorded: no new permission request, a prompt waits
 	waiting   int  // permission requests waiting for an operator
+	budget    string // the notice of a spent token budget, once the route refused the turn
 }
 
 // Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
@@ -350,9 +351,26 @@ func (s *Service) HarnessSession(sandboxID, acpID string) string {
 	return s.acp[acpKey{sandboxID, acpID}]
 }
 
-// Notice puts a notice in a session's log, e.g. that its token budget is spent.
+// Notice puts a notice in a session's log.
 func (s *Service) Notice(id, msg string) {
 	s.log.Enqueue(id, api.EventNotice, mustJSON(api.NoticeData{Message: msg}))
+}
+
+// BudgetSpent tells a session that the model route refused its request because a token budget
+// is spent (msg says which): a notice, once per turn however many requests the harness makes,
+// and if the harness then fails the turn, its error says why rather than blaming the harness.
+// A refusal outside a turn (a harness's late side request) is left to the next turn to tell.
+func (s *Service) BudgetSpent(id, msg string) {
+	s.mu.Lock()
+	t := s.turns[id]
+	first := t != nil && t.budget == ""
+	if first {
+		t.budget = msg
+	}
+	s.mu.Unlock()
+	if first {
+		s.Notice(id, msg)
+	}
 }
 
 // Events returns up to limit stored events of a session after seq after.

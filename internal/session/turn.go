@@ -116,11 +116,19 @@ func (s *Service) endTurn(t *turn, stop api.StopReason, err error) {
 	if rerr := s.resolveUndecided(t.session, api.ResolvedByTurnEnd); rerr != nil {
 		s.lg.Error("resolve permission requests at turn end", "session", t.session, "err", rerr)
 	}
+	s.mu.Lock()
+	budget := t.budget
+	s.mu.Unlock()
 	if err != nil {
 		data := api.ErrorData{Message: err.Error()}
 		var te *turnError
 		if errors.As(err, &te) {
 			data.HarnessLog = te.harnessLog
+		}
+		if budget != "" {
+			// The harness failed because the model route refused it; its own words are
+			// about a rate limit, which this is not.
+			data = api.ErrorData{Message: "the turn ended without a model answer: " + budget}
 		}
 		s.log.Enqueue(t.session, api.EventError, mustJSON(data))
 	}
