@@ -119,8 +119,8 @@ type turn struct {
 
 	// Guarded by Service.mu.
 	cancelled bool
-	ending    bool // turn_end is being recorded: no new permission request, a prompt waits
-	waiting   int  // permission requests waiting for an operator
+	ending    bool   // turn_end is being recorded: no new permission request, a prompt waits
+	waiting   int    // permission requests waiting for an operator
 	budget    string // the notice of a spent token budget, once the route refused the turn
 }
 
