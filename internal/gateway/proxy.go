@@ -934,7 +934,11 @@ func (p *Proxy) serveModelRoute(w http.ResponseWriter, r *http.Request, rec *Rec
 	// Refused: the route's own 401 and 403 (a token), not the provider's answers.
 	rec.Err = cw.Header().Get("X-Hiloop-Error")
 	rec.Allowed = !(rec.Err != "" && (cw.status == http.StatusUnauthorized || cw.status == http.StatusForbidden))
-	if rec.Err == "" && cw.status >= 400 {
+	switch {
+	case rec.Err != "":
+	case cw.status == 0:
+		rec.Err = "ended before an answer (the client went away)"
+	case cw.status >= 400:
 		rec.Err = fmt.Sprintf("upstream answered %d %s", cw.status, http.StatusText(cw.status))
 	}
 	rec.BytesUp, rec.BytesDown = up.Load(), cw.n
