@@ -70,8 +70,36 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	lookup := cfg.Lookup
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]netip.Addr, error) { return hostLookup(ctx, host) }
+	}
+	cfg.Lookup = boundLookups(lookup, MaxLookups)
 	return &Gateway{cfg: cfg, names: NewNames(cfg.Routes), budget: &Budget{Max: cfg.MaxConns},
 		boxes: map[string]*attachment{}}, nil
+}
+
+// MaxLookups bounds the host lookups of all sandboxes together, their resolvers' and their
+// proxies': each sandbox's resolver has 64 in flight at most, and this keeps many sandboxes from
+// piling thousands onto the host's resolver and the daemon.
+const MaxLookups = 256
+
+// errLookupsBusy is a lookup refused because MaxLookups are in flight: the resolver answers
+// SERVFAIL, the proxy a 502, and the client may try again.
+var errLookupsBusy = &net.DNSError{Err: "the host's lookups are all busy (sandboxd's bound across sandboxes)", IsTemporary: true}
+
+// boundLookups lets at most n calls of lookup run at once; one more fails at once.
+func boundLookups(lookup func(context.Context, string) ([]netip.Addr, error), n int) func(context.Context, string) ([]netip.Addr, error) {
+	slots := make(chan struct{}, n)
+	return func(ctx context.Context, host string) ([]netip.Addr, error) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			return lookup(ctx, host)
+		default:
+			return nil, errLookupsBusy
+		}
+	}
 }
 
 // listenAddrs are the gateway's sockets inside every sandbox.
