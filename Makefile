@@ -109,12 +109,13 @@ test: deps lint ## install what the tests need, then run every test (end-to-end 
 		$(GO) test -tags '$(DAEMON_TAGS)' -race -count=1 -timeout 30m ./...
 
 .PHONY: bench
-bench: build ## measure exec, create, snapshot, fork, grow, SSH, sessions and egress against their references (docs/performance.md)
+bench: build ## measure exec, create, snapshot, fork, grow, SSH, sessions, egress and the model route against their references (docs/performance.md)
 	bash bench/exec.sh
 	bash bench/storage.sh
 	bash bench/ssh.sh
 	bash bench/sessions.sh
 	bash bench/gateway.sh
+	bash bench/route.sh
 
 .PHONY: clean
 clean: ## remove built binaries

@@ -2,16 +2,13 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
@@ -63,66 +60,29 @@ picked up where it left off, so no record is shown twice or missed.`,
 // sandboxEgressLogRun prints a sandbox's egress records; with opts.Follow it runs until ctx
 // ends, and that is success.
 func sandboxEgressLogRun(ctx context.Context, f *Factory, opts *SandboxEgressLogOptions) error {
-	ctx, stop := followContext(ctx, opts.Follow)
-	defer stop()
 	c, err := f.Client()
 	if err != nil {
 		return err
 	}
-	show := func(rec api.EgressRecord) error { return writeEgressRecord(f.IO.Out, opts.Output, rec) }
-	// What is stored first, a page at a time; the header only once the sandbox is known.
-	after := opts.After
-	for first := true; ; first = false {
-		page, err := c.EgressLog(ctx, opts.Name, after, api.MaxEgressLogPage, 0)
-		if err != nil {
-			return err
-		}
-		if first && opts.Output == "table" {
-			if _, err := fmt.Fprintln(f.IO.Out, egressHeader); err != nil {
-				return err
-			}
-		}
-		for _, rec := range page {
-			if err := show(rec); err != nil {
-				return err
-			}
-			after = rec.Seq
-		}
-		if len(page) < api.MaxEgressLogPage {
-			break
-		}
-	}
-	if !opts.Follow {
-		return nil
-	}
-	err = c.FollowEgressLog(ctx, opts.Name, after, show, client.OnStreamLost(func(err error) {
-		fmt.Fprintf(f.IO.ErrOut, "hiloop: %s; reconnecting\n", err)
-	}))
-	if ctx.Err() != nil {
-		return nil // Ctrl-C ends a follow
-	}
-	return err
+	return recordLog[api.EgressRecord]{
+		page: func(ctx context.Context, after uint64) ([]api.EgressRecord, error) {
+			return c.EgressLog(ctx, opts.Name, after, api.MaxEgressLogPage, 0)
+		},
+		follow: func(ctx context.Context, after uint64, fn func(api.EgressRecord) error, o ...client.StreamOption) error {
+			return c.FollowEgressLog(ctx, opts.Name, after, fn, o...)
+		},
+		seq:    func(r api.EgressRecord) uint64 { return r.Seq },
+		header: egressHeader,
+		line:   egressLine,
+	}.print(ctx, f, opts.Output, opts.After, opts.Follow)
 }
 
 const egressFormat = "%-6s  %-19s  %-10s  %-40s  %-7s  %10s  %10s  %9s  %s"
 
 var egressHeader = strings.TrimRight(fmt.Sprintf(egressFormat, "SEQ", "TIME", "KIND", "DESTINATION", "VERDICT", "UP", "DOWN", "DURATION", "RULE / ERROR"), " ")
 
-// writeEgressRecord prints one record as a table line, a JSON line or a YAML document.
-func writeEgressRecord(w io.Writer, format string, rec api.EgressRecord) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-		return enc.Encode(rec)
-	case "yaml":
-		b, err := yaml.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "---\n%s", b)
-		return err
-	}
+// egressLine is one record as a table line.
+func egressLine(rec api.EgressRecord) string {
 	verdict := "denied"
 	if rec.Allowed {
 		verdict = "allowed"
@@ -148,6 +108,5 @@ func writeEgressRecord(w io.Writer, format string, rec api.EgressRecord) error {
 	duration := (time.Duration(rec.DurationMS * float64(time.Millisecond))).Round(time.Millisecond).String()
 	line := fmt.Sprintf(egressFormat, strconv.FormatUint(rec.Seq, 10), rec.Time.Local().Format("2006-01-02T15:04:05"),
 		rec.Kind, dest, verdict, formatBytes(rec.BytesUp), formatBytes(rec.BytesDown), duration, why)
-	_, err := fmt.Fprintln(w, strings.TrimRight(line, " "))
-	return err
+	return strings.TrimRight(line, " ")
 }

@@ -30,9 +30,7 @@ func TestWriteEgressRecord(t *testing.T) {
 			[]string{"7", "dropped", "-", "-", "0 B", "0 B", "0s", "error: 9 records dropped"}},
 	} {
 		var b bytes.Buffer
-		if err := writeEgressRecord(&b, "table", tc.rec); err != nil {
-			t.Fatal(err)
-		}
+		b.WriteString(egressLine(tc.rec))
 		fields := regexpSpaces.Split(strings.TrimSpace(b.String()), -1)
 		// seq, time, then the rest; the time is local, so it is left out.
 		got := append([]string{fields[0]}, fields[2:]...)
@@ -40,7 +38,7 @@ func TestWriteEgressRecord(t *testing.T) {
 			t.Errorf("table line %q\n got %q\nwant %q", b.String(), got, tc.want)
 		}
 		b.Reset()
-		if err := writeEgressRecord(&b, "json", tc.rec); err != nil {
+		if err := writeRecord(&b, "json", tc.rec); err != nil {
 			t.Fatal(err)
 		}
 		var back api.EgressRecord

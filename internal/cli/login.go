@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,10 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hiloop/hiloop/pkg/api"
-	"github.com/hiloop/hiloop/pkg/client"
 )
 
 func newCmdLogin(f *Factory) *cobra.Command {
@@ -261,65 +257,27 @@ With --follow, keep watching for new records until Ctrl-C (exit 0).`,
 }
 
 func auditRun(ctx context.Context, f *Factory, opts *AuditOptions) error {
-	ctx, stop := followContext(ctx, opts.Follow)
-	defer stop()
 	c, err := f.Client()
 	if err != nil {
 		return err
 	}
-	if opts.Output == "table" {
-		if _, err := fmt.Fprintln(f.IO.Out, auditHeader); err != nil {
-			return err
-		}
-	}
-	show := func(rec api.AuditRecord) error { return writeAuditRecord(f.IO.Out, opts.Output, rec) }
-	after := opts.After
-	for {
-		page, err := c.Audit(ctx, after, api.MaxEgressLogPage, 0)
-		if err != nil {
-			return err
-		}
-		for _, rec := range page {
-			if err := show(rec); err != nil {
-				return err
-			}
-			after = rec.Seq
-		}
-		if len(page) < api.MaxEgressLogPage {
-			break
-		}
-	}
-	if !opts.Follow {
-		return nil
-	}
-	err = c.FollowAudit(ctx, after, show, client.OnStreamLost(func(err error) {
-		fmt.Fprintf(f.IO.ErrOut, "hiloop: %s; reconnecting\n", err)
-	}))
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-		return nil // Ctrl-C ends a follow
-	}
-	return err
+	return recordLog[api.AuditRecord]{
+		page: func(ctx context.Context, after uint64) ([]api.AuditRecord, error) {
+			return c.Audit(ctx, after, api.MaxEgressLogPage, 0)
+		},
+		follow: c.FollowAudit,
+		seq:    func(r api.AuditRecord) uint64 { return r.Seq },
+		header: auditHeader,
+		line:   auditLine,
+	}.print(ctx, f, opts.Output, opts.After, opts.Follow)
 }
 
 const auditFormat = "%-6s  %-19s  %-22s  %-8s  %-12s  %s"
 
 var auditHeader = strings.TrimRight(fmt.Sprintf(auditFormat, "SEQ", "TIME", "ACTION", "PROVIDER", "KIND", "DETAIL"), " ")
 
-// writeAuditRecord prints one record as a table line, a JSON line or a YAML document.
-func writeAuditRecord(w io.Writer, format string, rec api.AuditRecord) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-		return enc.Encode(rec)
-	case "yaml":
-		b, err := yaml.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(w, "---\n%s", b)
-		return err
-	}
+// auditLine is one record as a table line.
+func auditLine(rec api.AuditRecord) string {
 	var detail []string
 	if rec.Sandbox != "" {
 		detail = append(detail, "sandbox "+rec.Sandbox)
@@ -335,8 +293,7 @@ func writeAuditRecord(w io.Writer, format string, rec api.AuditRecord) error {
 	}
 	line := fmt.Sprintf(auditFormat, fmt.Sprint(rec.Seq), rec.Time.Local().Format("2006-01-02T15:04:05"), rec.Action,
 		dash(string(rec.Provider)), dash(string(rec.Kind)), strings.Join(detail, "; "))
-	_, err := fmt.Fprintln(w, strings.TrimRight(line, " "))
-	return err
+	return strings.TrimRight(line, " ")
 }
 
 func dash(s string) string {
