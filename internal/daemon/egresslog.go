@@ -59,28 +59,15 @@ func (d *Daemon) sandboxEgressLog(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	after, err := uintQuery(r, "after", 0)
+	q, err := parseLogQuery(r)
 	if err != nil {
 		return err
 	}
-	limit, err := uintQuery(r, "limit", api.MaxEgressLogPage)
-	if err != nil {
-		return err
-	}
-	if limit == 0 {
-		return api.Errorf(api.CodeInvalidArgument, "invalid limit 0: ask for 1 to %d records", api.MaxEgressLogPage)
-	}
-	limit = min(limit, api.MaxEgressLogPage)
-	waitS, err := uintQuery(r, "wait", 0)
-	if err != nil {
-		return err
-	}
-	wait := min(time.Duration(min(waitS, math.MaxInt32))*time.Second, api.MaxEgressLogWait)
 	sb, err := d.sandboxes.Get(r.Context(), name)
 	if err != nil {
 		return err
 	}
-	recs, err := d.egressLog.Wait(r.Context(), sb.ID, after, int(limit), wait)
+	recs, err := d.egressLog.Wait(r.Context(), sb.ID, q.after, q.limit, q.wait)
 	if err != nil {
 		return err
 	}
@@ -110,4 +97,37 @@ func (d *Daemon) pruneEgressLog() error {
 		ids[rec.ID] = true
 	}
 	return d.egressLog.Prune(func(id string) bool { return ids[id] })
+}
+
+// logQuery is what a read of a numbered log asks: ?after=N&limit=M&wait=S.
+type logQuery struct {
+	after uint64
+	limit int
+	wait  time.Duration
+}
+
+// parseLogQuery reads a log's query: records after seq after (0), at most limit of them (1 to
+// api.MaxEgressLogPage, the default), waiting up to wait seconds for one (0; at most
+// api.MaxEgressLogWait).
+func parseLogQuery(r *http.Request) (logQuery, error) {
+	after, err := uintQuery(r, "after", 0)
+	if err != nil {
+		return logQuery{}, err
+	}
+	limit, err := uintQuery(r, "limit", api.MaxEgressLogPage)
+	if err != nil {
+		return logQuery{}, err
+	}
+	if limit == 0 {
+		return logQuery{}, api.Errorf(api.CodeInvalidArgument, "invalid limit 0: ask for 1 to %d records", api.MaxEgressLogPage)
+	}
+	waitS, err := uintQuery(r, "wait", 0)
+	if err != nil {
+		return logQuery{}, err
+	}
+	return logQuery{
+		after: after,
+		limit: int(min(limit, api.MaxEgressLogPage)),
+		wait:  min(time.Duration(min(waitS, math.MaxInt32))*time.Second, api.MaxEgressLogWait),
+	}, nil
 }

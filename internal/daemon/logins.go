@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"crypto/tls"
-	"math"
 	"net/http"
 	"time"
 
@@ -82,24 +81,11 @@ func (d *Daemon) deleteLogin(w http.ResponseWriter, r *http.Request) error {
 // auditRecords serves GET /v1/audit?after=N&limit=M&wait=S, as the egress log does: records
 // with seq > N, waiting up to S seconds for one when there is none.
 func (d *Daemon) auditRecords(w http.ResponseWriter, r *http.Request) error {
-	after, err := uintQuery(r, "after", 0)
+	q, err := parseLogQuery(r)
 	if err != nil {
 		return err
 	}
-	limit, err := uintQuery(r, "limit", api.MaxEgressLogPage)
-	if err != nil {
-		return err
-	}
-	if limit == 0 {
-		return api.Errorf(api.CodeInvalidArgument, "invalid limit 0: ask for 1 to %d records", api.MaxEgressLogPage)
-	}
-	limit = min(limit, api.MaxEgressLogPage)
-	waitS, err := uintQuery(r, "wait", 0)
-	if err != nil {
-		return err
-	}
-	wait := min(time.Duration(min(waitS, math.MaxInt32))*time.Second, api.MaxEgressLogWait)
-	recs, err := d.audit.Wait(r.Context(), after, int(limit), wait)
+	recs, err := d.audit.Wait(r.Context(), q.after, q.limit, q.wait)
 	if err != nil {
 		return err
 	}
