@@ -180,7 +180,13 @@ func (c *Client) Stream(ctx context.Context, id string, after uint64, fn func(ap
 		case res == streamFatal, res == streamNotConnected && !connected:
 			return err
 		}
-		if res != streamNotConnected {
+		switch res {
+		case streamNotConnected:
+		case streamDropped:
+			// The daemon was there but went away: worth retrying even after a first dial, yet
+			// the same outage as before, not a new one.
+			connected = true
+		default:
 			connected, lost = true, false
 		}
 		if res != streamSlow && !lost {
@@ -211,6 +217,7 @@ const (
 	streamFatal                            // an error no reconnect can mend
 	streamNotConnected                     // the handshake failed in a way worth retrying
 	streamLost                             // the connection dropped
+	streamDropped                          // the daemon took the connection and dropped it mid-handshake
 	streamSlow                             // the daemon cut off a watcher that fell behind
 )
 
@@ -244,8 +251,8 @@ func (s *eventStream) run(ctx context.Context) (_ streamResult, progressed bool,
 		}
 		if droppedMidHandshake(err) {
 			// The daemon took the connection and went away (a restart): it was there, so this
-			// is a lost connection, retried even on the first dial.
-			return streamLost, false, err
+			// is retried even on the first dial.
+			return streamDropped, false, err
 		}
 		return streamNotConnected, false, err
 	}
