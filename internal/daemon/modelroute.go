@@ -74,6 +74,7 @@ func (d *Daemon) openModelRoute() error {
 		Attribute:   d.routeAttribute,
 		Budget:      d.usage.Check,
 		BudgetSpent: d.budgetSpent,
+		Unreachable: d.providerUnreachable,
 		Sink:        d.usage.Add,
 		Log:         d.log.With("component", "model-route"),
 	}
@@ -160,6 +161,17 @@ func (d *Daemon) budgetSpent(sandboxID, sessionID string, e usage.Exceeded) {
 			e.Used, e.Limit, sandbox)
 	}
 	sessions.BudgetSpent(sessionID, msg)
+}
+
+// providerUnreachable tells the session whose request could not reach its provider, once a
+// turn: the harness retries quietly, so without it the user sees nothing for minutes.
+func (d *Daemon) providerUnreachable(sandboxID, sessionID string, p modelroute.Provider, err error) {
+	d.log.Warn("model route: the provider is unreachable", "sandbox_id", sandboxID, "session", sessionID, "provider", p, "err", err)
+	sessions := d.liveSessions.Load()
+	if sessionID == "" || sessions == nil {
+		return
+	}
+	sessions.Unreachable(sessionID, fmt.Sprintf("the %s API could not be reached through the model route (%v); the harness retries on its own, and `hiloop session cancel %s` stops it", p, err, sessionID))
 }
 
 // harnessKeys mints the route tokens of one harness start; release revokes them.

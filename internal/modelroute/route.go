@@ -121,6 +121,10 @@ type Config struct {
 	// BudgetSpent is told of every request refused because a budget is spent, so that the
 	// daemon can put a notice in the session's log. nil: none.
 	BudgetSpent func(sandboxID, sessionID string, e usage.Exceeded)
+	// Unreachable is told of every request the route could not carry to the provider (it
+	// answered 502 or 504), so that the daemon can tell the session: a harness retries such
+	// answers quietly, for minutes. nil: none.
+	Unreachable func(sandboxID, sessionID string, p Provider, err error)
 	// Sink receives a record of every request whose token was valid, once its response has
 	// ended (usage.Store.Add). It runs before the handler returns, that is before the last
 	// chunk of the response reaches the sandbox: it must not block. nil: discarded.
@@ -464,6 +468,9 @@ func (rt *Route) upstreamError(w http.ResponseWriter, r *http.Request, err error
 	}
 	writeError(w, x.provider, &Error{Status: status, Code: CodeUpstream,
 		Message: fmt.Sprintf("hiloop could not reach the %s API: %v", x.provider, err)})
+	if rt.cfg.Unreachable != nil {
+		rt.cfg.Unreachable(rt.sandbox, x.rec.SessionID, x.provider, err)
+	}
 }
 
 // finish completes the record once the response has ended (or broken off) and hands it on.

@@ -593,15 +593,28 @@ func TestNoCredential(t *testing.T) {
 }
 
 func TestUpstreamDown(t *testing.T) {
-	e := newEnv(t, serveFile("chat.json", "application/json"))
+	type told struct {
+		sandbox, session string
+		p                Provider
+	}
+	var unreachable []told
+	e := newEnv(t, serveFile("chat.json", "application/json"), func(c *Config) {
+		c.Unreachable = func(sb, ses string, p Provider, err error) {
+			unreachable = append(unreachable, told{sb, ses, p})
+		}
+	})
 	e.up.Close()
 	resp := e.post(context.Background(), "/openai/v1/chat/completions", e.token(testSandbox, OpenAI), `{}`)
 	typ, code, _ := decodeError(t, OpenAI, readAll(t, resp))
 	if resp.StatusCode != 502 || typ != "server_error" || code != CodeUpstream {
 		t.Errorf("%d %s %s", resp.StatusCode, typ, code)
 	}
-	if rec := e.record(); rec.Status != 502 || !strings.HasPrefix(rec.Err, "upstream: ") {
+	rec := e.record()
+	if rec.Status != 502 || !strings.HasPrefix(rec.Err, "upstream: ") {
 		t.Errorf("record %+v", rec)
+	}
+	if len(unreachable) != 1 || unreachable[0] != (told{testSandbox, rec.SessionID, OpenAI}) {
+		t.Errorf("Unreachable was told %+v", unreachable)
 	}
 }
 

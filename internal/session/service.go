@@ -118,10 +118,11 @@ type turn struct {
 	done    chan struct{} // closed once turn_end is stored and the session takes a prompt
 
 	// Guarded by Service.mu.
-	cancelled bool
-	ending    bool   // turn_end is being recorded: no new permission request, a prompt waits
-	waiting   int    // permission requests waiting for an operator
-	budget    string // the notice of a spent token budget, once the route refused the turn
+	cancelled   bool
+	ending      bool   // turn_end is being recorded: no new permission request, a prompt waits
+	waiting     int    // permission requests waiting for an operator
+	budget      string // the notice of a spent token budget, once the route refused the turn
+	unreachable string // the notice of a provider the route could not reach, once it failed
 }
 
 // Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
@@ -361,16 +362,30 @@ func (s *Service) Notice(id, msg string) {
 // and if the harness then fails the turn, its error says why rather than blaming the harness.
 // A refusal outside a turn (a harness's late side request) is left to the next turn to tell.
 func (s *Service) BudgetSpent(id, msg string) {
-	s.mu.Lock()
-	t := s.turns[id]
-	first := t != nil && t.budget == ""
-	if first {
-		t.budget = msg
-	}
-	s.mu.Unlock()
-	if first {
+	if s.turnNotice(id, func(t *turn) *string { return &t.budget }, msg) {
 		s.Notice(id, msg)
 	}
+}
+
+// Unreachable tells a session that the model route could not reach its provider (msg says
+// why): a notice, once per turn, as harnesses retry such failures without a word.
+func (s *Service) Unreachable(id, msg string) {
+	if s.turnNotice(id, func(t *turn) *string { return &t.unreachable }, msg) {
+		s.Notice(id, msg)
+	}
+}
+
+// turnNotice sets the running turn's field to msg if it is still empty, and reports whether it
+// did: whether this is the turn's first such notice.
+func (s *Service) turnNotice(id string, field func(*turn) *string, msg string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.turns[id]
+	if t == nil || *field(t) != "" {
+		return false
+	}
+	*field(t) = msg
+	return true
 }
 
 // Events returns up to limit stored events of a session after seq after.
