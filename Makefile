@@ -46,6 +46,8 @@ quickstart: deps install ## set up hiloop: start sandboxd, build the base image,
 		for i in $$(seq 100); do $(PREFIX)/bin/hiloop version >/dev/null 2>&1 && break; sleep 0.1; done; \
 	fi
 	$(PREFIX)/bin/hiloop version
+	@v=$$($(PREFIX)/bin/hiloop version | awk '$$1 == "client" {c = $$2} $$1 == "daemon" {d = $$2} END {if (c != d) print d " " c}'); \
+		if [ -n "$$v" ]; then set -- $$v; echo "note: the running sandboxd is build $$1, this install is $$2: restart sandboxd to run the new build (running sandboxes keep running)"; fi
 	$(PREFIX)/bin/hiloop image build base
 	@$(PREFIX)/bin/hiloop sandbox get hello >/dev/null 2>&1 || $(PREFIX)/bin/hiloop sandbox create hello
 	$(PREFIX)/bin/hiloop sandbox exec hello -- sh -c 'echo "hello from $$(hostname), $$(id -un) in $$(pwd)"; uname -sr'
