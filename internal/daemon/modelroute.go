@@ -62,21 +62,26 @@ func (d *Daemon) openModelRoute() error {
 			upstream[p] = u.String()
 		}
 	}
+	var chatgpt string
+	if u := d.cfg.ProviderURLs["chatgpt"]; u != nil {
+		chatgpt = u.String()
+	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // the host's proxy variables are the operator's shell's, not the route's
 	t.TLSClientConfig = &tls.Config{RootCAs: d.cfg.GatewayUpstreamCAs}
 	t.ResponseHeaderTimeout = 10 * time.Minute // a model may think long before its first byte
 	d.routeCfg = &modelroute.Config{
-		Tokens:      tokens,
-		Upstream:    upstream,
-		Transport:   t,
-		Credential:  d.routeCredential,
-		Attribute:   d.routeAttribute,
-		Budget:      d.usage.Check,
-		BudgetSpent: d.budgetSpent,
-		Unreachable: d.providerUnreachable,
-		Sink:        d.usage.Add,
-		Log:         d.log.With("component", "model-route"),
+		Tokens:          tokens,
+		Upstream:        upstream,
+		ChatGPTUpstream: chatgpt,
+		Transport:       t,
+		Credential:      d.routeCredential,
+		Attribute:       d.routeAttribute,
+		Budget:          d.usage.Check,
+		BudgetSpent:     d.budgetSpent,
+		Unreachable:     d.providerUnreachable,
+		Sink:            d.usage.Add,
+		Log:             d.log.With("component", "model-route"),
 	}
 	return nil
 }
@@ -112,15 +117,24 @@ func (d *Daemon) routeCredential(_ context.Context, sandboxID string, p modelrou
 	if err != nil {
 		return modelroute.Credential{}, err
 	}
+	return loginCredential(c), nil
+}
+
+// loginCredential is what the route sends upstream for a login. A ChatGPT login's requests go
+// to the ChatGPT backend with its access token and account, as Codex sends them when logged
+// in with ChatGPT; the harness itself stays in API-key mode against the route.
+func loginCredential(c logins.Credential) modelroute.Credential {
 	switch c.Kind {
 	case api.LoginAPIKey:
-		return modelroute.Credential{APIKey: c.Token}, nil
-	case api.LoginOAuthToken:
-		return modelroute.Credential{OAuthToken: c.Token}, nil
+		return modelroute.Credential{APIKey: c.Token}
+	case api.LoginChatGPT:
+		out := modelroute.Credential{OAuthToken: c.Token, ChatGPT: true}
+		if c.AccountID != "" {
+			out.Header = http.Header{"Chatgpt-Account-Id": {c.AccountID}}
+		}
+		return out
 	}
-	// TODO(issue 11): a ChatGPT login's requests go to chatgpt.com/backend-api/codex, not to
-	// the OpenAI API; until the route forwards there, it is refused rather than misused.
-	return modelroute.Credential{}, fmt.Errorf("%w: a ChatGPT login cannot be used through the model route yet; add an OpenAI API key with `hiloop login add codex --api-key-stdin`", modelroute.ErrNoCredential)
+	return modelroute.Credential{OAuthToken: c.Token}
 }
 
 // routeAttribute maps the harness session a request names (or the one it was spawned from) to

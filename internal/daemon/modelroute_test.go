@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,30 +32,8 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 	}
 	defer fake.Close()
 
-	dir := t.TempDir()
-	db, err := bolt.Open(filepath.Join(dir, "db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sec, err := secrets.Open(db, filepath.Join(dir, "master.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil)), secrets: sec}
-	if d.audit, err = auditlog.Open(db); err != nil {
-		t.Fatal(err)
-	}
-	if d.logins, err = logins.Open(db, sec); err != nil {
-		t.Fatal(err)
-	}
-	d.logins.Audit = d.auditAdd
+	d := newLoginDaemon(t)
 	d.logins.Refresh = &logins.Refresher{TokenURL: fake.URL() + "/oauth/token"}
-	tokens, err := modelroute.NewTokens(sec.DeriveKey(tokenKeyPurpose))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.routeCfg = &modelroute.Config{Tokens: tokens}
 
 	// An auth.json whose access token expires in 20 minutes: inside logins.RenewBefore.
 	access := logins.UnsignedJWT(map[string]any{"exp": float64(time.Now().Add(20 * time.Minute).Unix())})
@@ -107,5 +87,95 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 	}
 	if used != 20 || refreshed != 1 {
 		t.Fatalf("audit: %d harness starts using the login, %d refreshes; want 20 and 1", used, refreshed)
+	}
+}
+
+// newLoginDaemon is a daemon with what its logins and model route tokens need: secrets, the
+// audit log, logins and the route's token keys.
+func newLoginDaemon(t *testing.T) *Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := bolt.Open(filepath.Join(dir, "db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sec, err := secrets.Open(db, filepath.Join(dir, "master.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil)), secrets: sec}
+	if d.audit, err = auditlog.Open(db); err != nil {
+		t.Fatal(err)
+	}
+	if d.logins, err = logins.Open(db, sec); err != nil {
+		t.Fatal(err)
+	}
+	d.logins.Audit = d.auditAdd
+	tokens, err := modelroute.NewTokens(sec.DeriveKey(tokenKeyPurpose))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.routeCfg = &modelroute.Config{Tokens: tokens}
+	return d
+}
+
+// Where a Codex request goes follows the codex login's kind: a ChatGPT login's to the ChatGPT
+// backend with its access token and account, an API key's to the OpenAI API.
+func TestRouteUpstreamFollowsTheLoginKind(t *testing.T) {
+	d := newLoginDaemon(t)
+	asked := make(chan string, 4) // which upstream, the path and the credential it got
+	serve := func(name string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			asked <- name + " " + r.URL.Path + " " + r.Header.Get("Authorization") + " " + r.Header.Get("Chatgpt-Account-Id")
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"model":"m","usage":{"input_tokens":3,"output_tokens":4}}`)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	apiSrv, backend := serve("api"), serve("chatgpt")
+	cfg := *d.routeCfg
+	cfg.Upstream = map[modelroute.Provider]string{modelroute.OpenAI: apiSrv.URL}
+	cfg.ChatGPTUpstream = backend.URL + "/backend-api/codex"
+	cfg.Transport = &http.Transport{}
+	cfg.Credential = d.routeCredential
+	rt, err := modelroute.New("sandbox-id", &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := cfg.Tokens.Mint("sandbox-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := cfg.Tokens.Token(start, modelroute.OpenAI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() string {
+		t.Helper()
+		req := httptest.NewRequest(http.MethodPost, "/openai/v1/responses", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		rt.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+		return <-asked
+	}
+
+	access := logins.UnsignedJWT(map[string]any{"exp": float64(time.Now().Add(time.Hour).Unix())})
+	auth, _ := json.Marshal(map[string]any{"tokens": map[string]string{"id_token": access, "access_token": access, "refresh_token": "rt-0", "account_id": "acct-1"}})
+	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: string(auth)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := send(), "chatgpt /backend-api/codex/responses Bearer "+access+" acct-1"; got != want {
+		t.Errorf("with a ChatGPT login:\n got %s\nwant %s", got, want)
+	}
+	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginAPIKey, Value: "sk-proj-REAL"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := send(), "api /v1/responses Bearer sk-proj-REAL "; got != want {
+		t.Errorf("with an API key login:\n got %q\nwant %q", got, want)
 	}
 }

@@ -14,7 +14,7 @@ func TestParseProviderURLs(t *testing.T) {
 		t.Fatalf("parsed %v", got)
 	}
 	for _, bad := range []struct{ flag, want string }{
-		{"gemini=https://x.test", "NAME one of anthropic, openai, chatgpt-token"},
+		{"gemini=https://x.test", "NAME one of anthropic, openai, chatgpt, chatgpt-token"},
 		{"anthropic", "want NAME=URL"},
 		{"anthropic=ftp://x.test", "http or https URL"},
 		{"anthropic=https://", "http or https URL"},

@@ -1,5 +1,6 @@
 // Package modelroute is the model route: the part of a sandbox's gateway that forwards its
-// harnesses' model requests to Anthropic and OpenAI. A harness sees the route as its provider's
+// harnesses' model requests to Anthropic and OpenAI (or, for a ChatGPT login, to the ChatGPT
+// backend Codex uses when logged in with ChatGPT). A harness sees the route as its provider's
 // base URL on the sandbox's own loopback (http://127.0.0.1:3128/anthropic, .../openai/v1) and an
 // audience-scoped token as its API key. For each request the route checks the token against the
 // sandbox and provider it arrived for, asks whether a token budget is spent, replaces the token
@@ -78,7 +79,19 @@ type Credential struct {
 	OAuthToken string
 	// Header is set on the upstream request as well (for a ChatGPT login, chatgpt-account-id).
 	Header http.Header
+	// ChatGPT says that OAuthToken is a ChatGPT login's access token: an OpenAI request then
+	// goes to the ChatGPT backend (Config.ChatGPTUpstream) instead of the OpenAI API, its /v1
+	// prefix dropped (/openai/v1/responses → {base}/responses), as Codex itself sends it when
+	// logged in with ChatGPT. The harness stays in API-key mode against the route and never
+	// learns which backend answers.
+	ChatGPT bool
 }
+
+// DefaultChatGPTUpstream is the ChatGPT backend a ChatGPT login's requests go to unless
+// Config.ChatGPTUpstream says otherwise (sandboxd --provider-url chatgpt=URL): Codex's
+// chatgpt_base_url (https://chatgpt.com/backend-api) followed by the /codex its Responses
+// client appends.
+const DefaultChatGPTUpstream = "https://chatgpt.com/backend-api/codex"
 
 // AnthropicOAuthBeta is the anthropic-beta value the Anthropic API requires with an OAuth token.
 const AnthropicOAuthBeta = "oauth-2025-04-20"
@@ -105,6 +118,8 @@ type Config struct {
 	// for /openai/v1/responses goes to {base}/v1/responses). http:// is accepted only for a
 	// loopback address (a test's fake provider): a credential never crosses a network in clear.
 	Upstream map[Provider]string
+	// ChatGPTUpstream overrides DefaultChatGPTUpstream, under the same rules as Upstream.
+	ChatGPTUpstream string
 	// Transport carries requests upstream. Required; it must verify TLS certificates (an
 	// *http.Transport with InsecureSkipVerify is refused). The route asks for identity encoding
 	// so that it can read usage from the bytes it passes on.
@@ -138,6 +153,7 @@ type Route struct {
 	sandbox  string
 	cfg      *Config
 	upstream map[Provider]*url.URL
+	chatgpt  *url.URL
 	proxy    *httputil.ReverseProxy
 	log      *slog.Logger
 }
@@ -168,6 +184,15 @@ func New(sandboxID string, cfg *Config) (*Route, error) {
 		}
 		rt.upstream[p] = u
 	}
+	raw := DefaultChatGPTUpstream
+	if cfg.ChatGPTUpstream != "" {
+		raw = cfg.ChatGPTUpstream
+	}
+	u, err := parseUpstream(raw)
+	if err != nil {
+		return nil, fmt.Errorf("model route: chatgpt upstream: %w", err)
+	}
+	rt.chatgpt = u
 	for p := range cfg.Upstream {
 		if _, ok := DefaultUpstream[p]; !ok {
 			return nil, fmt.Errorf("model route: unknown provider %q", p)
@@ -317,10 +342,19 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.cred = cred
 
-	base := rt.upstream[p]
+	base, prefix := rt.upstream[p], "/"+string(p)
+	if cred.ChatGPT && p == OpenAI {
+		if !strings.HasPrefix(rest, "/v1/") {
+			x.rec.Err = "not an OpenAI API path: " + rest
+			writeError(sw, p, &Error{Status: http.StatusNotFound, Code: CodeBadRequest,
+				Message: "with a ChatGPT login the model route serves /openai/v1/…, not " + r.URL.Path})
+			return
+		}
+		base, prefix = rt.chatgpt, "/"+string(p)+"/v1"
+	}
 	target := *base
-	target.Path = base.Path + rest
-	target.RawPath = base.EscapedPath() + strings.TrimPrefix(r.URL.EscapedPath(), "/"+string(p))
+	target.Path = base.Path + strings.TrimPrefix(r.URL.Path, prefix)
+	target.RawPath = base.EscapedPath() + strings.TrimPrefix(r.URL.EscapedPath(), prefix)
 	target.RawQuery = r.URL.RawQuery
 	x.target = &target
 	if r.ContentLength > 0 {

@@ -768,3 +768,83 @@ func TestLongStreamAfterRequestBody(t *testing.T) {
 		}
 	}
 }
+
+// A ChatGPT login's OpenAI requests go to the ChatGPT backend, /v1 dropped from the path, with
+// the access token and the account header; the OpenAI API is not asked, the sandbox's token
+// never arrives, and the streamed Responses events are metered as the API's are.
+func TestChatGPTBackend(t *testing.T) {
+	const access, account = "eyJ.REAL-chatgpt-access.sig", "acct-operator"
+	backend := make(chan seen, 4)
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		backend <- seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body}
+		serveFile("responses_stream.sse", "text/event-stream")(w, r)
+	}))
+	t.Cleanup(b.Close)
+	e := newEnv(t, serveFile("responses_stream.sse", "text/event-stream"), func(c *Config) {
+		c.ChatGPTUpstream = b.URL + "/backend-api/codex/"
+		c.Credential = func(_ context.Context, _ string, p Provider) (Credential, error) {
+			if p == Anthropic {
+				return Credential{APIKey: realAnthropicKey}, nil
+			}
+			return Credential{OAuthToken: access, ChatGPT: true, Header: http.Header{"Chatgpt-Account-Id": {account}}}, nil
+		}
+	})
+	tok := e.token(testSandbox, OpenAI)
+	resp := e.post(context.Background(), "/openai/v1/responses?x=1", tok, `{"model":"gpt-5-codex","stream":true}`,
+		"Chatgpt-Account-Id", "acct-sandbox", "Session-Id", "harness-ses")
+	body := readAll(t, resp)
+	if want, _ := readFixtureFile("responses_stream.sse"); resp.StatusCode != 200 || !bytes.Equal(body, want) {
+		t.Fatalf("status %d, body changed on the way: %q", resp.StatusCode, body)
+	}
+	up := <-backend
+	if up.Path != "/backend-api/codex/responses" || up.Query != "x=1" {
+		t.Errorf("backend asked for %s?%s, want /backend-api/codex/responses?x=1", up.Path, up.Query)
+	}
+	if got := up.Header.Get("Authorization"); got != "Bearer "+access {
+		t.Errorf("authorization %q, want the access token", got)
+	}
+	if got := up.Header.Values("Chatgpt-Account-Id"); len(got) != 1 || got[0] != account {
+		t.Errorf("chatgpt-account-id %q, want only the login's", got)
+	}
+	for h, vs := range up.Header {
+		for _, v := range vs {
+			if strings.Contains(v, tok) {
+				t.Errorf("the token reached the backend in %s", h)
+			}
+		}
+	}
+	if strings.Contains(up.Path+up.Query+string(up.Body), tok) {
+		t.Error("the token reached the backend in the URL or body")
+	}
+	e.noUpstream()
+	rec := e.record()
+	if rec.Tokens != (usage.Tokens{Input: 464, Output: 300, CacheRead: 1536}) || rec.Model != "gpt-5-codex" ||
+		rec.Path != "/v1/responses" || rec.HarnessSession != "harness-ses" || rec.Provider != string(OpenAI) {
+		t.Errorf("record %+v", rec)
+	}
+
+	// A path outside /v1 has no counterpart on the backend: refused, nothing forwarded.
+	resp = e.post(context.Background(), "/openai/responses", tok, `{}`)
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/openai/responses: %d, want 404", resp.StatusCode)
+	}
+	if rec := e.record(); rec.Err == "" {
+		t.Errorf("refused request recorded without an error: %+v", rec)
+	}
+	select {
+	case r := <-backend:
+		t.Errorf("the backend was asked for %s", r.Path)
+	default:
+	}
+	e.noUpstream()
+
+	// Anthropic is unaffected by a ChatGPT backend.
+	resp = e.post(context.Background(), "/anthropic/v1/messages", e.token(testSandbox, Anthropic), `{}`)
+	readAll(t, resp)
+	if up := <-e.upReqs; up.Path != "/base/v1/messages" {
+		t.Errorf("anthropic went to %s", up.Path)
+	}
+	e.record()
+}
