@@ -80,6 +80,7 @@ func (d *Daemon) openModelRoute() error {
 		Budget:          d.usage.Check,
 		BudgetSpent:     d.budgetSpent,
 		Unreachable:     d.providerUnreachable,
+		NoCredential:    d.noCredential,
 		Sink:            d.usage.Add,
 		Log:             d.log.With("component", "model-route"),
 	}
@@ -182,10 +183,29 @@ func (d *Daemon) budgetSpent(sandboxID, sessionID string, e usage.Exceeded) {
 func (d *Daemon) providerUnreachable(sandboxID, sessionID string, p modelroute.Provider, err error) {
 	d.log.Warn("model route: the provider is unreachable", "sandbox_id", sandboxID, "session", sessionID, "provider", p, "err", err)
 	sessions := d.liveSessions.Load()
-	if sessionID == "" || sessions == nil {
+	if sessions == nil {
 		return
 	}
-	sessions.Unreachable(sessionID, fmt.Sprintf("the %s API could not be reached through the model route (%v); the harness retries on its own, and `hiloop session cancel %s` stops it", p, err, sessionID))
+	if sessionID == "" {
+		sessions.RouteFailedInSandbox(sandboxID, fmt.Sprintf("the %s API could not be reached through the model route (%v); the harness retries on its own, and `hiloop session cancel` stops it", p, err))
+		return
+	}
+	sessions.RouteFailed(sessionID, fmt.Sprintf("the %s API could not be reached through the model route (%v); the harness retries on its own, and `hiloop session cancel %s` stops it", p, err, sessionID))
+}
+
+// noCredential tells the session whose request the route refused for want of a usable login,
+// once a turn: Claude Code retries a 401 without end and shows nothing.
+func (d *Daemon) noCredential(sandboxID, sessionID string, p modelroute.Provider, err error) {
+	sessions := d.liveSessions.Load()
+	if sessions == nil {
+		return
+	}
+	msg := fmt.Sprintf("the model route refused the %s request: %v", p, err)
+	if sessionID == "" {
+		sessions.RouteFailedInSandbox(sandboxID, msg)
+		return
+	}
+	sessions.RouteFailed(sessionID, msg)
 }
 
 // harnessKeys mints the route tokens of one harness start; release revokes them.

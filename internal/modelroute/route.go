@@ -140,6 +140,10 @@ type Config struct {
 	// answered 502 or 504), so that the daemon can tell the session: a harness retries such
 	// answers quietly, for minutes. nil: none.
 	Unreachable func(sandboxID, sessionID string, p Provider, err error)
+	// NoCredential is told of every request refused because the operator has no usable
+	// credential for the provider (no login, or one that needs reconnecting: err says which),
+	// for the same reason: Claude Code retries a 401 without end. nil: none.
+	NoCredential func(sandboxID, sessionID string, p Provider, err error)
 	// Sink receives a record of every request whose token was valid, once its response has
 	// ended (usage.Store.Add). It runs before the handler returns, that is before the last
 	// chunk of the response reaches the sandbox: it must not block. nil: discarded.
@@ -332,6 +336,9 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rec.Err = "credential: " + err.Error()
 		e := &Error{Status: http.StatusUnauthorized, Code: CodeNoCredential,
 			Message: fmt.Sprintf("hiloop has no %s login or API key for this sandbox: the operator adds one with `hiloop login add`", p)}
+		if errors.Is(err, ErrNoCredential) && rt.cfg.NoCredential != nil {
+			rt.cfg.NoCredential(rt.sandbox, x.rec.SessionID, p, err)
+		}
 		if !errors.Is(err, ErrNoCredential) {
 			rt.log.Error("get the provider credential", "sandbox", rt.sandbox, "provider", p, "err", err)
 			e = &Error{Status: http.StatusServiceUnavailable, Code: CodeUpstream,

@@ -848,3 +848,31 @@ func TestChatGPTBackend(t *testing.T) {
 	}
 	e.record()
 }
+
+// A request refused for want of a credential is told to NoCredential, with the callback's
+// reason; one the credential store failed to answer is not (it is the daemon's own fault).
+func TestNoCredentialTold(t *testing.T) {
+	var told []error
+	fail := ErrNoCredential
+	e := newEnv(t, serveFile("chat.json", "application/json"), func(c *Config) {
+		c.Credential = func(context.Context, string, Provider) (Credential, error) { return Credential{}, fail }
+		c.NoCredential = func(sb, ses string, p Provider, err error) {
+			if sb == testSandbox && p == OpenAI {
+				told = append(told, err)
+			}
+		}
+	})
+	fail = fmt.Errorf("%w: the codex login needs reconnecting", ErrNoCredential)
+	resp := e.post(context.Background(), "/openai/v1/chat/completions", e.token(testSandbox, OpenAI), `{}`)
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusUnauthorized || len(told) != 1 || !strings.Contains(told[0].Error(), "needs reconnecting") {
+		t.Fatalf("%d, told %v", resp.StatusCode, told)
+	}
+	fail = errors.New("the store is closed")
+	resp = e.post(context.Background(), "/openai/v1/chat/completions", e.token(testSandbox, OpenAI), `{}`)
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable || len(told) != 1 {
+		t.Fatalf("%d, told %v", resp.StatusCode, told)
+	}
+	e.noUpstream()
+}

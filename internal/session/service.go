@@ -122,7 +122,7 @@ type turn struct {
 	ending      bool   // turn_end is being recorded: no new permission request, a prompt waits
 	waiting     int    // permission requests waiting for an operator
 	budget      string // the notice of a spent token budget, once the route refused the turn
-	unreachable string // the notice of a provider the route could not reach, once it failed
+	routeFailed string // the notice of a request the route could not serve, once it failed
 }
 
 // Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
@@ -367,11 +367,29 @@ func (s *Service) BudgetSpent(id, msg string) {
 	}
 }
 
-// Unreachable tells a session that the model route could not reach its provider (msg says
-// why): a notice, once per turn, as harnesses retry such failures without a word.
-func (s *Service) Unreachable(id, msg string) {
-	if s.turnNotice(id, func(t *turn) *string { return &t.unreachable }, msg) {
+// RouteFailed tells a session that the model route could not serve its request for a reason
+// the harness does not show (msg says which: an unreachable provider, no usable login): a
+// notice, once per turn, as harnesses retry such failures without a word.
+func (s *Service) RouteFailed(id, msg string) {
+	if s.turnNotice(id, func(t *turn) *string { return &t.routeFailed }, msg) {
 		s.Notice(id, msg)
+	}
+}
+
+// RouteFailedInSandbox is RouteFailed for a request the route could not attribute to a
+// session (a harness's check before its first turn request): every turn running in the
+// sandbox sandboxID is told.
+func (s *Service) RouteFailedInSandbox(sandboxID, msg string) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.turns))
+	for id := range s.turns {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		if rec, err := s.store.GetSession(id); err == nil && rec.SandboxID == sandboxID {
+			s.RouteFailed(id, msg)
+		}
 	}
 }
 
