@@ -336,6 +336,10 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.rec.Err = "credential: " + err.Error()
 		e := &Error{Status: http.StatusUnauthorized, Code: CodeNoCredential,
 			Message: fmt.Sprintf("hiloop has no %s login or API key for this sandbox: the operator adds one with `hiloop login add`", p)}
+		if why, ok := strings.CutPrefix(err.Error(), ErrNoCredential.Error()+": "); ok {
+			// The daemon's own words: which login to add, or why the one there cannot be used.
+			e.Message = fmt.Sprintf("hiloop has no usable %s credential for this sandbox: %s", p, why)
+		}
 		if errors.Is(err, ErrNoCredential) && rt.cfg.NoCredential != nil {
 			rt.cfg.NoCredential(rt.sandbox, x.rec.SessionID, p, err)
 		}

@@ -864,9 +864,10 @@ func TestNoCredentialTold(t *testing.T) {
 	})
 	fail = fmt.Errorf("%w: the codex login needs reconnecting", ErrNoCredential)
 	resp := e.post(context.Background(), "/openai/v1/chat/completions", e.token(testSandbox, OpenAI), `{}`)
-	readAll(t, resp)
-	if resp.StatusCode != http.StatusUnauthorized || len(told) != 1 || !strings.Contains(told[0].Error(), "needs reconnecting") {
-		t.Fatalf("%d, told %v", resp.StatusCode, told)
+	_, code, msg := decodeError(t, OpenAI, readAll(t, resp))
+	if resp.StatusCode != http.StatusUnauthorized || code != CodeNoCredential || msg != "hiloop has no usable openai credential for this sandbox: the codex login needs reconnecting" ||
+		len(told) != 1 || !strings.Contains(told[0].Error(), "needs reconnecting") {
+		t.Fatalf("%d %s %q, told %v", resp.StatusCode, code, msg, told)
 	}
 	fail = errors.New("the store is closed")
 	resp = e.post(context.Background(), "/openai/v1/chat/completions", e.token(testSandbox, OpenAI), `{}`)
