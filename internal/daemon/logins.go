@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"net/http"
 	"time"
@@ -36,7 +37,11 @@ func (d *Daemon) putLogin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if body.Kind == api.LoginChatGPT {
-		if err := d.logins.RefreshChatGPT(r.Context(), time.Now()); err != nil {
+		// Not cut short by the client going away: once the provider has rotated the refresh
+		// token, the new one must be stored, or the login is lost.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
+		defer cancel()
+		if err := d.logins.RefreshChatGPT(ctx, time.Now()); err != nil {
 			return err
 		}
 		if l, err = d.logins.Get(p); err != nil {

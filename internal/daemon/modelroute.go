@@ -161,51 +161,62 @@ func (d *Daemon) routeAttribute(sandboxID string, _ modelroute.Provider, h model
 func (d *Daemon) budgetSpent(sandboxID, sessionID string, e usage.Exceeded) {
 	d.log.Info("model route: a token budget is spent", "sandbox_id", sandboxID, "session", sessionID,
 		"scope", e.Scope, "used", e.Used, "limit", e.Limit)
-	sessions := d.liveSessions.Load()
-	if sessionID == "" || sessions == nil {
-		return
-	}
-	msg := fmt.Sprintf("this session's model token budget is spent: %d of %d tokens used; the model route refuses its requests until you raise it with `hiloop session budget %s --tokens N`",
-		e.Used, e.Limit, sessionID)
-	if e.Scope == usage.ScopeSandbox {
-		sandbox := "SANDBOX"
-		if rec, err := d.store.GetSession(sessionID); err == nil {
-			sandbox = rec.Sandbox
+	msg := func(ses string) string {
+		if e.Scope == usage.ScopeSession {
+			return fmt.Sprintf("this session's model token budget is spent: %d of %d tokens used; the model route refuses its requests until you raise it with `hiloop session budget %s --tokens N`",
+				e.Used, e.Limit, ses)
 		}
-		msg = fmt.Sprintf("the sandbox's model token budget is spent: %d of %d tokens used; the model route refuses its sessions' requests until you raise it with `hiloop sandbox budget %s --tokens N`",
-			e.Used, e.Limit, sandbox)
+		return fmt.Sprintf("the sandbox's model token budget is spent: %d of %d tokens used; the model route refuses its sessions' requests until you raise it with `hiloop sandbox budget %s --tokens N`",
+			e.Used, e.Limit, d.sessionSandbox(ses))
 	}
-	sessions.BudgetSpent(sessionID, msg)
+	// A request that names no session is refused only by the sandbox's budget: every turn
+	// running in the sandbox is told.
+	sessions := d.liveSessions.Load()
+	switch {
+	case sessions == nil:
+	case sessionID == "":
+		sessions.InSandbox(sandboxID, func(ses string) { sessions.BudgetSpent(ses, msg(ses)) })
+	default:
+		sessions.BudgetSpent(sessionID, msg(sessionID))
+	}
 }
 
 // providerUnreachable tells the session whose request could not reach its provider, once a
 // turn: the harness retries quietly, so without it the user sees nothing for minutes.
 func (d *Daemon) providerUnreachable(sandboxID, sessionID string, p modelroute.Provider, err error) {
 	d.log.Warn("model route: the provider is unreachable", "sandbox_id", sandboxID, "session", sessionID, "provider", p, "err", err)
-	sessions := d.liveSessions.Load()
-	if sessions == nil {
-		return
-	}
-	if sessionID == "" {
-		sessions.RouteFailedInSandbox(sandboxID, fmt.Sprintf("the %s API could not be reached through the model route (%v); the harness retries on its own, and `hiloop session cancel` stops it", p, err))
-		return
-	}
-	sessions.RouteFailed(sessionID, fmt.Sprintf("the %s API could not be reached through the model route (%v); the harness retries on its own, and `hiloop session cancel %s` stops it", p, err, sessionID))
+	d.routeFailed(sandboxID, sessionID, func(ses string) string {
+		return fmt.Sprintf("the %s API could not be reached through the model route (%v); the harness retries on its own, and `hiloop session cancel %s` stops it", p, err, ses)
+	})
 }
 
 // noCredential tells the session whose request the route refused for want of a usable login,
-// once a turn: Claude Code retries a 401 without end and shows nothing.
+// once a turn: a harness may retry a 401 quietly.
 func (d *Daemon) noCredential(sandboxID, sessionID string, p modelroute.Provider, err error) {
+	d.routeFailed(sandboxID, sessionID, func(string) string {
+		return fmt.Sprintf("the model route refused the %s request: %v", p, err)
+	})
+}
+
+// routeFailed gives the session the notice msg makes for it, or, for a request that names no
+// session, every session with a turn running in the sandbox.
+func (d *Daemon) routeFailed(sandboxID, sessionID string, msg func(session string) string) {
 	sessions := d.liveSessions.Load()
-	if sessions == nil {
-		return
+	switch {
+	case sessions == nil:
+	case sessionID == "":
+		sessions.InSandbox(sandboxID, func(ses string) { sessions.RouteFailed(ses, msg(ses)) })
+	default:
+		sessions.RouteFailed(sessionID, msg(sessionID))
 	}
-	msg := fmt.Sprintf("the model route refused the %s request: %v", p, err)
-	if sessionID == "" {
-		sessions.RouteFailedInSandbox(sandboxID, msg)
-		return
+}
+
+// sessionSandbox is the name of the session's sandbox, for a command in a notice.
+func (d *Daemon) sessionSandbox(sessionID string) string {
+	if rec, err := d.store.GetSession(sessionID); err == nil {
+		return rec.Sandbox
 	}
-	sessions.RouteFailed(sessionID, msg)
+	return "SANDBOX"
 }
 
 // harnessKeys mints the route tokens of one harness start; release revokes them.

@@ -126,6 +126,12 @@ func (s *Store) Put(provider api.LoginProvider, body api.LoginPut, now time.Time
 	if err != nil {
 		return api.Login{}, err
 	}
+	if body.Kind == api.LoginChatGPT {
+		// A new login is refreshed at once whatever was attempted with the one before it.
+		s.refreshMu.Lock()
+		s.lastAttempt = time.Time{}
+		s.refreshMu.Unlock()
+	}
 	s.audit(api.AuditRecord{Time: now, Action: api.AuditLoginAdded, Provider: provider, Kind: body.Kind})
 	return view(provider, rec), nil
 }

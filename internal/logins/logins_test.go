@@ -245,6 +245,24 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 		t.Fatalf("audit %s", got)
 	}
 
+	// Added again within the minute, the new login is refreshed at once all the same.
+	ep.mu.Lock()
+	ep.valid = "refresh-new"
+	ep.mu.Unlock()
+	if _, err := s.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-new")}, now); err != nil {
+		t.Fatal(err)
+	}
+	calls := ep.calls.Load()
+	if err := s.RefreshChatGPT(context.Background(), now.Add(2*MinRefreshInterval)); err != nil {
+		t.Fatal(err)
+	}
+	if ep.calls.Load() != calls+1 {
+		t.Fatalf("a login added again within a minute of a refused refresh was not refreshed")
+	}
+	if l, _ := s.Get(api.LoginCodex); l.Status != api.LoginOK {
+		t.Fatalf("the login added again: %+v", l)
+	}
+
 	raw, _ := os.ReadFile(path)
 	for _, v := range []string{"refresh-0", "refresh-b", "refresh-c", "access-b"} {
 		if bytes.Contains(raw, []byte(v)) {

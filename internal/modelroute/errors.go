@@ -21,6 +21,10 @@ const (
 	CodeNoCredential = "no_credential"
 	// CodeBadRequest: a path the route does not forward (400, 404).
 	CodeBadRequest = "bad_request"
+	// CodeEndpointNotAllowed: an endpoint of the provider's API that a harness has no need of
+	// (files, batches, stored responses, fine-tuning...): refused, as it would reach the
+	// operator's account, which every sandbox shares, or generate without the meter (403).
+	CodeEndpointNotAllowed = "endpoint_not_allowed"
 	// CodeUpstream: the provider could not be reached, or the daemon failed (502, 503, 504).
 	CodeUpstream = "upstream_unavailable"
 )

@@ -268,6 +268,37 @@ var metered = map[Provider]map[string]bool{
 	OpenAI:    {"/v1/responses": true, "/v1/responses/compact": true, "/v1/chat/completions": true},
 }
 
+// allowed lists what a harness may ask of each provider through the route: generate, count
+// tokens, list models. Anything else is refused: the operator's credential would open the
+// account that every sandbox shares (its files, batches, stored responses and fine-tuning jobs),
+// and the batch and background endpoints would generate tokens the meter never sees (a
+// background response's result is fetched with a GET that is not allowed either).
+var allowed = map[Provider]map[string][]string{
+	Anthropic: {
+		http.MethodPost: {"/v1/messages", "/v1/messages/count_tokens"},
+		http.MethodGet:  {"/v1/models", "/v1/models/*"},
+	},
+	OpenAI: {
+		http.MethodPost: {"/v1/responses", "/v1/responses/compact", "/v1/chat/completions"},
+		http.MethodGet:  {"/v1/models", "/v1/models/*"},
+	},
+}
+
+// endpointAllowed reports whether method and the path after the provider's prefix are in
+// allowed; "/*" stands for one more segment.
+func endpointAllowed(p Provider, method, rest string) bool {
+	for _, pattern := range allowed[p][method] {
+		if base, ok := strings.CutSuffix(pattern, "/*"); ok {
+			if id, ok := strings.CutPrefix(rest, base+"/"); ok && id != "" && !strings.Contains(id, "/") {
+				return true
+			}
+		} else if rest == pattern {
+			return true
+		}
+	}
+	return false
+}
+
 // ServeHTTP serves one request of the sandbox's harnesses.
 func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	begin := time.Now()
@@ -291,6 +322,11 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// read. 426 is what Codex takes as "use HTTP": it falls back to a streamed POST.
 		writeError(w, p, &Error{Status: http.StatusUpgradeRequired, Code: CodeBadRequest,
 			Message: "the model route carries HTTP requests and streams, not WebSocket connections; use HTTP"})
+		return
+	}
+	if !endpointAllowed(p, r.Method, rest) {
+		writeError(w, p, &Error{Status: http.StatusForbidden, Code: CodeEndpointNotAllowed,
+			Message: fmt.Sprintf("the model route carries generation, token counts and model lists, not %s %s", r.Method, r.URL.Path)})
 		return
 	}
 	hs := harnessSession(r.Header)
@@ -478,6 +514,8 @@ func dropBeta(values []string, drop string) []string {
 
 // response puts the meter on a response that can report usage.
 func (rt *Route) response(resp *http.Response) error {
+	// A provider's cookies are for the operator's account, not for a sandbox.
+	resp.Header.Del("Set-Cookie")
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 	if x.reqModel == nil { // not a metered endpoint
 		return nil

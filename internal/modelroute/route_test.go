@@ -827,11 +827,8 @@ func TestChatGPTBackend(t *testing.T) {
 	// A path outside /v1 has no counterpart on the backend: refused, nothing forwarded.
 	resp = e.post(context.Background(), "/openai/responses", tok, `{}`)
 	readAll(t, resp)
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("/openai/responses: %d, want 404", resp.StatusCode)
-	}
-	if rec := e.record(); rec.Err == "" {
-		t.Errorf("refused request recorded without an error: %+v", rec)
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderError) != CodeEndpointNotAllowed {
+		t.Errorf("/openai/responses: %d %s, want 403 %s", resp.StatusCode, resp.Header.Get(HeaderError), CodeEndpointNotAllowed)
 	}
 	select {
 	case r := <-backend:
@@ -876,4 +873,55 @@ func TestNoCredentialTold(t *testing.T) {
 		t.Fatalf("%d, told %v", resp.StatusCode, told)
 	}
 	e.noUpstream()
+}
+
+// Only generation, token counts and model lists reach the provider: the rest of its API (files,
+// batches, stored responses, fine-tuning) would open the operator's account to every sandbox,
+// or generate unmetered.
+func TestEndpointsNotAllowed(t *testing.T) {
+	e := newEnv(t, serveFile("chat.json", "application/json"))
+	for _, c := range []struct {
+		p            Provider
+		method, path string
+	}{
+		{OpenAI, http.MethodGet, "/openai/v1/files"},
+		{OpenAI, http.MethodPost, "/openai/v1/batches"},
+		{OpenAI, http.MethodGet, "/openai/v1/responses/resp_1"},
+		{OpenAI, http.MethodPost, "/openai/v1/embeddings"},
+		{OpenAI, http.MethodDelete, "/openai/v1/models/ft-1"},
+		{OpenAI, http.MethodGet, "/openai/v1/models/a/b"},
+		{Anthropic, http.MethodPost, "/anthropic/v1/messages/batches"},
+		{Anthropic, http.MethodGet, "/anthropic/v1/messages"},
+	} {
+		req, err := http.NewRequest(c.method, e.route.URL+c.path, strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.p == OpenAI {
+			req.Header.Set("Authorization", "Bearer "+e.token(testSandbox, c.p))
+		} else {
+			req.Header.Set("X-Api-Key", e.token(testSandbox, c.p))
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderError) != CodeEndpointNotAllowed {
+			t.Errorf("%s %s: %d %s", c.method, c.path, resp.StatusCode, resp.Header.Get(HeaderError))
+		}
+	}
+	e.noUpstream()
+	for _, c := range []struct {
+		p            Provider
+		method, path string
+	}{
+		{OpenAI, http.MethodGet, "/v1/models"},
+		{OpenAI, http.MethodGet, "/v1/models/gpt-5"},
+		{Anthropic, http.MethodPost, "/v1/messages/count_tokens"},
+	} {
+		if !endpointAllowed(c.p, c.method, c.path) {
+			t.Errorf("%s %s refused", c.method, c.path)
+		}
+	}
 }

@@ -359,27 +359,24 @@ func (s *Service) Notice(id, msg string) {
 
 // BudgetSpent tells a session that the model route refused its request because a token budget
 // is spent (msg says which): a notice, once per turn however many requests the harness makes,
-// and if the harness then fails the turn, its error says why rather than blaming the harness.
+// and if the harness then fails the turn, its error says why before the harness's own words.
 // A refusal outside a turn (a harness's late side request) is left to the next turn to tell.
 func (s *Service) BudgetSpent(id, msg string) {
-	if s.turnNotice(id, func(t *turn) *string { return &t.budget }, msg) {
-		s.Notice(id, msg)
-	}
+	s.turnNotice(id, func(t *turn) *string { return &t.budget }, msg)
 }
 
 // RouteFailed tells a session that the model route could not serve its request for a reason
 // the harness does not show (msg says which: an unreachable provider, no usable login): a
 // notice, once per turn, as harnesses retry such failures without a word.
 func (s *Service) RouteFailed(id, msg string) {
-	if s.turnNotice(id, func(t *turn) *string { return &t.routeFailed }, msg) {
-		s.Notice(id, msg)
-	}
+	s.turnNotice(id, func(t *turn) *string { return &t.routeFailed }, msg)
 }
 
-// RouteFailedInSandbox is RouteFailed for a request the route could not attribute to a
-// session (a harness's check before its first turn request): every turn running in the
-// sandbox sandboxID is told.
-func (s *Service) RouteFailedInSandbox(sandboxID, msg string) {
+// InSandbox calls tell with every session that has a turn running in the sandbox sandboxID:
+// for a refusal the route could not attribute to a session (a harness's request that names
+// none, or one before its turn's first), e.g. s.InSandbox(id, func(ses string) {
+// s.RouteFailed(ses, msg) }).
+func (s *Service) InSandbox(sandboxID string, tell func(session string)) {
 	s.mu.Lock()
 	ids := make([]string, 0, len(s.turns))
 	for id := range s.turns {
@@ -388,22 +385,23 @@ func (s *Service) RouteFailedInSandbox(sandboxID, msg string) {
 	s.mu.Unlock()
 	for _, id := range ids {
 		if rec, err := s.store.GetSession(id); err == nil && rec.SandboxID == sandboxID {
-			s.RouteFailed(id, msg)
+			tell(id)
 		}
 	}
 }
 
-// turnNotice sets the running turn's field to msg if it is still empty, and reports whether it
-// did: whether this is the turn's first such notice.
-func (s *Service) turnNotice(id string, field func(*turn) *string, msg string) bool {
+// turnNotice puts msg in the session's log as a notice if a turn is running that has not
+// ended and whose field is still empty, and sets the field: one such notice a turn, never
+// after its turn_end (endTurn sets ending under the same lock before it records the end).
+func (s *Service) turnNotice(id string, field func(*turn) *string, msg string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.turns[id]
-	if t == nil || *field(t) != "" {
-		return false
+	if t == nil || t.ending || *field(t) != "" {
+		return
 	}
 	*field(t) = msg
-	return true
+	s.Notice(id, msg)
 }
 
 // Events returns up to limit stored events of a session after seq after.

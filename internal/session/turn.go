@@ -126,9 +126,9 @@ func (s *Service) endTurn(t *turn, stop api.StopReason, err error) {
 			data.HarnessLog = te.harnessLog
 		}
 		if budget != "" {
-			// The harness failed because the model route refused it; its own words are
-			// about a rate limit, which this is not.
-			data = api.ErrorData{Message: "the turn ended without a model answer: " + budget}
+			// The route refused the turn's requests; the harness's own words are about a rate
+			// limit, which this is not. They are kept after the reason, with its log.
+			data.Message = "the turn ended without a model answer: " + budget + " (" + data.Message + ")"
 		}
 		s.log.Enqueue(t.session, api.EventError, mustJSON(data))
 	}
