@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,16 +120,7 @@ func TestFollowEgressLogSurvivesRestartUntilDeleted(t *testing.T) {
 	f := newFakeEgressLog()
 	f.add(3)
 	sock := filepath.Join(t.TempDir(), "d.sock")
-	start := func() *httptest.Server {
-		ln, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewUnstartedServer(f.handler())
-		srv.Listener = ln
-		srv.Start()
-		return srv
-	}
+	start := func() *httptest.Server { return serveUnix(t, sock, f.handler()) }
 	srv := start()
 	c, err := New("unix://"+sock, "")
 	if err != nil {

@@ -590,16 +590,7 @@ func TestStreamSurvivesDaemonRestart(t *testing.T) {
 	d := newFakeDaemon()
 	d.addSession("s1", "web")
 	sock := filepath.Join(t.TempDir(), "d.sock")
-	start := func() *httptest.Server {
-		ln, err := net.Listen("unix", sock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewUnstartedServer(d.handler())
-		srv.Listener = ln
-		srv.Start()
-		return srv
-	}
+	start := func() *httptest.Server { return serveUnix(t, sock, d.handler()) }
 	srv := start()
 	c, err := New("unix://"+sock, "")
 	if err != nil {
@@ -651,6 +642,20 @@ func TestStreamSurvivesDaemonRestart(t *testing.T) {
 	if len(lost) != 1 {
 		t.Errorf("OnStreamLost called %d times (%v), want once for one outage", len(lost), lost)
 	}
+}
+
+// serveUnix serves h on the unix socket sock, as a daemon does; a test restarts the "daemon"
+// by closing the server and serving again on the same path.
+func serveUnix(t *testing.T, sock string, h http.Handler) *httptest.Server {
+	t.Helper()
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = ln
+	srv.Start()
+	return srv
 }
 
 func waitFor(t *testing.T, cond func() bool) {
