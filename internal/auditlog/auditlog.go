@@ -145,8 +145,5 @@ func (l *Log) Wait(ctx context.Context, after uint64, limit int, wait time.Durat
 	}
 }
 
-func seqKey(seq uint64) []byte {
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint64(k, seq)
-	return k
-}
+// seqKey is a record's key: its seq, big-endian, so keys sort as seqs do.
+func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
