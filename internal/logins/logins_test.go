@@ -270,39 +270,3 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 		}
 	}
 }
-
-func TestPlaceholderAuthFileHoldsNoSecret(t *testing.T) {
-	s, _, _ := open(t)
-	real := jwt(time.Now().Add(time.Hour), "REAL-ACCESS")
-	if _, err := s.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(real, "REAL-REFRESH")}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	token := UnsignedJWT(map[string]any{"exp": float64(PlaceholderExpiry.Unix()), "hiloop": "route-token"})
-	raw, err := s.PlaceholderAuthFile(token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range []string{real, "REAL-ACCESS", "REAL-REFRESH", "not copied"} {
-		if bytes.Contains(raw, []byte(v)) {
-			t.Fatalf("the placeholder auth.json holds %q:\n%s", v, raw)
-		}
-	}
-	var f authFile
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatal(err)
-	}
-	if f.Tokens.AccessToken != token || f.Tokens.RefreshToken != PlaceholderRefreshToken || f.Tokens.AccountID != "acct-1" {
-		t.Fatalf("tokens %+v", f.Tokens)
-	}
-	claims, err := jwtClaims(f.Tokens.IDToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, _ := claims["https://api.openai.com/auth"].(map[string]any)
-	if claims["email"] != "dev@example.test" || auth["chatgpt_plan_type"] != "pro" {
-		t.Fatalf("id token claims %v", claims)
-	}
-	if exp, err := jwtExpiry(f.Tokens.IDToken); err != nil || !exp.Equal(PlaceholderExpiry) {
-		t.Fatalf("id token expiry %v %v", exp, err)
-	}
-}

@@ -236,57 +236,9 @@ func jwtClaims(token string) (map[string]any, error) {
 	return claims, nil
 }
 
-// PlaceholderAuthFile returns a Codex auth.json for a sandbox: the login's shape with none of
-// its secrets. accessToken is what the harness sends as its bearer token (the model route's
-// token for that harness start, shaped as a JWT that never expires), so the harness never
-// refreshes on its own; the id token keeps the real one's claims (plan, account, email: what
-// Codex reads from it) under a signature that proves nothing, and the refresh token is a
-// placeholder the gateway answers for.
-func (s *Store) PlaceholderAuthFile(accessToken string) ([]byte, error) {
-	rec, err := s.get(api.LoginCodex)
-	if err != nil {
-		return nil, err
-	}
-	if rec.Kind != api.LoginChatGPT {
-		return nil, api.Errorf(api.CodeInvalidArgument, "the codex login is an %s, not a chatgpt login", rec.Kind)
-	}
-	plain, err := s.sealer.Open(purpose(api.LoginCodex), rec.Sealed)
-	if err != nil {
-		return nil, fmt.Errorf("logins: open the codex login: %w", err)
-	}
-	var t chatGPTTokens
-	if err := json.Unmarshal(plain, &t); err != nil {
-		return nil, fmt.Errorf("logins: decode the codex login: %w", err)
-	}
-	claims, err := jwtClaims(t.IDToken)
-	if err != nil {
-		claims = map[string]any{}
-	}
-	keep := map[string]any{"exp": float64(PlaceholderExpiry.Unix()), "iss": "hiloop"}
-	for _, k := range []string{"email", "https://api.openai.com/auth", "https://api.openai.com/profile"} {
-		if v, ok := claims[k]; ok {
-			keep[k] = v
-		}
-	}
-	f := authFile{Tokens: chatGPTTokens{
-		IDToken:      UnsignedJWT(keep),
-		AccessToken:  accessToken,
-		RefreshToken: PlaceholderRefreshToken,
-		AccountID:    t.AccountID,
-	}, LastRefresh: time.Now().UTC().Format(time.RFC3339)}
-	return json.MarshalIndent(f, "", "  ")
-}
-
-// PlaceholderRefreshToken is the refresh token a sandbox's auth.json holds: a harness that
-// tries to refresh with it is answered by the gateway, never by the provider.
-const PlaceholderRefreshToken = "hiloop-placeholder-chatgpt-refresh-token"
-
-// PlaceholderExpiry is the expiry a placeholder JWT claims: far enough that a harness never
-// refreshes because of it.
-var PlaceholderExpiry = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)
-
 // UnsignedJWT encodes claims as a JWT whose signature is a fixed marker: shaped like a token,
-// worth nothing to anyone who checks it.
+// worth nothing to anyone who checks it. The tests of the packages that read logins make their
+// ChatGPT access tokens with it.
 func UnsignedJWT(claims map[string]any) string {
 	head := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT","kid":"hiloop-placeholder"}`))
 	body, _ := json.Marshal(claims)
