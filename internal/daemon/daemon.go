@@ -78,6 +78,9 @@ type Config struct {
 	// GatewayMaxConns bounds the gateway's connections of all sandboxes together
 	// (--gateway-max-conns); 0: derived from the process's descriptor limit.
 	GatewayMaxConns int
+	// ExecKeepalive is how often an exec's client is pinged; one that does not answer within
+	// it has its command killed (--exec-keepalive). 0: DefaultExecKeepalive.
+	ExecKeepalive time.Duration
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/hiloop/hiloop/internal/execflow"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -82,9 +83,27 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	if err != nil {
 		return api.ExecControl{}, err
 	}
-	s.control(ctx, api.ExecControl{Type: api.ControlStarted})
+	// With a client that speaks flow control, output waits for its credit and stdin goes
+	// through a queue, so that this end reads the socket continuously (keepalives pass) and a
+	// slow consumer at either end holds data back rather than blocking the socket.
+	// lost ends the waits for the client's credit and the feeding of its stdin once the
+	// connection is gone. The reading itself keeps the request's context: a Read whose context
+	// ends closes the connection, which must stay open until the exit message is sent.
+	readCtx := ctx
+	ctx, lost := context.WithCancel(ctx)
+	defer lost()
+	f := execFlow{proc: proc}
+	started := api.ExecControl{Type: api.ControlStarted}
+	if req.Window > 0 {
+		f.credit = execflow.NewCredit(req.Window)
+		f.stdin = execflow.NewQueue(execStdinWindow)
+		started.Window = execStdinWindow
+	}
+	s.control(ctx, started)
 	if !req.Stdin {
 		proc.Stdin().Close()
+	} else if f.stdin != nil {
+		go f.feedStdin(ctx, s)
 	}
 
 	var pumps sync.WaitGroup
@@ -99,7 +118,7 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 			buf[0] = id
 			for {
 				n, err := r.Read(buf[1:])
-				if n > 0 && s.data(ctx, buf[:1+n]) != nil {
+				if n > 0 && (f.take(ctx, n) != nil || s.data(ctx, buf[:1+n]) != nil) {
 					_, _ = io.Copy(io.Discard, r)
 					return
 				}
@@ -120,8 +139,18 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		})
 		defer t.Stop()
 	}
-	go d.readExecInput(ctx, s.conn, proc, &exited)
-	stopPings := keepAlive(ctx, s.conn, proc)
+	go func() {
+		err := f.readInput(readCtx, s.conn)
+		if !exited.Load() {
+			_ = proc.Kill()
+		}
+		if err != nil {
+			d.log.Warn("exec: client protocol error", "sandbox", name, "err", err)
+			s.conn.Close(websocket.StatusProtocolError, err.Error())
+		}
+		lost()
+	}()
+	stopPings := keepAlive(ctx, s.conn, proc, d.execKeepalive())
 	defer stopPings()
 
 	status, waitErr := proc.Wait()
@@ -146,21 +175,47 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	return exit, nil
 }
 
-// readExecInput forwards the client's stdin and control messages to the process. A client
-// that goes away before the command ends takes the command's process tree with it; once the
-// command has exited, what it left running in the background stays.
-func (d *Daemon) readExecInput(ctx context.Context, conn *websocket.Conn, proc runtime.Process, exited *atomic.Bool) {
+// execStdinWindow is how much of a flow-controlled client's stdin the daemon queues for a
+// command that has not read it yet.
+const execStdinWindow = 4 << 20
+
+// execFlow is one exec's flow control; its credit and stdin queue are nil for a client without
+// it.
+type execFlow struct {
+	proc   runtime.Process
+	credit *execflow.Credit // the client's window for stdout and stderr
+	stdin  *execflow.Queue  // stdin the command has not read yet
+}
+
+// take waits for the client's credit for n bytes of output.
+func (f *execFlow) take(ctx context.Context, n int) error {
+	if f.credit == nil {
+		return nil
+	}
+	return f.credit.Take(ctx, int64(n))
+}
+
+// readInput forwards the client's stdin and control messages to the process until the
+// connection ends, and returns a protocol error of the client's, if it makes one. A client that
+// goes away before the command ends takes the command's process tree with it (the caller kills
+// it); once the command has exited, what it left running in the background stays.
+func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
+	if f.stdin != nil {
+		defer f.stdin.Close()
+	}
 	for {
 		typ, data, err := conn.Read(ctx)
 		if err != nil {
-			if !exited.Load() {
-				_ = proc.Kill()
-			}
-			return
+			return nil
 		}
 		if typ == websocket.MessageBinary {
-			if len(data) > 1 && data[0] == api.StreamStdin {
-				_, _ = proc.Stdin().Write(data[1:])
+			if len(data) < 2 || data[0] != api.StreamStdin {
+				continue
+			}
+			if f.stdin == nil {
+				_, _ = f.proc.Stdin().Write(data[1:])
+			} else if err := f.stdin.Put(data[1:], int64(len(data)-1)); err != nil {
+				return err
 			}
 			continue
 		}
@@ -170,30 +225,67 @@ func (d *Daemon) readExecInput(ctx context.Context, conn *websocket.Conn, proc r
 		}
 		switch c.Type {
 		case api.ControlStdinEOF:
-			proc.Stdin().Close()
+			if f.stdin != nil {
+				f.stdin.Close()
+			} else {
+				f.proc.Stdin().Close()
+			}
 		case api.ControlResize:
-			_ = proc.Resize(c.Rows, c.Cols)
+			_ = f.proc.Resize(c.Rows, c.Cols)
 		case api.ControlSignal:
-			_ = proc.Signal(c.Signal)
+			_ = f.proc.Signal(c.Signal)
+		case api.ControlAck:
+			if f.credit == nil {
+				continue
+			}
+			if err := f.credit.Add(c.Bytes); err != nil {
+				return err
+			}
 		}
 	}
 }
 
-// execPingInterval is how often an exec's client is pinged; one that stops answering (gone
-// without closing its connection) has its command's process tree killed.
-const execPingInterval = 30 * time.Second
+// feedStdin writes the queued stdin to the command as it reads it, acknowledging what it took,
+// and closes the command's stdin at the end of the client's. Input a command no longer reads
+// (it closed its stdin) is dropped but still acknowledged, so the client is never stuck.
+func (f *execFlow) feedStdin(ctx context.Context, s *execStream) {
+	broken := false
+	_ = execflow.Drain(ctx, f.stdin, func(b []byte) error {
+		if !broken {
+			_, err := f.proc.Stdin().Write(b)
+			broken = err != nil
+		}
+		return nil
+	}, func(n int64) error {
+		_ = s.control(ctx, api.ExecControl{Type: api.ControlAck, Bytes: n}) // a lost client is readInput's to see
+		return nil
+	})
+	f.proc.Stdin().Close()
+}
 
-func keepAlive(ctx context.Context, conn *websocket.Conn, proc runtime.Process) (stop func()) {
+// DefaultExecKeepalive is how often an exec's client is pinged unless --exec-keepalive says.
+const DefaultExecKeepalive = 30 * time.Second
+
+func (d *Daemon) execKeepalive() time.Duration {
+	if d.cfg.ExecKeepalive > 0 {
+		return d.cfg.ExecKeepalive
+	}
+	return DefaultExecKeepalive
+}
+
+// keepAlive pings the client every interval; one that stops answering (gone without closing
+// its connection) has its command's process tree killed.
+func keepAlive(ctx context.Context, conn *websocket.Conn, proc runtime.Process, interval time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
-		t := time.NewTicker(execPingInterval)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				pingCtx, done := context.WithTimeout(ctx, execPingInterval)
+				pingCtx, done := context.WithTimeout(ctx, interval)
 				err := conn.Ping(pingCtx)
 				done()
 				if err != nil && ctx.Err() == nil {
@@ -218,8 +310,8 @@ func (s *execStream) data(ctx context.Context, b []byte) error {
 	return s.conn.Write(ctx, websocket.MessageBinary, b)
 }
 
-func (s *execStream) control(ctx context.Context, c api.ExecControl) {
+func (s *execStream) control(ctx context.Context, c api.ExecControl) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_ = s.conn.Write(ctx, websocket.MessageText, []byte(mustJSON(c)))
+	return s.conn.Write(ctx, websocket.MessageText, []byte(mustJSON(c)))
 }

@@ -10,6 +10,16 @@ import (
 // byte (StreamStdin from the client; StreamStdout and StreamStderr from the daemon) and text
 // messages carry ExecControl values. The daemon's last message is an ExecControl of type "exit"
 // or "error"; then it closes the socket.
+//
+// Flow control keeps the socket free for keepalives however slowly either end consumes data: a
+// peer never has more unacknowledged data in flight than the other end's window, so each end
+// reads the socket continuously and a command that reads its stdin late, or a client whose
+// stdout is a slow pipe, holds data back instead of looking like a dead peer. A client that
+// sets ExecRequest.Window acknowledges the stdout and stderr bytes it has written out with
+// "ack" controls, and the daemon sends no more than Window bytes beyond them; the daemon's
+// "started" control carries its own Window for stdin, which it acknowledges likewise as the
+// command reads. A peer that sends no window gets none of this (the older protocol): writes
+// then block the socket until the other end consumes them.
 
 // Stream ids of binary exec messages.
 const (
@@ -39,7 +49,13 @@ type ExecRequest struct {
 	Cols uint16 `json:"cols,omitempty"`
 	// TimeoutMS kills the command's whole process tree after this many milliseconds (0: none).
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Window is how many bytes of stdout and stderr the client takes before it acknowledges
+	// them (see flow control above), e.g. 4194304; 0: no flow control.
+	Window int64 `json:"window,omitempty"`
 }
+
+// MaxExecWindow bounds a flow-control window, so that what a peer buffers stays bounded.
+const MaxExecWindow = 64 << 20
 
 // Defaults for ExecRequest.
 const (
@@ -69,6 +85,9 @@ func (r *ExecRequest) Validate() error {
 	if r.TimeoutMS < 0 || r.TimeoutMS > MaxExecTimeout.Milliseconds() {
 		return Errorf(CodeInvalidArgument, "invalid timeout %dms: use 0 (none) up to %s", r.TimeoutMS, MaxExecTimeout)
 	}
+	if r.Window < 0 || r.Window > MaxExecWindow {
+		return Errorf(CodeInvalidArgument, "invalid window %d: use 0 (no flow control) up to %d bytes", r.Window, MaxExecWindow)
+	}
 	return nil
 }
 
@@ -77,7 +96,8 @@ const (
 	ControlResize   = "resize"    // client: window size changed (Rows, Cols)
 	ControlStdinEOF = "stdin_eof" // client: stdin is finished
 	ControlSignal   = "signal"    // client: deliver Signal to the command
-	ControlStarted  = "started"   // daemon: the command runs
+	ControlAck      = "ack"       // either: Bytes more of the other's data were consumed
+	ControlStarted  = "started"   // daemon: the command runs (Window: its stdin window)
 	ControlExit     = "exit"      // daemon: the command ended (ExitCode, Signal, TimedOut)
 	ControlError    = "error"     // daemon: the exec failed (Error)
 )
@@ -94,6 +114,11 @@ type ExecControl struct {
 	ExitCode int `json:"exit_code,omitempty"`
 	// TimedOut says the exec was killed by its timeout.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// Window comes with "started": the bytes of stdin the daemon takes before it acknowledges
+	// them (0: the daemon has no flow control).
+	Window int64 `json:"window,omitempty"`
+	// Bytes comes with "ack": how many more bytes of data were consumed since the last ack.
+	Bytes int64 `json:"bytes,omitempty"`
 	// Error comes with "error".
 	Error *Error `json:"error,omitempty"`
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/hiloop/hiloop/internal/execflow"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -39,7 +40,13 @@ type ExecResult struct {
 	TimedOut bool
 }
 
-// Exec runs a command in a running sandbox, streaming its output until it ends.
+// execWindow is how much of a command's output the client takes ahead of writing it out: the
+// daemon sends no more before the client acknowledges what it wrote (pkg/api/exec.go).
+const execWindow = 4 << 20
+
+// Exec runs a command in a running sandbox, streaming its output until it ends. Output reaches
+// stdio in the order the command wrote it, per stream; a slow Stdout holds the command back
+// (flow control) rather than buffering without bound or losing the connection.
 func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, stdio ExecIO) (ExecResult, error) {
 	header := http.Header{}
 	if c.token != "" {
@@ -66,34 +73,65 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 		c.daemonVersion.Store(v)
 	}
 
+	req.Window = execWindow
 	first, _ := json.Marshal(req)
 	if err := conn.Write(ctx, websocket.MessageText, first); err != nil {
 		return ExecResult{}, fmt.Errorf("exec in %q: %w", name, err)
 	}
-	inputCtx, stopInput := context.WithCancel(ctx)
-	defer stopInput()
-	go forwardInput(inputCtx, conn, req.Stdin, stdio)
 
+	// The socket is read here without pause; output goes through a queue to a writer of its
+	// own, which acknowledges what it wrote.
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	out := execflow.NewQueue(execWindow)
+	var outErr error
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		outErr = execflow.Drain(readCtx, out, func(b []byte) error {
+			w := stdio.Stdout
+			if b[0] == api.StreamStderr {
+				w = stdio.Stderr
+			}
+			if w == nil {
+				return nil
+			}
+			if _, err := w.Write(b[1:]); err != nil {
+				return fmt.Errorf("write command output: %w", err)
+			}
+			return nil
+		}, func(n int64) error {
+			// A lost connection is the reader's to report; the daemon may also have closed it
+			// after its exit message, with the last output still being written here.
+			_ = writeControl(readCtx, conn, api.ExecControl{Type: api.ControlAck, Bytes: n})
+			return nil
+		})
+		if outErr != nil {
+			stopReading()
+		}
+	}()
+	started := make(chan *execflow.Credit, 1)
+	go forwardInput(readCtx, conn, req.Stdin, stdio, started)
+
+	var stdinCredit *execflow.Credit
 	for {
-		typ, data, err := conn.Read(ctx)
+		typ, data, err := conn.Read(readCtx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ExecResult{}, ctx.Err()
 			}
+			if readCtx.Err() != nil { // the writer failed and stopped the reading
+				<-outDone
+				return ExecResult{}, outErr
+			}
 			return ExecResult{}, fmt.Errorf("exec in %q: connection to sandboxd lost: %w", name, err)
 		}
 		if typ == websocket.MessageBinary {
-			if len(data) == 0 {
+			if len(data) < 2 {
 				continue
 			}
-			w := stdio.Stdout
-			if data[0] == api.StreamStderr {
-				w = stdio.Stderr
-			}
-			if w != nil {
-				if _, err := w.Write(data[1:]); err != nil {
-					return ExecResult{}, fmt.Errorf("write command output: %w", err)
-				}
+			if err := out.Put(data, int64(len(data)-1)); err != nil {
+				return ExecResult{}, fmt.Errorf("exec in %q: %w", name, err)
 			}
 			continue
 		}
@@ -103,10 +141,25 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 		}
 		switch ctl.Type {
 		case api.ControlStarted:
+			if ctl.Window > 0 {
+				stdinCredit = execflow.NewCredit(ctl.Window)
+			}
+			started <- stdinCredit
 			if stdio.Started != nil {
 				stdio.Started()
 			}
+		case api.ControlAck:
+			if stdinCredit != nil {
+				if err := stdinCredit.Add(ctl.Bytes); err != nil {
+					return ExecResult{}, fmt.Errorf("exec in %q: %w", name, err)
+				}
+			}
 		case api.ControlExit:
+			out.Close()
+			<-outDone
+			if outErr != nil {
+				return ExecResult{}, outErr
+			}
 			conn.Close(websocket.StatusNormalClosure, "")
 			return ExecResult{ExitCode: ctl.ExitCode, Signal: ctl.Signal, TimedOut: ctl.TimedOut}, nil
 		case api.ControlError:
@@ -118,21 +171,31 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	}
 }
 
-// forwardInput sends stdin, window sizes and signals until ctx ends.
-func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, stdio ExecIO) {
+// forwardInput sends stdin, window sizes and signals until ctx ends. Stdin waits for the
+// command to start, and then for the daemon's credit when it gives one.
+func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, stdio ExecIO, started <-chan *execflow.Credit) {
 	if sendStdin && stdio.Stdin != nil {
 		go func() {
+			var credit *execflow.Credit
+			select {
+			case credit = <-started:
+			case <-ctx.Done():
+				return
+			}
 			buf := make([]byte, 32<<10)
 			buf[0] = api.StreamStdin
 			for {
 				n, err := stdio.Stdin.Read(buf[1:])
 				if n > 0 {
+					if credit != nil && credit.Take(ctx, int64(n)) != nil {
+						return
+					}
 					if conn.Write(ctx, websocket.MessageBinary, buf[:1+n]) != nil {
 						return
 					}
 				}
 				if err != nil {
-					writeControl(ctx, conn, api.ExecControl{Type: api.ControlStdinEOF})
+					_ = writeControl(ctx, conn, api.ExecControl{Type: api.ControlStdinEOF})
 					return
 				}
 			}
@@ -143,14 +206,14 @@ func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, std
 		case <-ctx.Done():
 			return
 		case sz := <-stdio.Resize:
-			writeControl(ctx, conn, api.ExecControl{Type: api.ControlResize, Rows: sz[0], Cols: sz[1]})
+			_ = writeControl(ctx, conn, api.ExecControl{Type: api.ControlResize, Rows: sz[0], Cols: sz[1]})
 		case sig := <-stdio.Signals:
-			writeControl(ctx, conn, api.ExecControl{Type: api.ControlSignal, Signal: sig})
+			_ = writeControl(ctx, conn, api.ExecControl{Type: api.ControlSignal, Signal: sig})
 		}
 	}
 }
 
-func writeControl(ctx context.Context, conn *websocket.Conn, c api.ExecControl) {
+func writeControl(ctx context.Context, conn *websocket.Conn, c api.ExecControl) error {
 	b, _ := json.Marshal(c)
-	_ = conn.Write(ctx, websocket.MessageText, b)
+	return conn.Write(ctx, websocket.MessageText, b)
 }
