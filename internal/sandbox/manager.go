@@ -391,7 +391,9 @@ func (m *Manager) stopContainer(ctx context.Context, rec *store.Sandbox) error {
 }
 
 // Delete stops a sandbox and removes it with its workspace; its snapshots stay unless
-// withSnapshots.
+// withSnapshots. The whole intent is recorded before anything is removed, so that a delete a
+// crash interrupts is finished whole at the next start, snapshots included, and the record goes
+// last: while it is listed as deleting, something remains to be done.
 func (m *Manager) Delete(ctx context.Context, name string, withSnapshots bool) error {
 	ctx = context.WithoutCancel(ctx)
 	var gone *store.Sandbox
@@ -410,22 +412,26 @@ func (m *Manager) Delete(ctx context.Context, name string, withSnapshots bool) e
 	if _, err := admit(opDelete, rec); err != nil {
 		return err
 	}
+	// A retry of a delete that is still recorded keeps what it was asked to remove.
+	rec.DeleteSnapshots = withSnapshots || rec.State == string(api.StateDeleting) && rec.DeleteSnapshots
 	if err := m.delete(ctx, &rec); err != nil {
 		return err
 	}
 	gone = &rec
-	if withSnapshots {
-		return m.deleteSnapshotsOf(ctx, rec.ID)
-	}
 	return nil
 }
 
+// delete records rec as deleting (with its intent, rec.DeleteSnapshots), tears it down, removes
+// its snapshots when asked, and then its record.
 func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
 	if err := m.setState(rec, api.StateDeleting, ""); err != nil {
 		return err
 	}
 	err := m.teardown(ctx, *rec)
 	m.stopped(rec.Name)
+	if err == nil && rec.DeleteSnapshots {
+		err = m.deleteSnapshotsOf(ctx, rec.ID)
+	}
 	if err != nil {
 		_ = m.setState(rec, api.StateFailed, err.Error())
 		return fmt.Errorf("delete sandbox %q: %w", rec.Name, err)

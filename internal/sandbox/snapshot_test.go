@@ -182,3 +182,47 @@ func isCode(err error, code api.ErrorCode) bool {
 	var apiErr *api.Error
 	return errors.As(err, &apiErr) && apiErr.Code == code
 }
+
+// A delete --with-snapshots cut short by a crash leaves the sandbox recorded as deleting with
+// its whole intent: the next start finishes all of it, its snapshots included, and a sandbox
+// that was being deleted without them keeps them.
+func TestReconcileFinishesADeleteWithItsSnapshots(t *testing.T) {
+	m, vol := newTestManager(t)
+	close(vol.release)
+	ctx := context.Background()
+	for _, name := range []string{"with", "without"} {
+		mustCreate(t, m, api.SandboxesPost{Name: name, Image: "minimal", NoStart: true, WorkspaceGiB: 1})
+		vol.sealing = make(chan struct{}) // each seal closes it
+		if _, err := m.Snapshot(ctx, name, api.SnapshotsPost{Name: name + "-s"}); err != nil {
+			t.Fatal(err)
+		}
+		// What a kill -9 just after the delete recorded its intent leaves.
+		if _, err := m.store.UpdateSandbox(name, func(s *store.Sandbox) error {
+			s.State = string(api.StateDeleting)
+			s.DeleteSnapshots = name == "with"
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"with", "without"} {
+		if _, err := m.Get(ctx, name); !isCode(err, api.CodeSandboxNotFound) {
+			t.Errorf("sandbox %s after the recovery: %v, want it deleted", name, err)
+		}
+	}
+	if _, err := m.GetSnapshot("with-s"); !isCode(err, api.CodeSnapshotNotFound) {
+		t.Errorf("snapshot of the delete --with-snapshots survived the recovery: %v", err)
+	}
+	if _, err := m.GetSnapshot("without-s"); err != nil {
+		t.Errorf("snapshot of the plain delete: %v, want it kept", err)
+	}
+	if ids, err := vol.ListSnapshots(ctx); err != nil || len(ids) != 1 {
+		t.Errorf("snapshot copies after the recovery: %v %v, want the kept one only", ids, err)
+	}
+	if err := m.DeleteSnapshot(ctx, "without-s"); err != nil {
+		t.Fatal(err)
+	}
+}

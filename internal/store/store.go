@@ -91,6 +91,9 @@ type Sandbox struct {
 	Error     string     `json:"error,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// DeleteSnapshots records, with the state deleting, that the delete also removes the
+	// sandbox's snapshots, so that a delete interrupted by a crash is finished whole.
+	DeleteSnapshots bool `json:"delete_snapshots,omitempty"`
 }
 
 // Egress is a sandbox's stored egress policy, as pkg/api's Egress validated it.

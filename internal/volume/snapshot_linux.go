@@ -349,15 +349,23 @@ func (x *XFS) withImageMounted(ctx context.Context, id, img, mnt string, f func(
 	return file.Sync()
 }
 
-// cleanSealMounts unmounts the copies a daemon that died mid-seal left mounted under mnt (their
-// files are removed through ListSnapshots and DeleteSnapshot).
+// cleanSealMounts unmounts the copies a daemon that died mid-seal left mounted under mnt, and
+// removes their mount points, also those it died between creating and mounting, or between
+// unmounting and removing (the copies' files are removed through ListSnapshots and
+// DeleteSnapshot).
 func cleanSealMounts(mnt string) {
+	isSeal := func(name string) bool { return strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".sealing") }
 	under, _ := mountinfo.Under(mnt)
 	for _, t := range under {
-		if name := filepath.Base(t); filepath.Dir(t) == mnt && strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".sealing") {
-			if err := unix.Unmount(t, unix.MNT_DETACH); err == nil {
-				os.Remove(t)
-			}
+		if filepath.Dir(t) == mnt && isSeal(filepath.Base(t)) {
+			_ = unix.Unmount(t, unix.MNT_DETACH)
+		}
+	}
+	entries, _ := os.ReadDir(mnt)
+	for _, e := range entries {
+		if e.IsDir() && isSeal(e.Name()) {
+			// rmdir: a mount point still mounted (the unmount failed) or not empty stays.
+			_ = unix.Rmdir(filepath.Join(mnt, e.Name()))
 		}
 	}
 }

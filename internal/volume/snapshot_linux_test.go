@@ -795,11 +795,20 @@ func TestXFSRestartAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A daemon killed between creating a seal's mount point and mounting it left it empty.
+	straySeal := filepath.Join(filepath.Dir(mnt), ".s2.sealing")
+	if err := os.Mkdir(straySeal, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
 	x2, err := NewXFS(dir)
 	if err != nil {
 		t.Fatalf("NewXFS with the pool mounted: %v", err)
 	}
 	last = x2
+	if _, err := os.Stat(straySeal); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a seal's empty mount point survived the restart: %v", err)
+	}
 	if x2.Pool() != x1.Pool() || x2.Dir() != x1.Dir() || x2.Reflink() != x1.Reflink() {
 		t.Errorf("second driver pool %q dir %q reflink %v; first %q %q %v",
 			x2.Pool(), x2.Dir(), x2.Reflink(), x1.Pool(), x1.Dir(), x1.Reflink())
