@@ -64,8 +64,8 @@ func imageBuildRun(ctx context.Context, f *Factory, opts *ImageBuildOptions) err
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, img, func(t *table) {
-		t.row("NAME", "SIZE", "DIGEST", "BUILT", "HARNESSES")
+	return printOutput(f.IO, opts.Output, img, func(t *table) {
+		t.head("NAME", "SIZE", "DIGEST", "BUILT", "HARNESSES")
 		t.row(img.Name, formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339), harnessList(img))
 	})
 }
@@ -102,8 +102,8 @@ func imageListRun(ctx context.Context, f *Factory, opts *ImageListOptions) error
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, list, func(t *table) {
-		t.row("NAME", "STATUS", "SIZE", "DIGEST", "BUILT", "HARNESSES")
+	return printOutput(f.IO, opts.Output, list, func(t *table) {
+		t.head("NAME", "STATUS", "SIZE", "DIGEST", "BUILT", "HARNESSES")
 		built := map[string]api.Image{}
 		for _, img := range list.Images {
 			built[img.Name] = img

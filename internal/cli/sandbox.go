@@ -162,7 +162,7 @@ func sandboxGetRun(ctx context.Context, f *Factory, opts *SandboxGetOptions) err
 }
 
 func printSandbox(f *Factory, output string, sb api.Sandbox) error {
-	return printOutput(f.IO.Out, output, sb, func(t *table) {
+	return printOutput(f.IO, output, sb, func(t *table) {
 		t.row("name:", sb.Name)
 		t.row("state:", string(sb.State))
 		if sb.Error != "" {
@@ -236,8 +236,8 @@ func sandboxListRun(ctx context.Context, f *Factory, opts *SandboxListOptions) e
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, api.SandboxList{Sandboxes: list}, func(t *table) {
-		t.row("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
+	return printOutput(f.IO, opts.Output, api.SandboxList{Sandboxes: list}, func(t *table) {
+		t.head("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
 		for _, sb := range list {
 			t.row(sb.Name, string(sb.State), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
 				fmt.Sprintf("%d MiB", sb.MemoryMB),

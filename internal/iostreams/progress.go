@@ -67,6 +67,10 @@ func (s *IOStreams) StartProgress(label string) *Progress {
 	return p
 }
 
+// Live reports whether the progress is drawn (stderr is a terminal that redraws a line), so that
+// a caller need not ask the daemon for figures nobody will see.
+func (p *Progress) Live() bool { return p.live }
+
 // animate turns the spinner and the clock until Stop.
 func (p *Progress) animate() {
 	defer close(p.done)

@@ -10,6 +10,7 @@ package styles
 
 import (
 	"image/color"
+	"strings"
 
 	"charm.land/lipgloss/v2"
 
@@ -169,4 +170,18 @@ func (s *Styles) State(state string) lipgloss.Style {
 		return s.Error
 	}
 	return lipgloss.NewStyle()
+}
+
+// RenderText renders text that must come out as it went in, such as an agent's output streamed
+// to a terminal a chunk at a time: line by line, tabs kept, no line padded to the width of the
+// widest, newlines where they were. Style.Render lays out a block, which is for the TUI.
+func RenderText(st lipgloss.Style, s string) string {
+	st = st.TabWidth(lipgloss.NoTabConversion)
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = st.Render(l)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
