@@ -58,9 +58,12 @@ func imageBuildRun(ctx context.Context, f *Factory, opts *ImageBuildOptions) err
 		return err
 	}
 	start := time.Now()
+	// The build's log scrolls above a spinner; the daemon reports steps, not a fraction.
+	progress := f.IO.StartProgress("building " + opts.Name)
 	img, err := c.BuildImage(ctx, opts.Name, opts.Post, func(line string) {
-		fmt.Fprintf(f.IO.ErrOut, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
+		progress.Println(fmt.Sprintf("%6.1fs  %s", time.Since(start).Seconds(), line))
 	})
+	progress.Stop()
 	if err != nil {
 		return err
 	}

@@ -76,6 +76,14 @@ func printOutput(ios *iostreams.IOStreams, format string, v any, fill func(*tabl
 	return checkOutput(format)
 }
 
+// withProgress runs call, which may take seconds, with a spinner labelled label on a terminal
+// stderr ("starting web").
+func withProgress[T any](f *Factory, label string, call func() (T, error)) (T, error) {
+	p := f.IO.StartProgress(label)
+	defer p.Stop()
+	return call()
+}
+
 // stateLabels name what holds a state word, which is coloured by what it says: a list's column,
 // or the name of a name: value row.
 var stateLabels = map[string]bool{"STATE": true, "STATUS": true, "state:": true, "status:": true}

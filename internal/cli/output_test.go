@@ -20,7 +20,7 @@ import (
 // Plain tables come out as text/tabwriter laid them out before colour: scripts read them.
 func TestTableLayoutIsTabwriters(t *testing.T) {
 	tables := map[string]*table{
-		"list": {header: []string{"NAME", "STATE", "AGE"}, rows: [][]string{{"web", "running", "3d"}, {"a-longer-name", "stopped", "12m"}}},
+		"list":        {header: []string{"NAME", "STATE", "AGE"}, rows: [][]string{{"web", "running", "3d"}, {"a-longer-name", "stopped", "12m"}}},
 		"name: value": {rows: [][]string{{"name:", "web"}, {"state:", "running"}, {"workspace:", "10 GiB durable (growable)"}}},
 		"ragged": {rows: [][]string{
 			{"since 2026-11-29"}, {}, {"SANDBOX", "IN", "OUT"}, {"web", "12", "3400"}, {}, {"", "IN", "OUT"}, {"total", "1", "2"}, {"x", ""}, {"yy", "", "z"},
@@ -70,6 +70,8 @@ func fakeSandboxes(t *testing.T) string {
 				{Name: "web", State: api.StateRunning, Image: "base", CreatedAt: time.Now()},
 				{Name: "db", State: api.StateStopped, Image: "base", CreatedAt: time.Now()},
 			}})
+		case "/v1/sandboxes/web/start":
+			reply(w, http.StatusOK, api.Sandbox{Name: "web", State: api.StateRunning})
 		default:
 			fail(w, api.CodeNotFound, "sandbox \"nope\" not found")
 		}
@@ -114,5 +116,24 @@ func TestColourOnlyOnTerminals(t *testing.T) {
 				t.Errorf("escapes on stderr: %v, want %v: %q", got, tt.wantEscErr, errOut)
 			}
 		})
+	}
+}
+
+// A call that can take seconds shows a spinner on a terminal stderr, cleared before the answer;
+// off a terminal stderr stays empty.
+func TestProgressOnlyOnTerminals(t *testing.T) {
+	host := fakeSandboxes(t)
+	for _, tty := range []bool{false, true} {
+		ios, _, out, errOut := iostreams.Test()
+		ios.SetStderrTTY(tty)
+		if code := Run(&Factory{IO: ios, Host: host}, []string{"sandbox", "start", "web"}); code != 0 || out.String() != "web running\n" {
+			t.Fatalf("stderr a terminal %v: exit %d, stdout %q, stderr %q", tty, code, out, errOut)
+		}
+		switch {
+		case !tty && errOut.Len() != 0:
+			t.Errorf("stderr not a terminal: got %q, want nothing", errOut)
+		case tty && (!strings.Contains(errOut.String(), "starting web") || !strings.HasSuffix(errOut.String(), "\r"+ansi.EraseLineRight)):
+			t.Errorf("stderr a terminal: got %q, want a spinner line for starting web, cleared", errOut)
+		}
 	}
 }

@@ -53,7 +53,9 @@ func sandboxGrowRun(ctx context.Context, f *Factory, opts *SandboxGrowOptions) e
 	if err != nil {
 		return err
 	}
-	sb, err := c.GrowSandbox(ctx, opts.Name, opts.WorkspaceGiB)
+	sb, err := withProgress(f, "growing the workspace of "+opts.Name, func() (api.Sandbox, error) {
+		return c.GrowSandbox(ctx, opts.Name, opts.WorkspaceGiB)
+	})
 	if err != nil {
 		return err
 	}
@@ -89,7 +91,9 @@ func sandboxRestoreRun(ctx context.Context, f *Factory, opts *SandboxRestoreOpti
 	if err != nil {
 		return err
 	}
-	sb, err := c.RestoreSandbox(ctx, opts.Name, opts.Snapshot)
+	sb, err := withProgress(f, "restoring "+opts.Name+" from "+opts.Snapshot, func() (api.Sandbox, error) {
+		return c.RestoreSandbox(ctx, opts.Name, opts.Snapshot)
+	})
 	if err != nil {
 		return err
 	}
@@ -313,7 +317,10 @@ func snapshotDeleteRun(ctx context.Context, f *Factory, opts *SnapshotDeleteOpti
 	if err != nil {
 		return err
 	}
-	if err := c.DeleteSnapshot(ctx, opts.Name); err != nil {
+	_, err = withProgress(f, "deleting "+opts.Name, func() (struct{}, error) {
+		return struct{}{}, c.DeleteSnapshot(ctx, opts.Name)
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(f.IO.Out, "%s deleted\n", opts.Name)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -58,5 +59,17 @@ func TestStateColours(t *testing.T) {
 	}
 	if got := s.State("something new").Render("x"); got != "x" {
 		t.Errorf("an unknown state renders %q, want it plain", got)
+	}
+}
+
+// Streamed text keeps its tabs, newlines and line lengths, coloured or not.
+func TestRenderTextKeepsText(t *testing.T) {
+	in := "a\tb\n\nlonger line\n"
+	if got := RenderText(New(false).Dim, in); got != in {
+		t.Errorf("plain RenderText = %q, want %q", got, in)
+	}
+	got := RenderText(New(true).Dim, in)
+	if !strings.Contains(got, "\x1b[") || ansi.Strip(got) != in {
+		t.Errorf("coloured RenderText = %q, want %q with escapes around its lines", got, in)
 	}
 }
