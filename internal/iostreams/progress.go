@@ -142,13 +142,14 @@ func (p *Progress) render() string {
 		elapsed := time.Since(p.start).Truncate(time.Second)
 		return frame + " " + p.label + " " + p.dim.Render(fmt.Sprintf("(%s)", elapsed))
 	}
-	rest := p.label + "  " + "  " + p.detail
-	p.bar.SetWidth(min(maxBarWidth, max(10, p.width-1-ansi.StringWidth(rest))))
-	line := p.label + " " + p.bar.ViewAs(p.fraction)
+	detail := ""
 	if p.detail != "" {
-		line += "  " + p.dim.Render(p.detail)
+		detail = "  " + p.dim.Render(p.detail)
 	}
-	return line
+	// The bar takes what the label and the detail leave, within reason.
+	room := p.width - 1 - ansi.StringWidth(p.label) - 1 - ansi.StringWidth(detail)
+	p.bar.SetWidth(min(maxBarWidth, max(10, room)))
+	return p.label + " " + p.bar.ViewAs(p.fraction) + detail
 }
 
 // clear erases a drawn line; the caller holds p.mu.

@@ -1,6 +1,7 @@
 package iostreams
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -52,21 +53,22 @@ func TestProgressSpinnerUntilFractionKnown(t *testing.T) {
 }
 
 func TestProgressOffTerminal(t *testing.T) {
-	for _, tty := range []bool{false, true} {
-		s, _, _, errOut := Test()
-		s.SetStderrTTY(tty)
-		if tty {
-			t.Setenv("TERM", "dumb")
-			s = System()
-			s.ErrOut = errOut
-			s.SetStderrTTY(true)
-		}
-		p := s.StartProgress("sealing web-1")
+	piped, _, _, pipedErr := Test()
+	t.Setenv("TERM", "dumb")
+	dumb := System()
+	dumbErr := &strings.Builder{}
+	dumb.ErrOut = dumbErr
+	dumb.SetStderrTTY(true)
+	for name, c := range map[string]struct {
+		s   *IOStreams
+		out fmt.Stringer
+	}{"stderr piped": {piped, pipedErr}, "TERM=dumb": {dumb, dumbErr}} {
+		p := c.s.StartProgress("sealing web-1")
 		p.Set(0.5, "half")
 		p.Println("a log line")
 		p.Stop()
-		if got := errOut.String(); got != "a log line\n" {
-			t.Errorf("stderr a terminal %v (TERM=dumb): progress wrote %q, want only the log line", tty, got)
+		if got := c.out.String(); got != "a log line\n" {
+			t.Errorf("%s: progress wrote %q, want only the log line", name, got)
 		}
 	}
 }
