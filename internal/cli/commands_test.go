@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -425,7 +426,7 @@ var commandFlagCases = []struct {
 func TestCommandFlags(t *testing.T) {
 	for _, cmd := range commandFlagCases {
 		for _, tc := range cmd.cases {
-			f := &Factory{IO: IOStreams{In: strings.NewReader("fix the tests\n"), Out: io.Discard, ErrOut: io.Discard},
+			f := &Factory{IO: &iostreams.IOStreams{In: strings.NewReader("fix the tests\n"), Out: io.Discard, ErrOut: io.Discard},
 				Host: "unix:///nonexistent/sandboxd.sock"}
 			name, got, err := cmd.parse(f, tc.args)
 			line := strings.Join(append([]string{cmd.path}, tc.args...), " ")

@@ -140,7 +140,7 @@ func applyEgressChanges(p api.Egress, opts *SandboxEgressOptions, warn func(stri
 }
 
 func printEgress(f *Factory, output string, p api.Egress) error {
-	return printOutput(f.IO.Out, output, p, func(t *table) {
+	return printOutput(f.IO, output, p, func(t *table) {
 		t.row("mode:", string(p.Mode))
 		t.row("allow:", ruleList(p.Allow))
 		t.row("deny:", ruleList(p.Deny))

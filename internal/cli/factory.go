@@ -5,31 +5,17 @@
 package cli
 
 import (
-	"io"
 	"os"
 	"sync"
 
-	"golang.org/x/term"
-
+	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/client"
 )
 
-// IOStreams are a command's standard streams.
-type IOStreams struct {
-	In     io.Reader
-	Out    io.Writer
-	ErrOut io.Writer
-}
-
-// IsTerminal reports whether f is an *os.File attached to a terminal.
-func IsTerminal(f any) bool {
-	file, ok := f.(*os.File)
-	return ok && term.IsTerminal(int(file.Fd()))
-}
-
 // Factory gives commands their streams and a lazily built API client.
 type Factory struct {
-	IO IOStreams
+	// IO are the streams, with whether each is a terminal and whether colour is on.
+	IO *iostreams.IOStreams
 	// Host and Token pick the daemon; flags and HILOOP_HOST/HILOOP_TOKEN fill them.
 	Host  string
 	Token string
@@ -61,7 +47,7 @@ func NewFactory() *Factory {
 		host = client.DefaultHost
 	}
 	return &Factory{
-		IO:    IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr},
+		IO:    iostreams.System(),
 		Host:  host,
 		Token: os.Getenv("HILOOP_TOKEN"),
 	}

@@ -58,14 +58,17 @@ func imageBuildRun(ctx context.Context, f *Factory, opts *ImageBuildOptions) err
 		return err
 	}
 	start := time.Now()
+	// The build's log scrolls above a spinner; the daemon reports steps, not a fraction.
+	progress := f.IO.StartProgress("building " + opts.Name)
 	img, err := c.BuildImage(ctx, opts.Name, opts.Post, func(line string) {
-		fmt.Fprintf(f.IO.ErrOut, "%6.1fs  %s\n", time.Since(start).Seconds(), line)
+		progress.Println(fmt.Sprintf("%6.1fs  %s", time.Since(start).Seconds(), line))
 	})
+	progress.Stop()
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, img, func(t *table) {
-		t.row("NAME", "SIZE", "DIGEST", "BUILT", "HARNESSES")
+	return printOutput(f.IO, opts.Output, img, func(t *table) {
+		t.head("NAME", "SIZE", "DIGEST", "BUILT", "HARNESSES")
 		t.row(img.Name, formatBytes(img.SizeBytes), shortDigest(img.Digest), img.BuiltAt.Local().Format(time.RFC3339), harnessList(img))
 	})
 }
@@ -102,8 +105,8 @@ func imageListRun(ctx context.Context, f *Factory, opts *ImageListOptions) error
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, list, func(t *table) {
-		t.row("NAME", "STATUS", "SIZE", "DIGEST", "BUILT", "HARNESSES")
+	return printOutput(f.IO, opts.Output, list, func(t *table) {
+		t.head("NAME", "STATUS", "SIZE", "DIGEST", "BUILT", "HARNESSES")
 		built := map[string]api.Image{}
 		for _, img := range list.Images {
 			built[img.Name] = img

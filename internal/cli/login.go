@@ -138,11 +138,11 @@ func loginAddRun(ctx context.Context, f *Factory, opts *LoginAddOptions) error {
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, l, func(t *table) { loginRows(t, []api.Login{l}) })
+	return printOutput(f.IO, opts.Output, l, func(t *table) { loginRows(t, []api.Login{l}) })
 }
 
 func loginRows(t *table, list []api.Login) {
-	t.row("PROVIDER", "KIND", "STATUS", "FINGERPRINT", "EXPIRES", "UPDATED")
+	t.head("PROVIDER", "KIND", "STATUS", "FINGERPRINT", "EXPIRES", "UPDATED")
 	for _, l := range list {
 		status := string(l.Status)
 		if l.StatusMessage != "" {
@@ -188,7 +188,7 @@ func loginListRun(ctx context.Context, f *Factory, opts *LoginListOptions) error
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, api.LoginList{Logins: list}, func(t *table) { loginRows(t, list) })
+	return printOutput(f.IO, opts.Output, api.LoginList{Logins: list}, func(t *table) { loginRows(t, list) })
 }
 
 // LoginRemoveOptions are the argument of `hiloop login remove`.

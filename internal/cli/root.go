@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -40,7 +42,7 @@ func Run(f *Factory, args []string) int {
 	case errors.As(err, &plain):
 		fmt.Fprintln(f.IO.ErrOut, plain.msg)
 	default:
-		fmt.Fprintf(f.IO.ErrOut, "hiloop: %s\n", err)
+		fmt.Fprintf(f.IO.ErrOut, "%s %s\n", f.IO.StylesStderr().Error.Render("hiloop:"), err)
 		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(f.IO.ErrOut, "Run '%s --help' for usage.\n", commandPath(root, args))
@@ -55,7 +57,7 @@ func warnVersionSkew(f *Factory) {
 		return
 	}
 	if daemon := f.client.DaemonVersion(); daemon != "" && daemon != Version && Version != "dev" && daemon != "dev" {
-		fmt.Fprintf(f.IO.ErrOut, "hiloop: warning: this CLI is %s but sandboxd is %s; update the older one\n", Version, daemon)
+		fmt.Fprintf(f.IO.ErrOut, "hiloop: %s this CLI is %s but sandboxd is %s; update the older one\n", f.IO.StylesStderr().Warning.Render("warning:"), Version, daemon)
 	}
 }
 
@@ -77,9 +79,31 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 		Version:       Version,
 	}
 	root.PersistentFlags().StringVar(&f.Host, "host", f.Host, "daemon address: unix:///path or http://host:port (env HILOOP_HOST)")
+	noColor := root.PersistentFlags().VarPF(&noColorFlag{io: f.IO}, "no-color", "", "print no colour (as NO_COLOR does; CLICOLOR_FORCE=1 forces colour on)")
+	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
 	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
 	return root
+}
+
+// noColorFlag is --no-color. It turns colour off as it is parsed, so that an error met later in
+// the command line is printed plain too.
+type noColorFlag struct {
+	io  *iostreams.IOStreams
+	set bool
+}
+
+func (n *noColorFlag) String() string { return strconv.FormatBool(n.set) }
+func (n *noColorFlag) Type() string   { return "bool" }
+
+func (n *noColorFlag) Set(v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	n.set = b
+	n.io.SetColorEnabled(!b)
+	return nil
 }
 
 // exactArgs is cobra.ExactArgs with a usage error naming what is missing.
@@ -155,7 +179,7 @@ func versionRun(ctx context.Context, f *Factory, opts *VersionOptions) error {
 		Client string          `json:"client"`
 		Daemon api.VersionInfo `json:"daemon"`
 	}{Version, v}
-	return printOutput(f.IO.Out, opts.Output, out, func(t *table) {
+	return printOutput(f.IO, opts.Output, out, func(t *table) {
 		t.row("client", Version)
 		t.row("daemon", v.Version)
 		t.row("api", v.API)

@@ -118,7 +118,9 @@ func sandboxCreateRun(ctx context.Context, f *Factory, opts *SandboxCreateOption
 	if err != nil {
 		return err
 	}
-	sb, err := c.CreateSandbox(ctx, opts.Post)
+	sb, err := withProgress(f, "creating "+opts.Post.Name, func() (api.Sandbox, error) {
+		return c.CreateSandbox(ctx, opts.Post)
+	})
 	if err != nil {
 		return err
 	}
@@ -162,7 +164,7 @@ func sandboxGetRun(ctx context.Context, f *Factory, opts *SandboxGetOptions) err
 }
 
 func printSandbox(f *Factory, output string, sb api.Sandbox) error {
-	return printOutput(f.IO.Out, output, sb, func(t *table) {
+	return printOutput(f.IO, output, sb, func(t *table) {
 		t.row("name:", sb.Name)
 		t.row("state:", string(sb.State))
 		if sb.Error != "" {
@@ -236,8 +238,8 @@ func sandboxListRun(ctx context.Context, f *Factory, opts *SandboxListOptions) e
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, api.SandboxList{Sandboxes: list}, func(t *table) {
-		t.row("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
+	return printOutput(f.IO, opts.Output, api.SandboxList{Sandboxes: list}, func(t *table) {
+		t.head("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
 		for _, sb := range list {
 			t.row(sb.Name, string(sb.State), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
 				fmt.Sprintf("%d MiB", sb.MemoryMB),
@@ -268,20 +270,20 @@ type SandboxLifecycleOptions struct {
 }
 
 func newCmdSandboxStart(f *Factory, runF func(*SandboxLifecycleOptions) error) *cobra.Command {
-	return newCmdSandboxLifecycle(f, runF, "start", "Start a stopped sandbox (a fresh root filesystem, the same /workspace)",
+	return newCmdSandboxLifecycle(f, runF, "start", "starting", "Start a stopped sandbox (a fresh root filesystem, the same /workspace)",
 		func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
 			return c.StartSandbox(ctx, name)
 		})
 }
 
 func newCmdSandboxStop(f *Factory, runF func(*SandboxLifecycleOptions) error) *cobra.Command {
-	return newCmdSandboxLifecycle(f, runF, "stop", "Stop a sandbox: every process ends; a durable /workspace stays",
+	return newCmdSandboxLifecycle(f, runF, "stop", "stopping", "Stop a sandbox: every process ends; a durable /workspace stays",
 		func(ctx context.Context, c *client.Client, name string) (api.Sandbox, error) {
 			return c.StopSandbox(ctx, name)
 		})
 }
 
-func newCmdSandboxLifecycle(f *Factory, runF func(*SandboxLifecycleOptions) error, verb, short string,
+func newCmdSandboxLifecycle(f *Factory, runF func(*SandboxLifecycleOptions) error, verb, doing, short string,
 	call func(context.Context, *client.Client, string) (api.Sandbox, error)) *cobra.Command {
 	opts := &SandboxLifecycleOptions{}
 	cmd := &cobra.Command{
@@ -298,7 +300,9 @@ func newCmdSandboxLifecycle(f *Factory, runF func(*SandboxLifecycleOptions) erro
 				if err != nil {
 					return err
 				}
-				sb, err := call(ctx, c, opts.Name)
+				sb, err := withProgress(f, doing+" "+opts.Name, func() (api.Sandbox, error) {
+					return call(ctx, c, opts.Name)
+				})
 				if err != nil {
 					return err
 				}
@@ -341,7 +345,14 @@ func sandboxDeleteRun(ctx context.Context, f *Factory, opts *SandboxDeleteOption
 	if err != nil {
 		return err
 	}
-	if err := c.DeleteSandbox(ctx, opts.Name, opts.WithSnapshots); err != nil {
+	label := "deleting " + opts.Name
+	if opts.WithSnapshots {
+		label += " and its snapshots"
+	}
+	_, err = withProgress(f, label, func() (struct{}, error) {
+		return struct{}{}, c.DeleteSandbox(ctx, opts.Name, opts.WithSnapshots)
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(f.IO.Out, "%s deleted\n", opts.Name)

@@ -179,8 +179,8 @@ func secretListRun(ctx context.Context, f *Factory, opts *SecretListOptions) err
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, api.SecretList{Secrets: list}, func(t *table) {
-		t.row("NAME", "HOSTS", "HEADER", "FINGERPRINT", "USED BY", "UPDATED")
+	return printOutput(f.IO, opts.Output, api.SecretList{Secrets: list}, func(t *table) {
+		t.head("NAME", "HOSTS", "HEADER", "FINGERPRINT", "USED BY", "UPDATED")
 		for _, s := range list {
 			t.row(s.Name, strings.Join(s.Hosts, ","), s.Header, s.Fingerprint, ruleList(s.UsedBy), age(s.UpdatedAt))
 		}
@@ -224,7 +224,7 @@ func secretGetRun(ctx context.Context, f *Factory, opts *SecretGetOptions) error
 }
 
 func printSecret(f *Factory, output string, s api.Secret) error {
-	return printOutput(f.IO.Out, output, s, func(t *table) {
+	return printOutput(f.IO, output, s, func(t *table) {
 		t.row("name:", s.Name)
 		t.row("hosts:", strings.Join(s.Hosts, ", "))
 		t.row("header:", s.Header+": "+s.Format)

@@ -15,9 +15,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"charm.land/lipgloss/v2"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/hiloop/hiloop/internal/iostreams"
+	"github.com/hiloop/hiloop/internal/styles"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -168,8 +171,8 @@ func sessionListRun(ctx context.Context, f *Factory, opts *SessionListOptions) e
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, api.SessionList{Sessions: list}, func(t *table) {
-		t.row("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "CREATED")
+	return printOutput(f.IO, opts.Output, api.SessionList{Sessions: list}, func(t *table) {
+		t.head("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "CREATED")
 		for _, s := range list {
 			t.row(s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
 				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt)+" ago")
@@ -218,7 +221,7 @@ func sessionGetRun(ctx context.Context, f *Factory, opts *SessionGetOptions) err
 }
 
 func printSession(f *Factory, output string, s api.Session) error {
-	return printOutput(f.IO.Out, output, s, func(t *table) {
+	return printOutput(f.IO, output, s, func(t *table) {
 		t.row("id:", s.ID)
 		t.row("sandbox:", s.Sandbox)
 		t.row("harness:", s.Harness)
@@ -324,7 +327,7 @@ func sessionPromptRun(ctx context.Context, f *Factory, opts *SessionPromptOption
 		interrupts = sig
 	}
 	errOut := &lockedWriter{w: f.IO.ErrOut}
-	tp := newTurnPrinter(f.IO.Out, errOut, opts)
+	tp := newTurnPrinter(f.IO, errOut, opts)
 	after := accepted.Seq
 	if tp.format != "table" {
 		after-- // the prompt's own event too
@@ -399,7 +402,7 @@ type turnPrinter struct {
 	session     string
 	format      string // table (for people), json or yaml
 	thoughts    bool
-	dim         bool // thoughts in faint type
+	dim         lipgloss.Style // what goes to stderr, faint so that the answer on stdout stands out
 	// shared says stdout and stderr are both terminals, presumably one screen: a line one of
 	// them left unfinished is ended (on stderr) before the other writes.
 	shared         bool
@@ -411,19 +414,15 @@ type turnPrinter struct {
 	lastError  *api.ErrorData
 }
 
-func newTurnPrinter(out, errOut io.Writer, opts *SessionPromptOptions) *turnPrinter {
+func newTurnPrinter(ios *iostreams.IOStreams, errOut io.Writer, opts *SessionPromptOptions) *turnPrinter {
 	format := opts.Output
 	if format == "" {
 		format = "table"
 	}
-	rawErr := errOut
-	if lw, ok := errOut.(*lockedWriter); ok {
-		rawErr = lw.w
-	}
 	return &turnPrinter{
-		out: out, errOut: errOut, session: opts.Session, format: format, thoughts: opts.Thoughts,
-		dim:    IsTerminal(rawErr) && os.Getenv("NO_COLOR") == "",
-		shared: IsTerminal(out) && IsTerminal(rawErr),
+		out: ios.Out, errOut: errOut, session: opts.Session, format: format, thoughts: opts.Thoughts,
+		dim:    ios.StylesStderr().Dim,
+		shared: ios.IsStdoutTTY() && ios.IsStderrTTY(),
 		titles: map[string]string{},
 	}
 }
@@ -593,11 +592,7 @@ func (p *turnPrinter) writeErr(s string) {
 		io.WriteString(p.errOut, "\n")
 		p.outMid = false
 	}
-	styled := s
-	if p.dim {
-		styled = "\x1b[2m" + s + "\x1b[22m"
-	}
-	io.WriteString(p.errOut, styled)
+	io.WriteString(p.errOut, styles.RenderText(p.dim, s))
 	p.errMid = !strings.HasSuffix(s, "\n")
 }
 
@@ -944,7 +939,7 @@ func sessionAnswerRun(ctx context.Context, f *Factory, opts *SessionAnswerOption
 		return err
 	}
 	if opts.Output != "" {
-		return printOutput(f.IO.Out, opts.Output, d, func(t *table) {
+		return printOutput(f.IO, opts.Output, d, func(t *table) {
 			t.row("request:", d.ToolCallID)
 			t.row("outcome:", string(d.Outcome))
 			t.row("kind:", d.Kind)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -47,7 +48,7 @@ func newFakeSessions(t *testing.T, turn func(*fakeSessions)) (*fakeSessions, *Fa
 	srv := httptest.NewServer(d.handler())
 	t.Cleanup(srv.Close)
 	out, errOut := &bytes.Buffer{}, &bytes.Buffer{}
-	f := &Factory{IO: IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}, Host: srv.URL}
+	f := &Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}, Host: srv.URL}
 	return d, f, out, errOut
 }
 

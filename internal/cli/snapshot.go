@@ -5,12 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -54,7 +53,9 @@ func sandboxGrowRun(ctx context.Context, f *Factory, opts *SandboxGrowOptions) e
 	if err != nil {
 		return err
 	}
-	sb, err := c.GrowSandbox(ctx, opts.Name, opts.WorkspaceGiB)
+	sb, err := withProgress(f, "growing the workspace of "+opts.Name, func() (api.Sandbox, error) {
+		return c.GrowSandbox(ctx, opts.Name, opts.WorkspaceGiB)
+	})
 	if err != nil {
 		return err
 	}
@@ -90,7 +91,9 @@ func sandboxRestoreRun(ctx context.Context, f *Factory, opts *SandboxRestoreOpti
 	if err != nil {
 		return err
 	}
-	sb, err := c.RestoreSandbox(ctx, opts.Name, opts.Snapshot)
+	sb, err := withProgress(f, "restoring "+opts.Name+" from "+opts.Snapshot, func() (api.Sandbox, error) {
+		return c.RestoreSandbox(ctx, opts.Name, opts.Snapshot)
+	})
 	if err != nil {
 		return err
 	}
@@ -158,13 +161,14 @@ func snapshotCreateRun(ctx context.Context, f *Factory, opts *SnapshotCreateOpti
 			p.Name = snapshotNameFor(opts.Sandbox, hex.EncodeToString(sum[:4]))
 		}
 	}
-	progressCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	if IsTerminal(f.IO.ErrOut) {
-		go showProgress(progressCtx, c, p.Name, f.IO.ErrOut)
+	progress := f.IO.StartProgress("sealing " + p.Name)
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	if progress.Live() {
+		go pollSnapshotProgress(pollCtx, c, p.Name, progress)
 	}
 	sn, err := c.CreateSnapshot(ctx, opts.Sandbox, p, idempotencyKey(opts.IdempotencyKey)...)
-	stop()
+	stopPolling()
+	progress.Stop()
 	if err != nil {
 		return err
 	}
@@ -179,33 +183,23 @@ func snapshotNameFor(sandbox, suffix string) string {
 	return sandbox + "-" + suffix
 }
 
-// showProgress draws a progress bar for a sealing snapshot until ctx ends.
-func showProgress(ctx context.Context, c *client.Client, name string, w io.Writer) {
+// pollSnapshotProgress asks how far a sealing snapshot's copy is until ctx ends, and shows it.
+func pollSnapshotProgress(ctx context.Context, c *client.Client, name string, progress *iostreams.Progress) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
-	drawn := false
 	for {
 		select {
 		case <-ctx.Done():
-			if drawn {
-				fmt.Fprint(w, "\r\033[K")
-			}
 			return
 		case <-t.C:
 			sn, err := c.GetSnapshot(ctx, name)
 			if err != nil || sn.Progress == nil || sn.Progress.TotalBytes == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "\r\033[Ksealing %s %s", name, progressBar(sn.Progress.DoneBytes, sn.Progress.TotalBytes, 30))
-			drawn = true
+			done, total := sn.Progress.DoneBytes, sn.Progress.TotalBytes
+			progress.Set(float64(done)/float64(total), formatBytes(done)+" / "+formatBytes(total))
 		}
 	}
-}
-
-func progressBar(done, total int64, width int) string {
-	n := int(done * int64(width) / total)
-	n = min(max(n, 0), width)
-	return fmt.Sprintf("[%s%s] %s / %s", strings.Repeat("#", n), strings.Repeat(".", width-n), formatBytes(done), formatBytes(total))
 }
 
 // SnapshotListOptions are the argument and flags of `hiloop sandbox snapshot list`.
@@ -244,8 +238,8 @@ func snapshotListRun(ctx context.Context, f *Factory, opts *SnapshotListOptions)
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, api.SnapshotList{Snapshots: list}, func(t *table) {
-		t.row("NAME", "SANDBOX", "STATE", "CAPACITY", "DATA", "AGE")
+	return printOutput(f.IO, opts.Output, api.SnapshotList{Snapshots: list}, func(t *table) {
+		t.head("NAME", "SANDBOX", "STATE", "CAPACITY", "DATA", "AGE")
 		for _, sn := range list {
 			t.row(sn.Name, sn.Sandbox, string(sn.State), formatBytes(sn.CapacityBytes), formatBytes(sn.AllocatedBytes), age(sn.CreatedAt))
 		}
@@ -289,7 +283,7 @@ func snapshotGetRun(ctx context.Context, f *Factory, opts *SnapshotGetOptions) e
 }
 
 func printSnapshot(f *Factory, output string, sn api.Snapshot) error {
-	return printOutput(f.IO.Out, output, sn, func(t *table) {
+	return printOutput(f.IO, output, sn, func(t *table) {
 		t.row("name:", sn.Name)
 		t.row("sandbox:", sn.Sandbox)
 		t.row("state:", string(sn.State))
@@ -323,7 +317,10 @@ func snapshotDeleteRun(ctx context.Context, f *Factory, opts *SnapshotDeleteOpti
 	if err != nil {
 		return err
 	}
-	if err := c.DeleteSnapshot(ctx, opts.Name); err != nil {
+	_, err = withProgress(f, "deleting "+opts.Name, func() (struct{}, error) {
+		return struct{}{}, c.DeleteSnapshot(ctx, opts.Name)
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(f.IO.Out, "%s deleted\n", opts.Name)

@@ -237,7 +237,7 @@ func sshKeyAddRun(ctx context.Context, f *Factory, opts *SSHKeyAddOptions) error
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, k, func(t *table) {
+	return printOutput(f.IO, opts.Output, k, func(t *table) {
 		t.row(k.Name, k.Type, k.Fingerprint)
 	})
 }
@@ -293,8 +293,8 @@ func sshKeyListRun(ctx context.Context, f *Factory, opts *SSHKeyListOptions) err
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, api.SSHKeyList{Keys: keys}, func(t *table) {
-		t.row("NAME", "TYPE", "FINGERPRINT", "AGE")
+	return printOutput(f.IO, opts.Output, api.SSHKeyList{Keys: keys}, func(t *table) {
+		t.head("NAME", "TYPE", "FINGERPRINT", "AGE")
 		for _, k := range keys {
 			t.row(k.Name, k.Type, k.Fingerprint, age(k.CreatedAt))
 		}

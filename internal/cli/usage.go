@@ -112,7 +112,7 @@ func usageRun(ctx context.Context, f *Factory, opts *UsageOptions) error {
 		_, err := fmt.Fprintln(f.IO.Out, msg)
 		return err
 	}
-	return printOutput(f.IO.Out, opts.Output, rep, func(t *table) {
+	return printOutput(f.IO, opts.Output, rep, func(t *table) {
 		if !rep.From.IsZero() {
 			t.row("since " + rep.From.Local().Format(time.RFC3339))
 			t.row()
@@ -289,7 +289,7 @@ func newCmdBudget(f *Factory, runF func(*BudgetOptions) error, bc budgetCommand)
 // left", or the usage in the -o format.
 func printBudget(f *Factory, output, who, what string, u api.ModelUsage) error {
 	if output != "" {
-		return printOutput(f.IO.Out, output, u, func(t *table) { modelUsageRows(t, &u) })
+		return printOutput(f.IO, output, u, func(t *table) { modelUsageRows(t, &u) })
 	}
 	if u.BudgetTokens == 0 {
 		_, err := fmt.Fprintf(f.IO.Out, "%s: no %s, %d tokens used\n", who, what, u.TotalTokens)

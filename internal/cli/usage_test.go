@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -89,7 +90,7 @@ func newFakeUsage(t *testing.T) (*fakeUsageDaemon, *Factory, *bytes.Buffer) {
 	srv := httptest.NewServer(d)
 	t.Cleanup(srv.Close)
 	out := &bytes.Buffer{}
-	return d, &Factory{IO: IOStreams{In: strings.NewReader(""), Out: out, ErrOut: &bytes.Buffer{}}, Host: srv.URL}, out
+	return d, &Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: &bytes.Buffer{}}, Host: srv.URL}, out
 }
 
 func TestUsageCommand(t *testing.T) {

@@ -1,0 +1,75 @@
+package styles
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// Without colour no style may add an escape: that output goes to files, pipes and NO_COLOR users.
+func TestPlainStylesAddNothing(t *testing.T) {
+	s := New(false)
+	v := reflect.ValueOf(*s)
+	styled := 0
+	for i := range v.NumField() {
+		st, ok := v.Field(i).Interface().(lipgloss.Style)
+		if !ok {
+			continue
+		}
+		styled++
+		if got := st.Render("text"); got != "text" {
+			t.Errorf("New(false).%s renders %q, want %q", v.Type().Field(i).Name, got, "text")
+		}
+	}
+	if styled < 10 {
+		t.Fatalf("found %d styles in Styles; the walk is broken", styled)
+	}
+	if got := s.State(string(api.StateFailed)).Render("failed"); got != "failed" {
+		t.Errorf("New(false).State(failed) renders %q", got)
+	}
+	if s.ProgressFull != nil || s.ProgressEmpty != nil {
+		t.Error("New(false) colours the progress bar")
+	}
+}
+
+func TestStateColours(t *testing.T) {
+	s := New(true)
+	tests := []struct {
+		state string
+		want  lipgloss.Style
+	}{
+		{string(api.StateRunning), s.Success},
+		{string(api.SnapshotReady), s.Success},
+		{string(api.StateStarting), s.Warning},
+		{string(api.SnapshotSealing), s.Warning},
+		{string(api.StateStopped), s.Dim},
+		{string(api.StateFailed), s.Error},
+		{string(api.LoginNeedsReconnect), s.Error},
+	}
+	for _, tt := range tests {
+		got := s.State(tt.state).Render(tt.state)
+		if want := tt.want.Render(tt.state); got != want || !strings.Contains(got, "\x1b[") {
+			t.Errorf("State(%q) renders %q, want %q", tt.state, got, want)
+		}
+	}
+	if got := s.State("something new").Render("x"); got != "x" {
+		t.Errorf("an unknown state renders %q, want it plain", got)
+	}
+}
+
+// Streamed text keeps its tabs, newlines and line lengths, coloured or not.
+func TestRenderTextKeepsText(t *testing.T) {
+	in := "a\tb\n\nlonger line\n"
+	if got := RenderText(New(false).Dim, in); got != in {
+		t.Errorf("plain RenderText = %q, want %q", got, in)
+	}
+	got := RenderText(New(true).Dim, in)
+	if !strings.Contains(got, "\x1b[") || ansi.Strip(got) != in {
+		t.Errorf("coloured RenderText = %q, want %q with escapes around its lines", got, in)
+	}
+}
