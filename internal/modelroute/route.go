@@ -266,9 +266,10 @@ var metered = map[Provider]map[string]bool{
 // and the batch and background endpoints would generate tokens the meter never sees (a
 // background response's result is fetched with a GET that is not allowed either). Of the
 // ChatGPT backend, Codex's model requests and its model list (what the plan serves); the rest
-// of what Codex 0.166 asks of it in ChatGPT mode (wham/accounts/check, wham/settings/user,
-// codex/analytics-events/events, wham/ps/mcp) reads the operator's account or sends it
-// telemetry, and Codex works on without it (checked in testdata/script/route_codex_chatgpt.txtar).
+// of what Codex 0.166 asks of it in ChatGPT mode (wham/accounts/check, wham/settings/user; with
+// analytics and apps on, which the codex adapter turns off, analytics events and the apps' MCP
+// server) reads the operator's account or sends it telemetry, and Codex works on without it
+// (testdata/script/route_codex_chatgpt.txtar).
 var allowed = map[Provider]map[string][]string{
 	Anthropic: {
 		http.MethodPost: {"/v1/messages", "/v1/messages/count_tokens"},
