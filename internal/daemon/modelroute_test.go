@@ -181,6 +181,22 @@ func TestRouteFollowsTheLoginKind(t *testing.T) {
 	if code, got := send("/chatgpt/backend-api/codex/responses", keys.ChatGPT.AccessToken); got != "chatgpt /backend-api/codex/responses Bearer "+access+" acct-1" {
 		t.Errorf("ChatGPT route with a ChatGPT login: %d %s", code, got)
 	}
+	// An OPENAI_API_KEY secret attached to another sandbox wins there: API-key mode.
+	sp := api.SecretsPost{Name: "openai", Hosts: []string{"api.openai.com"}, Header: "authorization", Value: "sk-proj-SECRET"}
+	if err := sp.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.secrets.Create(sp, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.secrets.Attach("other-id", "other", []api.SecretAttachment{{Secret: "openai", Env: "OPENAI_API_KEY"}}); err != nil {
+		t.Fatal(err)
+	}
+	if k, release, err := d.harnessKeys("other-id", "other", codex.Name); err != nil || k.ChatGPT != nil || !strings.HasPrefix(k.OpenAI, "sk-proj-hiloop-") {
+		t.Errorf("codex start with a key secret attached: %+v %v, want API-key mode", k, err)
+	} else {
+		release()
+	}
 	start, _ := cfg.Tokens.Mint("sandbox-id")
 	openai, _ := cfg.Tokens.Token(start, modelroute.OpenAI)
 	if code, got := send("/openai/v1/responses", openai); code != http.StatusUnauthorized || !strings.Contains(got, "serves Codex alone") {
