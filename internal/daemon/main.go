@@ -123,7 +123,7 @@ func Main() int {
 	f.IntVar(&cfg.GatewayMaxConns, "gateway-max-conns", 0, fmt.Sprintf("bound the egress gateway's connections of all sandboxes together (0: what half of the process's file descriptor limit carries at %d each, at most %d; a sandbox holds at most half, and is sure of %d)",
 		gateway.ConnFDs, gateway.MaxDefaultBudget, gateway.DefaultConnReserve))
 	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default, e.g. a private network; never the host's own addresses, and no range may cover its loopback (repeatable)")
-	f.StringArrayVar(&providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt=URL (the ChatGPT backend a ChatGPT login's requests go to, by default https://chatgpt.com/backend-api/codex), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
+	f.StringArrayVar(&providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt=URL (the ChatGPT backend's host, where Codex with a ChatGPT login is sent: by default https://chatgpt.com, the path /backend-api/codex/… kept), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	if err := cmd.Execute(); err != nil {

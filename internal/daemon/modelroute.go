@@ -10,6 +10,7 @@ import (
 
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/harness"
+	"github.com/hiloop/hiloop/internal/harness/adapter"
 	"github.com/hiloop/hiloop/internal/harness/claudecode"
 	"github.com/hiloop/hiloop/internal/harness/codex"
 	"github.com/hiloop/hiloop/internal/harness/opencode"
@@ -29,10 +30,12 @@ const tokenKeyPurpose = "model route tokens v1"
 var providerLogin = map[modelroute.Provider]api.LoginProvider{
 	modelroute.Anthropic: api.LoginClaude,
 	modelroute.OpenAI:    api.LoginCodex,
+	modelroute.ChatGPT:   api.LoginCodex,
 }
 
 // providerKeyEnv is the variable an API-key secret is attached as to stand for a provider's
-// credential in one sandbox; it wins over the operator's login.
+// credential in one sandbox; it wins over the operator's login. ChatGPT has none: an
+// OPENAI_API_KEY secret puts Codex in API-key mode at its start (harnessKeys).
 var providerKeyEnv = map[modelroute.Provider]string{
 	modelroute.Anthropic: "ANTHROPIC_API_KEY",
 	modelroute.OpenAI:    "OPENAI_API_KEY",
@@ -57,32 +60,28 @@ func (d *Daemon) openModelRoute() error {
 		return err
 	}
 	upstream := map[modelroute.Provider]string{}
-	for _, p := range []modelroute.Provider{modelroute.Anthropic, modelroute.OpenAI} {
+	for p := range modelroute.DefaultUpstream {
 		if u := d.cfg.ProviderURLs[string(p)]; u != nil {
 			upstream[p] = u.String()
 		}
-	}
-	var chatgpt string
-	if u := d.cfg.ProviderURLs["chatgpt"]; u != nil {
-		chatgpt = u.String()
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // the host's proxy variables are the operator's shell's, not the route's
 	t.TLSClientConfig = &tls.Config{RootCAs: d.cfg.GatewayUpstreamCAs}
 	t.ResponseHeaderTimeout = 10 * time.Minute // a model may think long before its first byte
 	d.routeCfg = &modelroute.Config{
-		Tokens:          tokens,
-		Upstream:        upstream,
-		ChatGPTUpstream: chatgpt,
-		Transport:       t,
-		Credential:      d.routeCredential,
-		Attribute:       d.routeAttribute,
-		Budget:          d.usage.Check,
-		BudgetSpent:     d.budgetSpent,
-		Unreachable:     d.providerUnreachable,
-		NoCredential:    d.noCredential,
-		Sink:            d.usage.Add,
-		Log:             d.log.With("component", "model-route"),
+		Tokens:         tokens,
+		Upstream:       upstream,
+		Transport:      t,
+		Credential:     d.routeCredential,
+		Attribute:      d.routeAttribute,
+		Budget:         d.usage.Check,
+		BudgetSpent:    d.budgetSpent,
+		Unreachable:    d.providerUnreachable,
+		NoCredential:   d.noCredential,
+		HarnessRefresh: d.harnessRefresh,
+		Sink:           d.usage.Add,
+		Log:            d.log.With("component", "model-route"),
 	}
 	return nil
 }
@@ -93,18 +92,11 @@ func (d *Daemon) modelRoute(sandboxID string) (gateway.ModelRoute, error) {
 }
 
 // routeCredential is the credential for provider p in the sandbox: an API-key secret attached
-// to the sandbox as the provider's key variable wins, else the operator's login.
+// to the sandbox as the provider's key variable wins, else the operator's login. A ChatGPT
+// login is the ChatGPT route's credential only, and that route has no other.
 func (d *Daemon) routeCredential(_ context.Context, sandboxID string, p modelroute.Provider) (modelroute.Credential, error) {
-	atts, err := d.secrets.Attachments(sandboxID)
-	if err != nil {
-		return modelroute.Credential{}, err
-	}
-	for _, a := range atts {
-		if a.Env == providerKeyEnv[p] {
-			if v := d.secrets.Value(sandboxID, a.Secret, a.Placeholder); len(v) > 0 {
-				return modelroute.Credential{APIKey: string(v)}, nil
-			}
-		}
+	if key, err := d.keySecret(sandboxID, p); err != nil || key != "" {
+		return modelroute.Credential{APIKey: key}, err
 	}
 	login := providerLogin[p]
 	c, err := d.logins.Credential(login)
@@ -118,24 +110,61 @@ func (d *Daemon) routeCredential(_ context.Context, sandboxID string, p modelrou
 	if err != nil {
 		return modelroute.Credential{}, err
 	}
+	switch {
+	case p == modelroute.ChatGPT && c.Kind != api.LoginChatGPT:
+		return modelroute.Credential{}, fmt.Errorf("%w: the %s login is no longer a ChatGPT login; start the harness again (stop and start the sandbox) for it to use the login there is now", modelroute.ErrNoCredential, login)
+	case p != modelroute.ChatGPT && c.Kind == api.LoginChatGPT:
+		return modelroute.Credential{}, fmt.Errorf("%w: the %s login is a ChatGPT plan, which serves Codex alone (in ChatGPT mode), not %s API requests; attach an API key as %s or add one with `hiloop login add %s --api-key-stdin`", modelroute.ErrNoCredential, login, p, providerKeyEnv[p], login)
+	}
 	return loginCredential(c), nil
 }
 
-// loginCredential is what the route sends upstream for a login. A ChatGPT login's requests go
-// to the ChatGPT backend with its access token and account, as Codex sends them when logged
-// in with ChatGPT; the harness itself stays in API-key mode against the route.
+// keySecret is the value of the API-key secret attached to the sandbox as p's key variable,
+// "" when there is none.
+func (d *Daemon) keySecret(sandboxID string, p modelroute.Provider) (string, error) {
+	env := providerKeyEnv[p]
+	if env == "" {
+		return "", nil
+	}
+	atts, err := d.secrets.Attachments(sandboxID)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range atts {
+		if a.Env == env {
+			if v := d.secrets.Value(sandboxID, a.Secret, a.Placeholder); len(v) > 0 {
+				return string(v), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// loginCredential is what the route sends upstream for a login: a ChatGPT login's access token
+// with its account, as Codex sends them to chatgpt.com.
 func loginCredential(c logins.Credential) modelroute.Credential {
 	switch c.Kind {
 	case api.LoginAPIKey:
 		return modelroute.Credential{APIKey: c.Token}
 	case api.LoginChatGPT:
-		out := modelroute.Credential{OAuthToken: c.Token, ChatGPT: true}
+		out := modelroute.Credential{OAuthToken: c.Token, PlanType: c.PlanType}
 		if c.AccountID != "" {
 			out.Header = http.Header{"Chatgpt-Account-Id": {c.AccountID}}
 		}
 		return out
 	}
 	return modelroute.Credential{OAuthToken: c.Token}
+}
+
+// harnessRefresh records in the audit log a harness's own refresh of its placeholder ChatGPT
+// login, which the route answered itself (refused "") or refused.
+func (d *Daemon) harnessRefresh(sandboxID, refused string) {
+	rec := api.AuditRecord{Action: api.AuditHarnessRefreshAnswered, Provider: api.LoginCodex, Kind: api.LoginChatGPT,
+		Sandbox: d.sandboxName(sandboxID), Harness: codex.Name, Message: "answered by the model route with the placeholders"}
+	if refused != "" {
+		rec.Message = "refused: " + refused
+	}
+	d.auditAdd(rec)
 }
 
 // routeAttribute maps the harness session a request names (or the one it was spawned from) to
@@ -211,6 +240,19 @@ func (d *Daemon) routeFailed(sandboxID, sessionID string, msg func(session strin
 	}
 }
 
+// sandboxName is the name of the sandbox with the given id, for the audit log; the id when
+// the store does not know it.
+func (d *Daemon) sandboxName(id string) string {
+	if boxes, err := d.store.ListSandboxes(); err == nil {
+		for _, b := range boxes {
+			if b.ID == id {
+				return b.Name
+			}
+		}
+	}
+	return id
+}
+
 // sessionSandbox is the name of the session's sandbox, for a command in a notice.
 func (d *Daemon) sessionSandbox(sessionID string) string {
 	if rec, err := d.store.GetSession(sessionID); err == nil {
@@ -219,7 +261,9 @@ func (d *Daemon) sessionSandbox(sessionID string) string {
 	return "SANDBOX"
 }
 
-// harnessKeys mints the route tokens of one harness start; release revokes them.
+// harnessKeys mints the route tokens of one harness start; release revokes them. Codex whose
+// OpenAI credential is a ChatGPT login (no OPENAI_API_KEY secret attached) gets a placeholder
+// ChatGPT login instead of an OpenAI key: it runs in ChatGPT mode against the route.
 func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, func(), error) {
 	providers := harnessProviders[name]
 	if len(providers) == 0 {
@@ -231,6 +275,20 @@ func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, fun
 	}
 	var keys harness.Keys
 	for _, p := range providers {
+		l, lerr := d.logins.Get(providerLogin[p])
+		if lerr == nil {
+			d.freshen(l)
+			d.auditAdd(api.AuditRecord{Action: api.AuditHarnessLoginUsed, Provider: l.Provider, Kind: l.Kind, Sandbox: sandbox, Harness: name})
+		}
+		if p == modelroute.OpenAI && name == codex.Name && lerr == nil && l.Kind == api.LoginChatGPT {
+			if key, err := d.keySecret(sandboxID, p); err == nil && key == "" {
+				if keys.ChatGPT, err = d.chatGPTPlaceholders(start); err != nil {
+					d.routeCfg.Tokens.Revoke(start.ID)
+					return harness.Keys{}, nil, err
+				}
+				continue
+			}
+		}
 		tok, err := d.routeCfg.Tokens.Token(start, p)
 		if err != nil {
 			d.routeCfg.Tokens.Revoke(start.ID)
@@ -242,12 +300,22 @@ func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, fun
 		case modelroute.OpenAI:
 			keys.OpenAI = tok
 		}
-		if l, err := d.logins.Get(providerLogin[p]); err == nil {
-			d.freshen(l)
-			d.auditAdd(api.AuditRecord{Action: api.AuditHarnessLoginUsed, Provider: l.Provider, Kind: l.Kind, Sandbox: sandbox, Harness: name})
-		}
 	}
 	return keys, func() { d.routeCfg.Tokens.Revoke(start.ID) }, nil
+}
+
+// chatGPTPlaceholders is the placeholder ChatGPT login of a harness start, on the codex
+// login's plan.
+func (d *Daemon) chatGPTPlaceholders(start modelroute.Start) (*adapter.ChatGPTLogin, error) {
+	var plan string
+	if c, err := d.logins.Credential(api.LoginCodex); err == nil {
+		plan = c.PlanType
+	}
+	t, err := d.routeCfg.Tokens.ChatGPTPlaceholders(start, plan)
+	if err != nil {
+		return nil, err
+	}
+	return &adapter.ChatGPTLogin{IDToken: t.IDToken, AccessToken: t.AccessToken, RefreshToken: t.RefreshToken, AccountID: t.AccountID}, nil
 }
 
 // usageDeleted drops the usage of a deleted sandbox.

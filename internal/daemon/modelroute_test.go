@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -54,7 +55,11 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 				return
 			}
 			defer release()
-			keys[i] = k.OpenAI
+			if k.OpenAI != "" || k.ChatGPT == nil {
+				t.Errorf("a codex start with a ChatGPT login got %+v, want a placeholder login", k)
+				return
+			}
+			keys[i] = k.ChatGPT.AccessToken
 		}()
 	}
 	wg.Wait()
@@ -63,7 +68,7 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "sk-proj-hiloop-") || seen[k] {
+		if !strings.HasPrefix(k, "eyJ") || seen[k] {
 			t.Fatalf("harness start keys %q", keys)
 		}
 		seen[k] = true
@@ -120,9 +125,11 @@ func newLoginDaemon(t *testing.T) *Daemon {
 	return d
 }
 
-// Where a Codex request goes follows the codex login's kind: a ChatGPT login's to the ChatGPT
-// backend with its access token and account, an API key's to the OpenAI API.
-func TestRouteUpstreamFollowsTheLoginKind(t *testing.T) {
+// Which route Codex uses follows the codex login's kind at its start: a ChatGPT login gives it
+// a placeholder login for the ChatGPT route, whose requests reach the backend with the login's
+// access token and account; an API key (or an OPENAI_API_KEY secret attached, which wins) gives
+// it a route token for the OpenAI API. Each route refuses the other's login.
+func TestRouteFollowsTheLoginKind(t *testing.T) {
 	d := newLoginDaemon(t)
 	asked := make(chan string, 4) // which upstream, the path and the credential it got
 	serve := func(name string) *httptest.Server {
@@ -136,46 +143,78 @@ func TestRouteUpstreamFollowsTheLoginKind(t *testing.T) {
 	}
 	apiSrv, backend := serve("api"), serve("chatgpt")
 	cfg := *d.routeCfg
-	cfg.Upstream = map[modelroute.Provider]string{modelroute.OpenAI: apiSrv.URL}
-	cfg.ChatGPTUpstream = backend.URL + "/backend-api/codex"
+	cfg.Upstream = map[modelroute.Provider]string{modelroute.OpenAI: apiSrv.URL, modelroute.ChatGPT: backend.URL}
 	cfg.Transport = &http.Transport{}
 	cfg.Credential = d.routeCredential
 	rt, err := modelroute.New("sandbox-id", &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start, err := cfg.Tokens.Mint("sandbox-id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := cfg.Tokens.Token(start, modelroute.OpenAI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func() string {
+	send := func(path, tok string) (int, string) {
 		t.Helper()
-		req := httptest.NewRequest(http.MethodPost, "/openai/v1/responses", strings.NewReader(`{"model":"m"}`))
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"model":"m"}`))
 		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Chatgpt-Account-Id", modelroute.PlaceholderAccountID)
 		w := httptest.NewRecorder()
 		rt.ServeHTTP(w, req)
 		if w.Code != http.StatusOK {
-			t.Fatalf("status %d: %s", w.Code, w.Body)
+			return w.Code, w.Body.String()
 		}
-		return <-asked
+		return w.Code, <-asked
 	}
 
-	access := logins.UnsignedJWT(map[string]any{"exp": float64(time.Now().Add(time.Hour).Unix())})
-	auth, _ := json.Marshal(map[string]any{"tokens": map[string]string{"id_token": access, "access_token": access, "refresh_token": "rt-0", "account_id": "acct-1"}})
+	access := logins.UnsignedJWT(map[string]any{"exp": float64(time.Now().Add(3 * time.Hour).Unix())})
+	id := logins.UnsignedJWT(map[string]any{"https://api.openai.com/auth": map[string]any{"chatgpt_plan_type": "plus"}})
+	auth, _ := json.Marshal(map[string]any{"tokens": map[string]string{"id_token": id, "access_token": access, "refresh_token": "rt-0", "account_id": "acct-1"}})
 	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: string(auth)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := send(), "chatgpt /backend-api/codex/responses Bearer "+access+" acct-1"; got != want {
-		t.Errorf("with a ChatGPT login:\n got %s\nwant %s", got, want)
+	keys, release, err := d.harnessKeys("sandbox-id", "box", codex.Name)
+	if err != nil || keys.ChatGPT == nil || keys.OpenAI != "" {
+		t.Fatalf("codex start with a ChatGPT login: %+v %v", keys, err)
 	}
+	defer release()
+	claims, _ := base64.RawURLEncoding.DecodeString(strings.Split(keys.ChatGPT.IDToken, ".")[1])
+	if !strings.Contains(string(claims), `"chatgpt_plan_type":"plus"`) || strings.Contains(string(claims), "acct-1") {
+		t.Errorf("placeholder id token claims %s: want the plan, not the account", claims)
+	}
+	if code, got := send("/chatgpt/backend-api/codex/responses", keys.ChatGPT.AccessToken); got != "chatgpt /backend-api/codex/responses Bearer "+access+" acct-1" {
+		t.Errorf("ChatGPT route with a ChatGPT login: %d %s", code, got)
+	}
+	// An OPENAI_API_KEY secret attached to another sandbox wins there: API-key mode.
+	sp := api.SecretsPost{Name: "openai", Hosts: []string{"api.openai.com"}, Header: "authorization", Value: "sk-proj-SECRET"}
+	if err := sp.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.secrets.Create(sp, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.secrets.Attach("other-id", "other", []api.SecretAttachment{{Secret: "openai", Env: "OPENAI_API_KEY"}}); err != nil {
+		t.Fatal(err)
+	}
+	if k, release, err := d.harnessKeys("other-id", "other", codex.Name); err != nil || k.ChatGPT != nil || !strings.HasPrefix(k.OpenAI, "sk-proj-hiloop-") {
+		t.Errorf("codex start with a key secret attached: %+v %v, want API-key mode", k, err)
+	} else {
+		release()
+	}
+	start, _ := cfg.Tokens.Mint("sandbox-id")
+	openai, _ := cfg.Tokens.Token(start, modelroute.OpenAI)
+	if code, got := send("/openai/v1/responses", openai); code != http.StatusUnauthorized || !strings.Contains(got, "serves Codex alone") {
+		t.Errorf("OpenAI route with a ChatGPT login: %d %s, want 401 saying why", code, got)
+	}
+
 	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginAPIKey, Value: "sk-proj-REAL"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := send(), "api /v1/responses Bearer sk-proj-REAL "; got != want {
-		t.Errorf("with an API key login:\n got %q\nwant %q", got, want)
+	if code, got := send("/openai/v1/responses", openai); got != "api /v1/responses Bearer sk-proj-REAL " {
+		t.Errorf("with an API key login: %d %q", code, got)
+	}
+	if code, got := send("/chatgpt/backend-api/codex/responses", keys.ChatGPT.AccessToken); code != http.StatusUnauthorized || !strings.Contains(got, "no longer a ChatGPT login") {
+		t.Errorf("ChatGPT route with an API key login: %d %s, want 401 saying why", code, got)
+	}
+	if keys, release, err := d.harnessKeys("sandbox-id", "box", codex.Name); err != nil || keys.ChatGPT != nil || !strings.HasPrefix(keys.OpenAI, "sk-proj-hiloop-") {
+		t.Errorf("codex start with an API key login: %+v %v", keys, err)
+	} else {
+		release()
 	}
 }

@@ -8,8 +8,9 @@ import (
 )
 
 // ProviderURLNames are the upstreams `sandboxd --provider-url NAME=URL` can point elsewhere (a
-// test's fake provider, an operator's own proxy): the model route's providers, the ChatGPT
-// backend a ChatGPT login's requests go to, and the endpoint ChatGPT logins are refreshed at.
+// test's fake provider, an operator's own proxy): the model route's providers (chatgpt being
+// the ChatGPT backend's host, which Codex with a ChatGPT login talks to), and the endpoint
+// ChatGPT logins are refreshed at.
 var ProviderURLNames = []string{"anthropic", "openai", "chatgpt", "chatgpt-token"}
 
 // parseProviderURLs reads the --provider-url flags into a map by name; a name given twice is

@@ -41,7 +41,9 @@
 //     and asks for a new sign-in. TokenCalls counts the requests.
 //   - GET /_fake/requests: every request received (below) as a JSON array; ?path=SUFFIX keeps
 //     those whose path ends with SUFFIX. DELETE /_fake/requests forgets them. POST /_fake/revoke
-//     revokes the current refresh token. These control endpoints are not recorded, and refuse
+//     revokes the current refresh token. POST /_fake/unauthorized?n=N makes the next N
+//     Responses requests fail with 401 and error.code token_expired, as the ChatGPT backend
+//     answers an access token that expired, whatever they carry: Codex then refreshes. These control endpoints are not recorded, and refuse
 //     a request that carries a credential (x-api-key, Authorization): one forwarded by the model
 //     route, which adds the real key, must not read the records that hold it.
 //

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -104,6 +105,8 @@ type Server struct {
 	requests []*Request
 	usage    Usage
 	oauth    oauthState
+	// unauthorized is how many Responses requests from now on get a 401 (SetUnauthorized).
+	unauthorized int
 
 	listeners // set by Start
 }
@@ -165,6 +168,25 @@ func (s *Server) SetUsage(u Usage) {
 	s.mu.Unlock()
 }
 
+// SetUnauthorized makes the next n Responses requests fail with the 401 of an access token
+// that expired, whatever credential they carry: a harness's refresh is forced so.
+func (s *Server) SetUnauthorized(n int) {
+	s.mu.Lock()
+	s.unauthorized = n
+	s.mu.Unlock()
+}
+
+// takeUnauthorized reports whether this request is one SetUnauthorized fails, counting it.
+func (s *Server) takeUnauthorized() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unauthorized <= 0 {
+		return false
+	}
+	s.unauthorized--
+	return true
+}
+
 func (s *Server) currentUsage() Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -222,8 +244,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveControl serves the test's own endpoints: GET /_fake/requests (JSON array; ?path=SUFFIX
-// keeps the requests whose path ends with SUFFIX), DELETE /_fake/requests (Reset), and
-// POST /_fake/revoke (RevokeRefreshToken). A request carrying a credential is refused: it came
+// keeps the requests whose path ends with SUFFIX), DELETE /_fake/requests (Reset),
+// POST /_fake/revoke (RevokeRefreshToken) and POST /_fake/unauthorized?n=N (SetUnauthorized).
+// A request carrying a credential is refused: it came
 // through the model route, which adds the real one, and the records it would read hold the
 // real keys a sandbox must never see.
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
@@ -242,6 +265,14 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case r.URL.Path == "/_fake/revoke" && r.Method == http.MethodPost:
 		s.RevokeRefreshToken()
+		w.WriteHeader(http.StatusNoContent)
+	case r.URL.Path == "/_fake/unauthorized" && r.Method == http.MethodPost:
+		n, err := strconv.Atoi(r.URL.Query().Get("n"))
+		if err != nil || n < 0 {
+			http.Error(w, "want ?n=N, N >= 0", http.StatusBadRequest)
+			return
+		}
+		s.SetUnauthorized(n)
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		http.Error(w, "unknown control endpoint "+r.Method+" "+r.URL.Path, http.StatusNotFound)

@@ -85,6 +85,19 @@ func TestRecording(t *testing.T) {
 	if resp, _ := do(t, http.MethodPost, url+"/_fake/revoke", nil, nil); resp.StatusCode != http.StatusNoContent || s.RefreshToken() != "" {
 		t.Errorf("POST /_fake/revoke: %d, refresh token %q", resp.StatusCode, s.RefreshToken())
 	}
+
+	// /_fake/unauthorized?n=2: the next two Responses requests get the backend's 401 for an
+	// expired token, the third is answered.
+	if resp, _ := do(t, http.MethodPost, url+"/_fake/unauthorized?n=2", nil, nil); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("POST /_fake/unauthorized: %d", resp.StatusCode)
+	}
+	req := map[string]any{"model": "gpt-5", "input": "hi"}
+	for i, want := range []int{401, 401, 200} {
+		resp, body := post(t, url+"/backend-api/codex/responses", map[string]string{"Authorization": "Bearer eyJ.x.y"}, req)
+		if resp.StatusCode != want || (want == 401 && !strings.Contains(string(body), `"code":"token_expired"`)) {
+			t.Errorf("request %d after /_fake/unauthorized: %d %s, want %d", i, resp.StatusCode, body, want)
+		}
+	}
 }
 
 func TestStartServesTLS(t *testing.T) {

@@ -151,6 +151,13 @@ func openAIUsage(u Usage) map[string]any {
 // openAIResponses serves POST /v1/responses (and ChatGPT's /backend-api/codex/responses),
 // streamed or not.
 func (s *Server) openAIResponses(w *recordingWriter, r *http.Request, body []byte) {
+	if s.takeUnauthorized() {
+		// As the ChatGPT backend answers an access token that has expired or was revoked.
+		w.fail("unauthorized by /_fake/unauthorized")
+		openAIError(w, http.StatusUnauthorized, "invalid_request_error",
+			"Your authentication token has expired. Please try signing in again.", "", "token_expired")
+		return
+	}
 	if !s.openAIAuthorized(w, r) {
 		return
 	}

@@ -204,6 +204,9 @@ type Credential struct {
 	Token string
 	// AccountID is a ChatGPT login's account (the chatgpt-account-id header).
 	AccountID string
+	// PlanType is a ChatGPT login's plan, its id token's chatgpt_plan_type ("" when it has
+	// none): the placeholder login a sandbox sees carries it, as Codex reads it from there.
+	PlanType string
 }
 
 // ErrNeedsReconnect is returned (wrapped in an *api.Error) for a login the provider refused.
@@ -229,7 +232,7 @@ func (s *Store) Credential(provider api.LoginProvider) (Credential, error) {
 		if err := json.Unmarshal(plain, &t); err != nil {
 			return Credential{}, fmt.Errorf("logins: decode the %s login: %w", provider, err)
 		}
-		c.Token, c.AccountID = t.AccessToken, t.AccountID
+		c.Token, c.AccountID, c.PlanType = t.AccessToken, t.AccountID, planType(t.IDToken)
 	}
 	return c, nil
 }

@@ -203,7 +203,8 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 		t.Fatalf("the token endpoint was called %d times, want 1", n)
 	}
 	c, err := s.Credential(api.LoginCodex)
-	if err != nil || c.Token != jwt(ep.exp, "access-b") || c.AccountID != "acct-1" {
+	// The refresh answer left out the id token: the plan is still the login's.
+	if err != nil || c.Token != jwt(ep.exp, "access-b") || c.AccountID != "acct-1" || c.PlanType != "pro" {
 		t.Fatalf("credential after refresh %+v %v", c, err)
 	}
 	l, _ = s.Get(api.LoginCodex)

@@ -219,6 +219,17 @@ func jwtExpiry(token string) (time.Time, error) {
 	return time.Unix(int64(exp), 0).UTC(), nil
 }
 
+// planType reads the ChatGPT plan from an id token's claims, "" when it has none.
+func planType(idToken string) string {
+	claims, err := jwtClaims(idToken)
+	if err != nil {
+		return ""
+	}
+	auth, _ := claims["https://api.openai.com/auth"].(map[string]any)
+	plan, _ := auth["chatgpt_plan_type"].(string)
+	return plan
+}
+
 // jwtClaims decodes the payload of a JWT without checking its signature.
 func jwtClaims(token string) (map[string]any, error) {
 	parts := strings.Split(token, ".")

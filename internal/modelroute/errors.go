@@ -1,10 +1,6 @@
 package modelroute
 
-import (
-	"encoding/json"
-	"net/http"
-	"strconv"
-)
+import "net/http"
 
 // The codes of the errors the route makes itself. Each answer carries its code in the provider's
 // error body (Anthropic: error.code beside error.type; OpenAI: error.code) and in the
@@ -54,23 +50,19 @@ var noRetry = map[int]bool{
 func writeError(w http.ResponseWriter, p Provider, e *Error) {
 	var body any
 	switch p {
-	case OpenAI:
+	case OpenAI, ChatGPT:
 		body = map[string]any{"error": map[string]any{
 			"message": e.Message, "type": openAIType(e.Status), "param": nil, "code": e.Code}}
 	default: // Anthropic, and a path that names no provider
 		body = map[string]any{"type": "error", "error": map[string]any{
 			"type": anthropicType(e.Status), "code": e.Code, "message": e.Message}}
 	}
-	b, _ := json.Marshal(body) // cannot fail: strings and nil only
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
 	h.Set(HeaderError, e.Code)
 	if noRetry[e.Status] {
 		h.Set("X-Should-Retry", "false")
 	}
-	w.WriteHeader(e.Status)
-	w.Write(b)
+	writeJSON(w, e.Status, body)
 }
 
 // anthropicType is the Anthropic API's error type for status. A spent budget is a

@@ -1,14 +1,16 @@
 // Package modelroute is the model route: the part of a sandbox's gateway that forwards its
-// harnesses' model requests to Anthropic and OpenAI (or, for a ChatGPT login, to the ChatGPT
-// backend Codex uses when logged in with ChatGPT). A harness sees the route as its provider's
-// base URL on the sandbox's own loopback (http://127.0.0.1:3128/anthropic, .../openai/v1) and an
-// audience-scoped token as its API key. For each request the route checks the token against the
+// harnesses' model requests to Anthropic and OpenAI, and Codex's to the ChatGPT backend when
+// the operator's login is a ChatGPT plan. A harness sees the route as its provider's base URL
+// on the sandbox's own loopback (http://127.0.0.1:3128/anthropic, .../openai/v1,
+// .../chatgpt/backend-api/codex) and an audience-scoped token as its API key (for ChatGPT, as
+// the access token of a placeholder login: chatgpt.go). For each request the route checks the token against the
 // sandbox and provider it arrived for, asks whether a token budget is spent, replaces the token
 // with the operator's credential, forwards to the provider with TLS verification, and streams the
 // answer back unchanged while reading the tokens it reports.
 //
-// It owns the tokens (token.go), the forwarding (this file), the metering (meter.go) and the
-// errors it answers in each provider's format (errors.go). It keeps no state of its own on disk
+// It owns the tokens (token.go), the forwarding (this file), the ChatGPT placeholders and the
+// token endpoint it answers itself (chatgpt.go), the metering (meter.go) and the errors it
+// answers in each provider's format (errors.go). It keeps no state of its own on disk
 // and must not touch the store, sessions or the gateway's connections: what it needs from the
 // daemon (credentials, budgets, attribution, where records go) comes through Config's callbacks,
 // and the gateway hands it the requests (see Handles).
@@ -37,20 +39,26 @@ import (
 // gateway's listener.
 type Provider string
 
-// The providers.
+// The providers. ChatGPT is the ChatGPT backend that Codex logged in with a ChatGPT plan
+// talks to; its requests are OpenAI Responses requests in all that the route reads.
 const (
 	Anthropic Provider = "anthropic"
 	OpenAI    Provider = "openai"
+	ChatGPT   Provider = "chatgpt"
 )
 
 // DefaultUpstream is each provider's API, where the route forwards unless Config.Upstream says
-// otherwise (sandboxd --provider-url).
+// otherwise (sandboxd --provider-url). The path after the provider's prefix is kept:
+// /openai/v1/responses goes to https://api.openai.com/v1/responses,
+// /chatgpt/backend-api/codex/responses to https://chatgpt.com/backend-api/codex/responses.
 var DefaultUpstream = map[Provider]string{
 	Anthropic: "https://api.anthropic.com",
 	OpenAI:    "https://api.openai.com",
+	ChatGPT:   "https://chatgpt.com",
 }
 
-// Handles reports whether a request path is for the model route (/anthropic/… or /openai/…):
+// Handles reports whether a request path is for the model route (/anthropic/…, /openai/…,
+// /chatgpt/…):
 // the gateway hands such origin-form requests to the sandbox's Route.
 func Handles(path string) bool {
 	_, _, ok := split(path)
@@ -79,19 +87,10 @@ type Credential struct {
 	OAuthToken string
 	// Header is set on the upstream request as well (for a ChatGPT login, chatgpt-account-id).
 	Header http.Header
-	// ChatGPT says that OAuthToken is a ChatGPT login's access token: an OpenAI request then
-	// goes to the ChatGPT backend (Config.ChatGPTUpstream) instead of the OpenAI API, its /v1
-	// prefix dropped (/openai/v1/responses → {base}/responses), as Codex itself sends it when
-	// logged in with ChatGPT. The harness stays in API-key mode against the route and never
-	// learns which backend answers.
-	ChatGPT bool
+	// PlanType is a ChatGPT login's plan (its id token's chatgpt_plan_type), which the
+	// placeholder id token the sandbox sees carries; "" when unknown.
+	PlanType string
 }
-
-// DefaultChatGPTUpstream is the ChatGPT backend a ChatGPT login's requests go to unless
-// Config.ChatGPTUpstream says otherwise (sandboxd --provider-url chatgpt=URL): Codex's
-// chatgpt_base_url (https://chatgpt.com/backend-api) followed by the /codex its Responses
-// client appends.
-const DefaultChatGPTUpstream = "https://chatgpt.com/backend-api/codex"
 
 // AnthropicOAuthBeta is the anthropic-beta value the Anthropic API requires with an OAuth token.
 const AnthropicOAuthBeta = "oauth-2025-04-20"
@@ -118,8 +117,6 @@ type Config struct {
 	// for /openai/v1/responses goes to {base}/v1/responses). http:// is accepted only for a
 	// loopback address (a test's fake provider): a credential never crosses a network in clear.
 	Upstream map[Provider]string
-	// ChatGPTUpstream overrides DefaultChatGPTUpstream, under the same rules as Upstream.
-	ChatGPTUpstream string
 	// Transport carries requests upstream. Required; it must verify TLS certificates (an
 	// *http.Transport with InsecureSkipVerify is refused). The route asks for identity encoding
 	// so that it can read usage from the bytes it passes on.
@@ -148,6 +145,10 @@ type Config struct {
 	// ended (usage.Store.Add). It runs before the handler returns, that is before the last
 	// chunk of the response reaches the sandbox: it must not block. nil: discarded.
 	Sink func(usage.Record)
+	// HarnessRefresh is told of every refresh a harness asked of the route's ChatGPT token
+	// endpoint, answered with placeholders (refused "") or refused (refused says why), for the
+	// audit log. nil: none.
+	HarnessRefresh func(sandboxID, refused string)
 	// Log receives what goes wrong that no answer carries. nil: discarded.
 	Log *slog.Logger
 }
@@ -157,7 +158,6 @@ type Route struct {
 	sandbox  string
 	cfg      *Config
 	upstream map[Provider]*url.URL
-	chatgpt  *url.URL
 	proxy    *httputil.ReverseProxy
 	log      *slog.Logger
 }
@@ -188,15 +188,6 @@ func New(sandboxID string, cfg *Config) (*Route, error) {
 		}
 		rt.upstream[p] = u
 	}
-	raw := DefaultChatGPTUpstream
-	if cfg.ChatGPTUpstream != "" {
-		raw = cfg.ChatGPTUpstream
-	}
-	u, err := parseUpstream(raw)
-	if err != nil {
-		return nil, fmt.Errorf("model route: chatgpt upstream: %w", err)
-	}
-	rt.chatgpt = u
 	for p := range cfg.Upstream {
 		if _, ok := DefaultUpstream[p]; !ok {
 			return nil, fmt.Errorf("model route: unknown provider %q", p)
@@ -266,13 +257,19 @@ type exchangeKey struct{}
 var metered = map[Provider]map[string]bool{
 	Anthropic: {"/v1/messages": true},
 	OpenAI:    {"/v1/responses": true, "/v1/responses/compact": true, "/v1/chat/completions": true},
+	ChatGPT:   {"/backend-api/codex/responses": true, "/backend-api/codex/responses/compact": true},
 }
 
 // allowed lists what a harness may ask of each provider through the route: generate, count
 // tokens, list models. Anything else is refused: the operator's credential would open the
 // account that every sandbox shares (its files, batches, stored responses and fine-tuning jobs),
 // and the batch and background endpoints would generate tokens the meter never sees (a
-// background response's result is fetched with a GET that is not allowed either).
+// background response's result is fetched with a GET that is not allowed either). Of the
+// ChatGPT backend, Codex's model requests and its model list (what the plan serves); the rest
+// of what Codex 0.166 asks of it in ChatGPT mode (wham/accounts/check, wham/settings/user; with
+// analytics and apps on, which the codex adapter turns off, analytics events and the apps' MCP
+// server) reads the operator's account or sends it telemetry, and Codex works on without it
+// (testdata/script/route_codex_chatgpt.txtar).
 var allowed = map[Provider]map[string][]string{
 	Anthropic: {
 		http.MethodPost: {"/v1/messages", "/v1/messages/count_tokens"},
@@ -281,6 +278,10 @@ var allowed = map[Provider]map[string][]string{
 	OpenAI: {
 		http.MethodPost: {"/v1/responses", "/v1/responses/compact", "/v1/chat/completions"},
 		http.MethodGet:  {"/v1/models", "/v1/models/*"},
+	},
+	ChatGPT: {
+		http.MethodPost: {"/backend-api/codex/responses", "/backend-api/codex/responses/compact"},
+		http.MethodGet:  {"/backend-api/codex/models"},
 	},
 }
 
@@ -305,12 +306,15 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p, rest, ok := split(r.URL.Path)
 	if !ok {
 		writeError(w, p, &Error{Status: http.StatusNotFound, Code: CodeBadRequest,
-			Message: "the model route serves /anthropic/… and /openai/…, not " + r.URL.Path})
+			Message: "the model route serves /anthropic/…, /openai/… and /chatgpt/…, not " + r.URL.Path})
 		return
 	}
 	if cleanPath(rest) != rest {
 		writeError(w, p, &Error{Status: http.StatusBadRequest, Code: CodeBadRequest,
 			Message: "the path must not contain . or .. segments or empty ones: " + r.URL.Path})
+		return
+	}
+	if p == ChatGPT && rt.serveOAuth(w, r, rest) {
 		return
 	}
 	if _, e := rt.verify(r, p); e != nil {
@@ -390,15 +394,6 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.cred = cred
 
 	base, prefix := rt.upstream[p], "/"+string(p)
-	if cred.ChatGPT && p == OpenAI {
-		if !strings.HasPrefix(rest, "/v1/") {
-			x.rec.Err = "not an OpenAI API path: " + rest
-			writeError(sw, p, &Error{Status: http.StatusNotFound, Code: CodeBadRequest,
-				Message: "with a ChatGPT login the model route serves /openai/v1/…, not " + r.URL.Path})
-			return
-		}
-		base, prefix = rt.chatgpt, "/"+string(p)+"/v1"
-	}
 	target := *base
 	target.Path = base.Path + strings.TrimPrefix(r.URL.Path, prefix)
 	target.RawPath = base.EscapedPath() + strings.TrimPrefix(r.URL.EscapedPath(), prefix)

@@ -769,81 +769,149 @@ func TestLongStreamAfterRequestBody(t *testing.T) {
 	}
 }
 
-// A ChatGPT login's OpenAI requests go to the ChatGPT backend, /v1 dropped from the path, with
-// the access token and the account header; the OpenAI API is not asked, the sandbox's token
-// never arrives, and the streamed Responses events are metered as the API's are.
+// The ChatGPT route: Codex in ChatGPT mode presents its placeholder access token (the start's
+// JWT-shaped token) and the placeholder account; the backend gets the login's access token and
+// account, at the same path, the stream metered as the Responses API's. Only Codex's model
+// requests and model list are carried; its account and telemetry calls are refused.
 func TestChatGPTBackend(t *testing.T) {
 	const access, account = "eyJ.REAL-chatgpt-access.sig", "acct-operator"
-	backend := make(chan seen, 4)
-	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		backend <- seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body}
-		serveFile("responses_stream.sse", "text/event-stream")(w, r)
-	}))
-	t.Cleanup(b.Close)
 	e := newEnv(t, serveFile("responses_stream.sse", "text/event-stream"), func(c *Config) {
-		c.ChatGPTUpstream = b.URL + "/backend-api/codex/"
+		c.Upstream[ChatGPT] = c.Upstream[OpenAI]
 		c.Credential = func(_ context.Context, _ string, p Provider) (Credential, error) {
-			if p == Anthropic {
-				return Credential{APIKey: realAnthropicKey}, nil
+			if p != ChatGPT {
+				return Credential{}, ErrNoCredential
 			}
-			return Credential{OAuthToken: access, ChatGPT: true, Header: http.Header{"Chatgpt-Account-Id": {account}}}, nil
+			return Credential{OAuthToken: access, Header: http.Header{"Chatgpt-Account-Id": {account}}, PlanType: "pro"}, nil
 		}
 	})
-	tok := e.token(testSandbox, OpenAI)
-	resp := e.post(context.Background(), "/openai/v1/responses?x=1", tok, `{"model":"gpt-5-codex","stream":true}`,
-		"Chatgpt-Account-Id", "acct-sandbox", "Session-Id", "harness-ses")
+	start, err := e.tokens.Mint(testSandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph, err := e.tokens.ChatGPTPlaceholders(start, "pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := e.post(context.Background(), "/chatgpt/backend-api/codex/responses?x=1", ph.AccessToken, `{"model":"gpt-5-codex","stream":true}`,
+		"Authorization", "Bearer "+ph.AccessToken, "Chatgpt-Account-Id", ph.AccountID, "Session-Id", "harness-ses", "X-Codex-Routing-Hint", "hint")
 	body := readAll(t, resp)
 	if want, _ := readFixtureFile("responses_stream.sse"); resp.StatusCode != 200 || !bytes.Equal(body, want) {
 		t.Fatalf("status %d, body changed on the way: %q", resp.StatusCode, body)
 	}
-	up := <-backend
-	if up.Path != "/backend-api/codex/responses" || up.Query != "x=1" {
-		t.Errorf("backend asked for %s?%s, want /backend-api/codex/responses?x=1", up.Path, up.Query)
+	up := <-e.upReqs
+	if up.Path != "/base/backend-api/codex/responses" || up.Query != "x=1" {
+		t.Errorf("backend asked for %s?%s, want /base/backend-api/codex/responses?x=1", up.Path, up.Query)
 	}
-	if got := up.Header.Get("Authorization"); got != "Bearer "+access {
-		t.Errorf("authorization %q, want the access token", got)
+	if got := up.Header.Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+access {
+		t.Errorf("authorization %q, want only the access token", got)
 	}
 	if got := up.Header.Values("Chatgpt-Account-Id"); len(got) != 1 || got[0] != account {
 		t.Errorf("chatgpt-account-id %q, want only the login's", got)
 	}
+	if up.Header.Get("X-Codex-Routing-Hint") != "hint" {
+		t.Error("Codex's own headers must go through")
+	}
 	for h, vs := range up.Header {
 		for _, v := range vs {
-			if strings.Contains(v, tok) {
-				t.Errorf("the token reached the backend in %s", h)
+			if strings.Contains(v, "hiloop") {
+				t.Errorf("a placeholder reached the backend in %s: %q", h, v)
 			}
 		}
 	}
-	if strings.Contains(up.Path+up.Query+string(up.Body), tok) {
-		t.Error("the token reached the backend in the URL or body")
-	}
-	e.noUpstream()
 	rec := e.record()
 	if rec.Tokens != (usage.Tokens{Input: 464, Output: 300, CacheRead: 1536}) || rec.Model != "gpt-5-codex" ||
-		rec.Path != "/v1/responses" || rec.HarnessSession != "harness-ses" || rec.Provider != string(OpenAI) {
+		rec.Path != "/backend-api/codex/responses" || rec.HarnessSession != "harness-ses" || rec.Provider != string(ChatGPT) {
 		t.Errorf("record %+v", rec)
 	}
 
-	// A path outside /v1 has no counterpart on the backend: refused, nothing forwarded.
-	resp = e.post(context.Background(), "/openai/responses", tok, `{}`)
-	readAll(t, resp)
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderError) != CodeEndpointNotAllowed {
-		t.Errorf("/openai/responses: %d %s, want 403 %s", resp.StatusCode, resp.Header.Get(HeaderError), CodeEndpointNotAllowed)
-	}
-	select {
-	case r := <-backend:
-		t.Errorf("the backend was asked for %s", r.Path)
-	default:
+	// What Codex asks of the backend besides: refused, nothing forwarded.
+	for _, path := range []string{"/chatgpt/backend-api/wham/accounts/check", "/chatgpt/backend-api/conversations", "/chatgpt/backend-api/codex/analytics-events/events"} {
+		resp = e.post(context.Background(), path, "", `{}`, "Authorization", "Bearer "+ph.AccessToken)
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderError) != CodeEndpointNotAllowed {
+			t.Errorf("%s: %d %s, want 403 %s", path, resp.StatusCode, resp.Header.Get(HeaderError), CodeEndpointNotAllowed)
+		}
 	}
 	e.noUpstream()
 
-	// Anthropic is unaffected by a ChatGPT backend.
-	resp = e.post(context.Background(), "/anthropic/v1/messages", e.token(testSandbox, Anthropic), `{}`)
+	// The placeholder is the ChatGPT route's token only: on the OpenAI route it is another
+	// audience's, and an OpenAI token is not the ChatGPT route's.
+	resp = e.post(context.Background(), "/openai/v1/responses", ph.AccessToken, `{}`)
 	readAll(t, resp)
-	if up := <-e.upReqs; up.Path != "/base/v1/messages" {
-		t.Errorf("anthropic went to %s", up.Path)
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderError) != CodeWrongAudience {
+		t.Errorf("placeholder on /openai: %d %s, want 403 %s", resp.StatusCode, resp.Header.Get(HeaderError), CodeWrongAudience)
 	}
-	e.record()
+	resp = e.post(context.Background(), "/chatgpt/backend-api/codex/responses", "", `{}`, "Authorization", "Bearer "+e.token(testSandbox, OpenAI))
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderError) != CodeWrongAudience {
+		t.Errorf("openai token on /chatgpt: %d %s, want 403 %s", resp.StatusCode, resp.Header.Get(HeaderError), CodeWrongAudience)
+	}
+	// Once the start ends, so does its placeholder.
+	e.tokens.Revoke(start.ID)
+	resp = e.post(context.Background(), "/chatgpt/backend-api/codex/responses", "", `{}`, "Authorization", "Bearer "+ph.AccessToken)
+	readAll(t, resp)
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get(HeaderError) != CodeInvalidToken {
+		t.Errorf("revoked placeholder: %d %s, want 401 %s", resp.StatusCode, resp.Header.Get(HeaderError), CodeInvalidToken)
+	}
+	e.noUpstream()
+}
+
+// Codex's own refresh, at the route's token endpoint, gets the start's placeholders again and
+// goes nowhere; a refresh token of an ended start, of another sandbox or not ours is refused
+// with the code on which Codex stops trying. Every refresh is told to HarnessRefresh.
+func TestChatGPTRefreshAnsweredLocally(t *testing.T) {
+	var told []string
+	e := newEnv(t, serveFile("responses_stream.sse", "text/event-stream"), func(c *Config) {
+		c.Credential = func(context.Context, string, Provider) (Credential, error) {
+			return Credential{OAuthToken: "eyJ.REAL.sig", PlanType: "plus"}, nil
+		}
+		c.HarnessRefresh = func(sb, refused string) { told = append(told, sb+":"+refused) }
+	})
+	start, _ := e.tokens.Mint(testSandbox)
+	ph, err := e.tokens.ChatGPTPlaceholders(start, "plus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := e.tokens.Mint("sandbox-b")
+	phOther, _ := e.tokens.ChatGPTPlaceholders(other, "plus")
+	refresh := func(contentType, body string) (int, map[string]any) {
+		t.Helper()
+		resp, err := e.client.Post(e.route.URL+"/chatgpt/oauth/token", contentType, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(readAll(t, resp), &out); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, out
+	}
+	status, out := refresh("application/json", `{"client_id":"app_x","grant_type":"refresh_token","refresh_reason":"unauthorized_recovery","refresh_token":"`+ph.RefreshToken+`"}`)
+	if status != 200 || out["access_token"] != ph.AccessToken || out["id_token"] != ph.IDToken || out["refresh_token"] != ph.RefreshToken {
+		t.Errorf("refresh: %d %v, want the placeholders %+v", status, out, ph)
+	}
+	status, out = refresh("application/x-www-form-urlencoded", "grant_type=refresh_token&refresh_token="+ph.RefreshToken)
+	if status != 200 || out["access_token"] != ph.AccessToken {
+		t.Errorf("form refresh: %d %v", status, out)
+	}
+	for _, body := range []string{
+		`{"grant_type":"refresh_token","refresh_token":"` + phOther.RefreshToken + `"}`,
+		`{"grant_type":"refresh_token","refresh_token":"rt_REAL-refresh"}`,
+	} {
+		status, out = refresh("application/json", body)
+		if e, _ := out["error"].(map[string]any); status < 400 || e["code"] != "refresh_token_invalidated" {
+			t.Errorf("%s: %d %v, want a refusal with refresh_token_invalidated", body, status, out)
+		}
+	}
+	e.tokens.Revoke(start.ID)
+	status, _ = refresh("application/json", `{"grant_type":"refresh_token","refresh_token":"`+ph.RefreshToken+`"}`)
+	if status != http.StatusUnauthorized {
+		t.Errorf("refresh of an ended start: %d, want 401", status)
+	}
+	e.noUpstream()
+	if len(told) != 5 || told[0] != testSandbox+":" || told[1] != testSandbox+":" || told[4] == testSandbox+":" {
+		t.Errorf("HarnessRefresh told %q", told)
+	}
 }
 
 // A request refused for want of a credential is told to NoCredential, with the callback's

@@ -36,13 +36,16 @@ const (
 	MaxSandboxID = 64
 )
 
+// The ChatGPT route's token is a JWT in shape (see chatGPTToken): Codex in ChatGPT mode reads
+// its access token's claims, and refreshes one that expires.
 var tokenShape = map[Provider]struct{ prefix, suffix string }{
 	Anthropic: {"sk-ant-api03-hiloop-", "AA"},
 	OpenAI:    {"sk-proj-hiloop-", ""},
+	ChatGPT:   {chatGPTTokenHead + ".", ""}, // then the claims, a dot, and the signed part
 }
 
 // providerCode is a provider's byte in a token's payload.
-var providerCode = map[Provider]byte{Anthropic: 1, OpenAI: 2}
+var providerCode = map[Provider]byte{Anthropic: 1, OpenAI: 2, ChatGPT: 3}
 
 // Start is one harness start: the tokens minted for it are valid, on its sandbox's route, until
 // it is revoked. It carries no secret: a token can be made from it only with the key.
@@ -117,7 +120,11 @@ func (t *Tokens) Token(s Start, p Provider) (string, error) {
 	copy(payload[10:], id)
 	payload = append(payload, s.SandboxID...)
 	payload = append(payload, t.mac(payload)...)
-	return shape.prefix + base64.RawURLEncoding.EncodeToString(payload) + shape.suffix, nil
+	body := base64.RawURLEncoding.EncodeToString(payload)
+	if p == ChatGPT {
+		return chatGPTToken(s, body), nil
+	}
+	return shape.prefix + body + shape.suffix, nil
 }
 
 func (t *Tokens) mac(payload []byte) []byte {
@@ -187,8 +194,30 @@ func (t *Tokens) Verify(token, sandboxID string, p Provider) (Start, *Error) {
 			}
 		}
 	}
+	if tp == ChatGPT {
+		// header.claims.signed: the signed part is what the other shapes carry.
+		_, body, _ = strings.Cut(body, ".")
+	}
 	if tp == "" {
-		return invalid("it has neither token shape (a real provider key never reaches a sandbox)")
+		return invalid("it has none of the token shapes (a real provider key never reaches a sandbox)")
+	}
+	s, e := t.verifyBody(body, tp, sandboxID, p)
+	if e == nil && tp == ChatGPT {
+		// Only the signed part counts, but a token's claims are its start's: an altered JWT is
+		// not this start's token.
+		if want, _ := t.Token(s, ChatGPT); want != token {
+			return invalid("its claims are not the ones it was minted with")
+		}
+	}
+	return s, e
+}
+
+// verifyBody checks the signed part of a token of provider tp presented on sandboxID's route
+// for provider p (see Verify).
+func (t *Tokens) verifyBody(body string, tp Provider, sandboxID string, p Provider) (Start, *Error) {
+	invalid := func(why string) (Start, *Error) {
+		return Start{}, &Error{Status: http.StatusUnauthorized, Code: CodeInvalidToken,
+			Message: "the API key is not a valid hiloop model route token: " + why}
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(body)
 	if err != nil || len(raw) < headerSize+1+macSize || len(raw) > headerSize+MaxSandboxID+macSize {

@@ -3,10 +3,12 @@ package modelroute
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func testKey(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
@@ -155,5 +157,56 @@ func TestTokenRestore(t *testing.T) {
 	rekeyed.Restore(starts)
 	if _, e := rekeyed.Verify(tok, "sb", Anthropic); e == nil || e.Code != CodeInvalidToken {
 		t.Errorf("restored under another key: %v", e)
+	}
+}
+
+// The ChatGPT route's token is a JWT that Codex reads as a ChatGPT access token that never
+// expires; its claims are its start's, so an altered one is refused like a forged one.
+func TestChatGPTTokenShape(t *testing.T) {
+	tk := newTokens(t)
+	s, tok := mint(t, tk, "sandbox-a", ChatGPT)
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		t.Fatalf("%q is not a JWT", tok)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		Exp  int64 `json:"exp"`
+		Auth struct {
+			Account string `json:"chatgpt_account_id"`
+		} `json:"https://api.openai.com/auth"`
+	}
+	if err := json.Unmarshal(raw, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if time.Unix(claims.Exp, 0).Before(time.Now().AddDate(50, 0, 0)) || claims.Auth.Account != PlaceholderAccountID {
+		t.Errorf("claims %+v: want an exp decades away and the placeholder account", claims)
+	}
+	if got, e := tk.Verify(tok, "sandbox-a", ChatGPT); e != nil || got != s {
+		t.Errorf("Verify: %v %v", got, e)
+	}
+	forged := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"exp":1}`)) + "." + parts[2]
+	if _, e := tk.Verify(forged, "sandbox-a", ChatGPT); e == nil || e.Code != CodeInvalidToken {
+		t.Errorf("altered claims: %v, want %s", e, CodeInvalidToken)
+	}
+	ph, err := tk.ChatGPTPlaceholders(s, "pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ph.AccessToken != tok || !strings.HasPrefix(ph.RefreshToken, RefreshTokenPrefix) || ph.AccountID != PlaceholderAccountID {
+		t.Errorf("placeholders %+v", ph)
+	}
+	if got, e := tk.VerifyRefresh(ph.RefreshToken, "sandbox-a"); e != nil || got != s {
+		t.Errorf("VerifyRefresh: %v %v", got, e)
+	}
+	if _, e := tk.VerifyRefresh(ph.RefreshToken, "sandbox-b"); e == nil || e.Code != CodeWrongAudience {
+		t.Errorf("VerifyRefresh on another sandbox: %v", e)
+	}
+	idClaims, _ := base64.RawURLEncoding.DecodeString(strings.Split(ph.IDToken, ".")[1])
+	if !strings.Contains(string(idClaims), `"chatgpt_plan_type":"pro"`) || !strings.Contains(string(idClaims), PlaceholderEmail) {
+		t.Errorf("id token claims %s: want the plan and the placeholder email", idClaims)
 	}
 }

@@ -141,7 +141,7 @@ type AuditRecord struct {
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
 	// Action is what happened: login_added, login_removed, login_refreshed,
-	// login_refresh_failed, harness_login_used.
+	// login_refresh_failed, harness_login_used, harness_refresh_answered.
 	Action string `json:"action"`
 	// Provider is the login's provider.
 	Provider LoginProvider `json:"provider,omitempty"`
@@ -162,6 +162,9 @@ const (
 	AuditLoginRefreshed     = "login_refreshed"
 	AuditLoginRefreshFailed = "login_refresh_failed"
 	AuditHarnessLoginUsed   = "harness_login_used"
+	// AuditHarnessRefreshAnswered: a harness asked to refresh its placeholder ChatGPT login,
+	// and the model route answered it itself (Message says whether it refused).
+	AuditHarnessRefreshAnswered = "harness_refresh_answered"
 )
 
 // AuditRecordList is the answer of GET /v1/audit.

@@ -21,6 +21,15 @@ type Env struct {
 type Keys struct {
 	Anthropic string
 	OpenAI    string
+	// ChatGPT, set in place of OpenAI when the operator's OpenAI credential is a ChatGPT login,
+	// is the start's placeholder ChatGPT login, its tokens as in Codex's auth.json: the access
+	// token is the route token, the others shaped like a login's and worth nothing.
+	ChatGPT *ChatGPTLogin
+}
+
+// ChatGPTLogin is a placeholder ChatGPT login (see Keys.ChatGPT).
+type ChatGPTLogin struct {
+	IDToken, AccessToken, RefreshToken, AccountID string
 }
 
 // Or returns key, or placeholder when key is empty.

@@ -2,12 +2,14 @@ package codex
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hiloop/hiloop/internal/harness/adapter"
 )
@@ -169,6 +171,115 @@ func TestEnv(t *testing.T) {
 			if p.BaseURL != tc.baseURL || p.EnvKey != "OPENAI_API_KEY" || p.WireAPI != "responses" ||
 				p.SupportsWebsocket == nil || *p.SupportsWebsocket || p.Name == "" {
 				t.Errorf("provider %+v, want the Responses API over HTTP at %s, keyed by OPENAI_API_KEY", p, tc.baseURL)
+			}
+		})
+	}
+}
+
+// TestEnvChatGPT checks ChatGPT mode: no API key, a provider at the route's ChatGPT path that
+// authenticates with the login, chatgpt_base_url in config.toml, the refresh and revocation
+// pointed at the route, and the placeholder login as the auth.json Codex reads.
+func TestEnvChatGPT(t *testing.T) {
+	login := adapter.ChatGPTLogin{IDToken: "id.jwt.x", AccessToken: "eyJ.access.sig", RefreshToken: "rt_hiloop_x", AccountID: "hiloop-placeholder-account"}
+	vars := map[string]string{}
+	for _, kv := range Adapter().Env(adapter.Env{GatewayURL: "http://127.0.0.1:3128/", Keys: adapter.Keys{ChatGPT: &login}}) {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, dup := vars[k]; dup {
+			t.Errorf("%s is set twice", k)
+		}
+		vars[k] = v
+	}
+	if v, ok := vars["OPENAI_API_KEY"]; ok {
+		t.Errorf("OPENAI_API_KEY = %q in ChatGPT mode", v)
+	}
+	var c struct {
+		ModelProvider  string `json:"model_provider"`
+		ModelProviders map[string]struct {
+			BaseURL            string  `json:"base_url"`
+			EnvKey             *string `json:"env_key"`
+			RequiresOpenAIAuth bool    `json:"requires_openai_auth"`
+			WireAPI            string  `json:"wire_api"`
+		} `json:"model_providers"`
+	}
+	if err := json.Unmarshal([]byte(vars["CODEX_CONFIG"]), &c); err != nil {
+		t.Fatal(err)
+	}
+	p := c.ModelProviders[c.ModelProvider]
+	if c.ModelProvider != ProviderID || p.BaseURL != "http://127.0.0.1:3128/chatgpt/backend-api/codex" || p.EnvKey != nil || !p.RequiresOpenAIAuth || p.WireAPI != "responses" {
+		t.Errorf("CODEX_CONFIG %s", vars["CODEX_CONFIG"])
+	}
+	if toml := vars[configEnv]; !strings.HasPrefix(toml, configMarker+"\n") ||
+		!strings.Contains(toml, "\nchatgpt_base_url = \"http://127.0.0.1:3128/chatgpt/backend-api\"\n") ||
+		strings.Index(toml, "chatgpt_base_url") > strings.Index(toml, "[") {
+		t.Errorf("config.toml does not set chatgpt_base_url before its tables:\n%s", toml)
+	}
+	if vars["CODEX_REFRESH_TOKEN_URL_OVERRIDE"] != "http://127.0.0.1:3128/chatgpt/oauth/token" ||
+		vars["CODEX_REVOKE_TOKEN_URL_OVERRIDE"] != "http://127.0.0.1:3128/chatgpt/oauth/revoke" {
+		t.Errorf("refresh %q, revoke %q", vars["CODEX_REFRESH_TOKEN_URL_OVERRIDE"], vars["CODEX_REVOKE_TOKEN_URL_OVERRIDE"])
+	}
+	var auth struct {
+		AuthMode    string            `json:"auth_mode"`
+		APIKey      *string           `json:"OPENAI_API_KEY"`
+		Tokens      map[string]string `json:"tokens"`
+		LastRefresh time.Time         `json:"last_refresh"`
+	}
+	if err := json.Unmarshal([]byte(vars[authEnv]), &auth); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"id_token": login.IDToken, "access_token": login.AccessToken, "refresh_token": login.RefreshToken, "account_id": login.AccountID}
+	if auth.AuthMode != "chatgpt" || auth.APIKey != nil || !maps.Equal(auth.Tokens, want) || auth.LastRefresh.IsZero() {
+		t.Errorf("auth.json %s", vars[authEnv])
+	}
+	// Without a gateway there is no route to be logged in to: API-key mode as ever.
+	for _, kv := range Adapter().Env(adapter.Env{Keys: adapter.Keys{ChatGPT: &login}}) {
+		if strings.HasPrefix(kv, authEnv+"=") {
+			t.Error("a placeholder login without a gateway")
+		}
+	}
+}
+
+// TestStartKeepsTheAuthFile runs the start script: it writes the placeholder auth.json (0600)
+// where there is none or hiloop's (also as Codex rewrites it), leaves a user's own alone, and
+// with no placeholder to write removes hiloop's, never the user's.
+func TestStartKeepsTheAuthFile(t *testing.T) {
+	launcher := filepath.Join(t.TempDir(), "codex-acp")
+	if err := os.WriteFile(launcher, []byte("#!/bin/sh\nenv | grep '^"+authEnv+"=' || true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	placeholder := `{"auth_mode":"chatgpt","tokens":{"refresh_token":"rt_hiloop_NEW"}}`
+	rewritten := "{\n  \"tokens\": {\n    \"id_token\": \"x\",\n    \"refresh_token\": \"rt_hiloop_OLD\"\n  }\n}"
+	user := `{"tokens":{"refresh_token":"rt_user_own","note":"rt_hiloop_ in a note"}}`
+	for _, tc := range []struct{ name, before, auth, after string }{
+		{"none", "", placeholder, placeholder},
+		{"hiloop's, rewritten by Codex", rewritten, placeholder, placeholder},
+		{"the user's", user, placeholder, user},
+		{"hiloop's, API-key mode", rewritten, "", ""},
+		{"the user's, API-key mode", user, "", user},
+		{"none, API-key mode", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			home := t.TempDir()
+			path := filepath.Join(home, "auth.json")
+			if tc.before != "" {
+				if err := os.WriteFile(path, []byte(tc.before), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := Adapter()
+			cmd := exec.Command(a.Argv[0], a.Argv[1], a.Argv[2], launcher)
+			cmd.Env = append(os.Environ(), "CODEX_HOME="+home, configEnv+"="+config, authEnv+"="+tc.auth)
+			if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+				t.Fatalf("start: %v, launcher saw %q (want no %s)", err, out, authEnv)
+			}
+			got, err := os.ReadFile(path)
+			switch {
+			case tc.after == "" && !os.IsNotExist(err):
+				t.Errorf("auth.json is there (%q, %v), want none", got, err)
+			case tc.after != "" && string(got) != tc.after:
+				t.Errorf("auth.json is %q (%v), want %q", got, err, tc.after)
+			}
+			if st, err := os.Stat(path); err == nil && tc.after == placeholder && st.Mode().Perm() != 0o600 {
+				t.Errorf("auth.json mode %v, want 0600", st.Mode().Perm())
 			}
 		})
 	}
