@@ -324,8 +324,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	unixMax, tcpMax := apiConnLimits()
 	servers := []*http.Server{{Handler: handler}}
-	listeners := []net.Listener{unixLn}
+	listeners := []*connLimiter{newConnLimiter(unixLn, unixMax)}
 	if d.cfg.Listen != "" {
 		if d.cfg.Token == "" {
 			unixLn.Close()
@@ -337,7 +338,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			return err
 		}
 		servers = append(servers, &http.Server{Handler: bearerAuth(d.cfg.Token, handler, d.log)})
-		listeners = append(listeners, tcpLn)
+		listeners = append(listeners, newConnLimiter(tcpLn, tcpMax))
 	}
 	errc := make(chan error, len(servers)+1)
 	go d.logins.Run(ctx, d.log.Warn)
@@ -346,7 +347,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		go func() { errc <- d.ssh.Serve(ctx) }()
 	}
 	for i, srv := range servers {
-		srv.ReadHeaderTimeout = 10 * time.Second
+		srv.ReadHeaderTimeout = apiHeaderTimeout
+		srv.IdleTimeout = apiIdleTimeout
+		srv.ConnState = listeners[i].connState
 		srv.ErrorLog = slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)
 		d.log.Info("serving API", "addr", listeners[i].Addr().String())
 		go func() { errc <- srv.Serve(listeners[i]) }()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/hiloop/hiloop/pkg/api"
@@ -81,18 +82,33 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error) {
 // decodeBody reads a JSON body into v: at most api.MaxBodyBytes, no unknown fields, one value.
 // An empty body leaves v as it is.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	body, err := readBody(w, r)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return api.Errorf(api.CodeBodyTooLarge, "request body is larger than %d bytes", api.MaxBodyBytes)
-		}
-		return api.Errorf(api.CodeBadRequest, "read request body: %v", err)
+		return err
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
 	}
 	return decodeJSON(body, v)
+}
+
+// readBody reads a request's body: at most api.MaxBodyBytes, within apiBodyTimeout.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	lift := bodyDeadline(w)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+	lift()
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, api.Errorf(api.CodeBodyTooLarge, "request body is larger than %d bytes", api.MaxBodyBytes)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return nil, api.Errorf(api.CodeBadRequest, "request body did not arrive within %s", apiBodyTimeout)
+		}
+		return nil, api.Errorf(api.CodeBadRequest, "read request body: %v", err)
+	}
+	return body, nil
 }
 
 func decodeJSON(body []byte, v any) error {
@@ -125,6 +141,8 @@ func bearerAuth(token string, next http.Handler, log *slog.Logger) http.Handler 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || !constantTimeEqual(got, token) {
+			// No second try on this connection: a client without the token holds none open.
+			w.Header().Set("Connection", "close")
 			writeError(w, log, api.Errorf(api.CodeUnauthorized, "missing or wrong bearer token: set HILOOP_TOKEN"))
 			return
 		}

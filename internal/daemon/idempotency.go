@@ -67,9 +67,9 @@ func (i *idempotency) wrap(next handlerFunc) handlerFunc {
 		if len(key) > maxKeyLen {
 			return api.Errorf(api.CodeInvalidArgument, "Idempotency-Key is longer than %d characters", maxKeyLen)
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
+		body, err := readBody(w, r)
 		if err != nil {
-			return api.Errorf(api.CodeBodyTooLarge, "request body is larger than %d bytes", api.MaxBodyBytes)
+			return err
 		}
 		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.RequestURI() + "\n" + string(body)))
 		fingerprint := hex.EncodeToString(sum[:])
