@@ -118,8 +118,8 @@ func parseLogQuery(r *http.Request) (logQuery, error) {
 	if err != nil {
 		return logQuery{}, err
 	}
-	if limit == 0 {
-		return logQuery{}, api.Errorf(api.CodeInvalidArgument, "invalid limit 0: ask for 1 to %d records", api.MaxEgressLogPage)
+	if limit == 0 || limit > api.MaxEgressLogPage {
+		return logQuery{}, api.Errorf(api.CodeInvalidArgument, "invalid limit %d: ask for 1 to %d records", limit, api.MaxEgressLogPage)
 	}
 	waitS, err := uintQuery(r, "wait", 0)
 	if err != nil {
@@ -127,7 +127,7 @@ func parseLogQuery(r *http.Request) (logQuery, error) {
 	}
 	return logQuery{
 		after: after,
-		limit: int(min(limit, api.MaxEgressLogPage)),
+		limit: int(limit),
 		wait:  min(time.Duration(min(waitS, math.MaxInt32))*time.Second, api.MaxEgressLogWait),
 	}, nil
 }

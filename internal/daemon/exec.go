@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -59,7 +60,8 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.ExecControl, error) {
 	typ, data, err := s.conn.Read(ctx)
 	if err != nil {
-		return api.ExecControl{}, err
+		// The client's: it closed, or broke the protocol (an unmasked frame, say).
+		return api.ExecControl{}, api.Errorf(api.CodeBadRequest, "read the exec request: %v", err)
 	}
 	if typ != websocket.MessageText {
 		return api.ExecControl{}, api.Errorf(api.CodeBadRequest, "the first exec message must be a JSON ExecRequest")
@@ -209,7 +211,10 @@ func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
 			return nil
 		}
 		if typ == websocket.MessageBinary {
-			if len(data) < 2 || data[0] != api.StreamStdin {
+			if len(data) == 0 || data[0] != api.StreamStdin {
+				return errors.New("a binary message to the daemon must be stdin (stream 0)")
+			}
+			if len(data) == 1 {
 				continue
 			}
 			if f.stdin == nil {
@@ -220,8 +225,8 @@ func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
 			continue
 		}
 		var c api.ExecControl
-		if json.Unmarshal(data, &c) != nil {
-			continue
+		if err := json.Unmarshal(data, &c); err != nil {
+			return fmt.Errorf("a control message is not an ExecControl: %v", err)
 		}
 		switch c.Type {
 		case api.ControlStdinEOF:
@@ -241,6 +246,8 @@ func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
 			if err := f.credit.Add(c.Bytes); err != nil {
 				return err
 			}
+		default:
+			return fmt.Errorf("unknown control message type %q: use resize, stdin_eof, signal or ack", c.Type)
 		}
 	}
 }

@@ -23,6 +23,26 @@ type route struct {
 	handle  handlerFunc
 	// idempotent routes honour the Idempotency-Key header.
 	idempotent bool
+	// noBody routes take no request body, and refuse one rather than ignore it.
+	noBody bool
+}
+
+// checkShape refuses what a request must not carry whatever its route: a query parameter or an
+// Idempotency-Key given more than once (which one would count?), a body where the route takes
+// none.
+func checkShape(r *http.Request, rt route) error {
+	for key, vals := range r.URL.Query() {
+		if len(vals) > 1 {
+			return api.Errorf(api.CodeBadRequest, "query parameter %q is given %d times: give it once", key, len(vals))
+		}
+	}
+	if n := len(r.Header.Values(api.IdempotencyKeyHeader)); n > 1 {
+		return api.Errorf(api.CodeBadRequest, "%s is given %d times: give it once", api.IdempotencyKeyHeader, n)
+	}
+	if rt.noBody && r.ContentLength != 0 {
+		return api.Errorf(api.CodeBadRequest, "%s %s takes no request body", r.Method, r.Pattern)
+	}
+	return nil
 }
 
 // newMux registers routes, answering unknown paths and methods with JSON errors.
@@ -43,6 +63,10 @@ func newMux(routes []route, idem *idempotency, log *slog.Logger) http.Handler {
 			rt, ok := methods[r.Method]
 			if !ok {
 				writeError(w, log, api.Errorf(api.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+				return
+			}
+			if err := checkShape(r, rt); err != nil {
+				writeError(w, log, err)
 				return
 			}
 			h := rt.handle
@@ -133,7 +157,7 @@ func decodeJSON(body []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return api.Errorf(api.CodeBadRequest, "request body holds more than one JSON value")
 	}
-	return nil
+	return checkKeys(body, v)
 }
 
 // bearerAuth requires "Authorization: Bearer <token>" on every request.

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,7 +18,11 @@ import (
 )
 
 type echoBody struct {
-	Name string `json:"name"`
+	Name   string         `json:"name"`
+	Nested map[string]int `json:"nested,omitempty"`
+	Items  []struct {
+		V int `json:"v"`
+	} `json:"items,omitempty"`
 }
 
 func testServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
@@ -39,6 +45,9 @@ func testServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
 				return api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", b.Name)
 			}
 			return writeJSON(w, http.StatusCreated, map[string]any{"name": b.Name, "call": n})
+		}},
+		{method: "POST", pattern: "/v1/things/start", noBody: true, handle: func(w http.ResponseWriter, r *http.Request) error {
+			return writeJSON(w, http.StatusOK, map[string]any{})
 		}},
 	}
 	srv := httptest.NewServer(withVersion("test", newMux(routes, newIdempotency(st, log), log)))
@@ -115,14 +124,57 @@ func TestBadBodies(t *testing.T) {
 		{`{"name":`, 400, api.CodeBadRequest, "not valid JSON"},
 		{`{"name":5}`, 400, api.CodeBadRequest, `field \"name\" must be a string`},
 		{`{"name":"a"}{"name":"b"}`, 400, api.CodeBadRequest, "more than one JSON value"},
+		// encoding/json would take these: a key matching only without case, a key given twice.
+		{`{"NAME":"a"}`, 400, api.CodeBadRequest, `unknown field \"NAME\"`},
+		{`{"name":"a","name":"b"}`, 400, api.CodeBadRequest, `field \"name\" more than once`},
+		{`{"name":"a","nested":{"x":1,"x":2}}`, 400, api.CodeBadRequest, `field \"nested.x\" more than once`},
+		{`{"name":"a","items":[{"v":1},{"V":2}]}`, 400, api.CodeBadRequest, `unknown field \"items[1].V\"`},
 		{`{"name":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}`, 413, api.CodeBodyTooLarge, "larger than"},
 	} {
-		for _, key := range []string{"", "key-" + tc.msg[:3]} {
+		for _, key := range []string{"", fmt.Sprintf("key-%.40q", tc.body)} {
 			status, body := post(t, srv.URL+"/v1/things", key, tc.body)
 			if status != tc.status || errorCode(t, body) != tc.code || !strings.Contains(body, tc.msg) {
 				t.Errorf("body %.40q key %q: %d %s", tc.body, key, status, body)
 			}
 		}
+	}
+}
+
+// What a request must not carry whatever its body: a query parameter or an Idempotency-Key
+// given twice, a body where the route takes none.
+func TestRequestShape(t *testing.T) {
+	srv, calls := testServer(t)
+	do := func(method, path, body string, header http.Header) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		maps.Copy(req.Header, header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		method, path, body string
+		header             http.Header
+		msg                string
+	}{
+		{"POST", "/v1/things?force=1&force=2", `{"name":"a"}`, nil, `query parameter \"force\" is given 2 times`},
+		{"POST", "/v1/things", `{"name":"a"}`, http.Header{api.IdempotencyKeyHeader: {"a", "b"}}, "Idempotency-Key is given 2 times"},
+		{"POST", "/v1/things/start", `{"name":"a"}`, nil, "takes no request body"},
+	} {
+		status, body := do(tc.method, tc.path, tc.body, tc.header)
+		if status != 400 || errorCode(t, body) != api.CodeBadRequest || !strings.Contains(body, tc.msg) {
+			t.Errorf("%s %s: %d %s, want 400 bad_request with %q", tc.method, tc.path, status, body, tc.msg)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Errorf("%d calls ran despite their refusal", calls.Load())
+	}
+	if status, body := do("POST", "/v1/things/start", "", nil); status != 200 {
+		t.Errorf("POST /v1/things/start without a body: %d %s", status, body)
 	}
 }
 

@@ -136,10 +136,9 @@ func (d *Daemon) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if limit == 0 {
-		return api.Errorf(api.CodeInvalidArgument, "invalid limit 0: ask for 1 to %d events", api.MaxEventsPage)
+	if limit == 0 || limit > api.MaxEventsPage {
+		return api.Errorf(api.CodeInvalidArgument, "invalid limit %d: ask for 1 to %d events", limit, api.MaxEventsPage)
 	}
-	limit = min(limit, api.MaxEventsPage)
 	evs, err := d.sessions.Events(r.PathValue("id"), after, int(limit))
 	if err != nil {
 		return err

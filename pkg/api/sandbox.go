@@ -5,6 +5,7 @@ package api
 import (
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -178,6 +179,10 @@ func validateWorkspaceGiB(gib int) error {
 func (p *SandboxesPost) Normalize() error {
 	if err := ValidateName("sandbox", p.Name); err != nil {
 		return err
+	}
+	if strings.HasSuffix(p.Name, "-") {
+		// The name is the sandbox's hostname, which may not end in '-' (RFC 1123).
+		return Errorf(CodeInvalidName, "invalid sandbox name %q: it is the sandbox's hostname, which cannot end in '-'", p.Name)
 	}
 	if p.Image == "" {
 		p.Image = DefaultImage
