@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -78,6 +79,10 @@ var commandFlagCases = []struct {
 		refused(ExitUsage),
 		refused(ExitUsage, "web", "db"),
 		refused(ExitUsage, "web", "--cpus", "many"),
+		// An explicit 0 is no request for the default.
+		refused(ExitUsage, "web", "--cpus", "0"),
+		refused(ExitUsage, "web", "--workspace-gib", "0"),
+		refused(ExitUsage, "web", "--memory-mb", "0"),
 		refused(ExitUsage, "web", "--bogus-flag"),
 		refused(ExitUsage, "web", "-o", "xml"),
 		ok(&SandboxCreateOptions{Post: func() api.SandboxesPost {
@@ -444,6 +449,23 @@ func TestCommandFlags(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A backquoted word in a flag's usage becomes the name of its value in --help
+// ("--image hiloop image list"): the usages name commands without them.
+func TestFlagUsagesHaveNoBackquotes(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(fl *pflag.Flag) {
+			if strings.Contains(fl.Usage, "`") {
+				t.Errorf("%s --%s: usage %q has a backquote", c.CommandPath(), fl.Name, fl.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(NewCmdRoot(&Factory{}))
 }
 
 // TestEveryCommandHasFlagCases walks the command tree: a command without cases above fails.

@@ -72,8 +72,9 @@ func newCmdSessionNew(f *Factory, runF func(*SessionNewOptions) error) *cobra.Co
 		Use:     "new SANDBOX [--harness NAME] [--policy auto-approve|ask] [--cwd DIR] [--budget-tokens N]",
 		Aliases: []string{"create"},
 		Short:   "Start a coding-agent session in a sandbox and print its id",
-		Long: `Start a session: the daemon starts the harness in the sandbox, in ACP mode, working in DIR.
-It prints the new session's id (or the session with -o).
+		Long: `Create a session of a coding-agent harness in the sandbox, working in DIR. The daemon
+starts the harness (in ACP mode) for the session's first prompt, and keeps it running for the
+next ones. It prints the new session's id (or the session with -o).
 
 The harness is one of claude-code, codex, opencode and fake; an unknown name is
 harness_not_found. The sandbox's image must carry it (` + "`hiloop image list`" + ` shows which harnesses

@@ -103,7 +103,11 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	}
 	s.control(ctx, started)
 	if !req.Stdin {
-		proc.Stdin().Close()
+		// Without a TTY the command reads EOF at once. A TTY's end of input is its EOF
+		// character, which only a client's end of input types.
+		if !req.TTY {
+			proc.Stdin().Close()
+		}
 	} else if f.stdin != nil {
 		go f.feedStdin(ctx, s)
 	}

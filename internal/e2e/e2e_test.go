@@ -285,7 +285,8 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(d.start(ts.Getenv("PATH"), extra))
 	case "log":
 		b, _ := os.ReadFile(d.logPath)
-		ts.Logf("%s", b)
+		_, _ = ts.Stdout().Write(b) // for stdout and stderr assertions; shown on failure
+
 	default:
 		ts.Fatalf("unknown daemon verb %q", args[0])
 	}
