@@ -189,7 +189,11 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 		}
 		t.row("image:", sb.Image)
 		t.row("cpus:", strconv.FormatFloat(sb.CPUs, 'g', -1, 64))
-		t.row("memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
+		memory := fmt.Sprintf("%d MiB", sb.MemoryMB)
+		if sb.OOMKills > 0 {
+			memory += fmt.Sprintf(" (%d killed for it since the start)", sb.OOMKills)
+		}
+		t.row("memory:", memory)
 		t.row("permissions:", string(sb.PermissionPolicy))
 		t.row("egress:", egressSummary(sb.Egress))
 		if len(sb.Secrets) > 0 {
