@@ -212,13 +212,8 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 	})
 }
 
-// capacity prints a growable workspace in the whole GiB it was sized and grown in.
-func capacity(w api.Workspace) string {
-	if w.Resizable && w.CapacityBytes%(1<<30) == 0 {
-		return fmt.Sprintf("%d GiB", w.CapacityBytes>>30)
-	}
-	return formatBytes(w.CapacityBytes)
-}
+// capacity prints a workspace's capacity.
+func capacity(w api.Workspace) string { return formatBytes(w.CapacityBytes) }
 
 func growth(w api.Workspace) string {
 	if w.Resizable {

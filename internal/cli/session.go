@@ -173,10 +173,10 @@ func sessionListRun(ctx context.Context, f *Factory, opts *SessionListOptions) e
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SessionList{Sessions: list}, func(t *table) {
-		t.head("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "CREATED")
+		t.head("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "AGE")
 		for _, s := range list {
 			t.row(s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
-				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt)+" ago")
+				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt))
 		}
 	})
 }

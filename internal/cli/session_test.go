@@ -538,7 +538,7 @@ func TestSessionCommands(t *testing.T) {
 		{[]string{"session", "new", "web", "--harness", "nope"}, ExitUsage, ""},
 		{[]string{"session", "new"}, ExitUsage, ""},
 		{[]string{"session", "get", "nope2"}, ExitNotFound, ""},
-		{[]string{"session", "list", "db"}, 0, "ID  SANDBOX  HARNESS  POLICY  STATE  EVENTS  CREATED\n"},
+		{[]string{"session", "list", "db"}, 0, "ID  SANDBOX  HARNESS  POLICY  STATE  EVENTS  AGE\n"},
 		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator (allow_once)\n"},
 		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator (allow_once)\n"},
 		{[]string{"session", "deny", "s1", "tc1"}, ExitConflict, ""},
@@ -562,7 +562,7 @@ func TestSessionCommands(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := run(f, "session", "list"); code != 0 || !regexp.MustCompile(`^ID +SANDBOX +HARNESS +POLICY +STATE +EVENTS +CREATED\ns1 +web +fake +ask +idle +0 +1h ago\n$`).MatchString(out.String()) {
+	if code := run(f, "session", "list"); code != 0 || !regexp.MustCompile(`^ID +SANDBOX +HARNESS +POLICY +STATE +EVENTS +AGE\ns1 +web +fake +ask +idle +0 +1h\n$`).MatchString(out.String()) {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
 	out.Reset()
