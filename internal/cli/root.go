@@ -83,6 +83,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
 	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
+	addCompletions(root, f)
 	return root
 }
 
