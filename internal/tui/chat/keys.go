@@ -122,7 +122,7 @@ func (m *Model) interrupt() tea.Cmd {
 		return m.quit()
 	}
 	m.input.Reset()
-	m.histIdx = len(m.t.prompts)
+	m.histIdx = -1
 	return m.setNote("input cleared · ctrl+c again to quit")
 }
 
@@ -142,7 +142,7 @@ func (m *Model) send() tea.Cmd {
 	}
 	m.input.Reset()
 	m.sending = true
-	m.histIdx = len(m.t.prompts)
+	m.histIdx = -1
 	m.draft = ""
 	m.scrollBottom()
 	b := m.opts.Backend
@@ -153,20 +153,22 @@ func (m *Model) send() tea.Cmd {
 // back what was being typed. It reports whether it moved.
 func (m *Model) historyWalk(dir int) bool {
 	n := len(m.t.prompts)
-	if m.histIdx > n || m.histIdx < 0 {
-		m.histIdx = n
+	cur := m.histIdx
+	if cur < 0 || cur > n {
+		cur = n
 	}
-	next := m.histIdx + dir
+	next := cur + dir
 	if next < 0 || next > n {
 		return false
 	}
-	if m.histIdx == n {
+	if cur == n {
 		m.draft = m.input.Value()
 	}
-	m.histIdx = next
 	if next == n {
+		m.histIdx = -1
 		m.input.SetValue(m.draft)
 	} else {
+		m.histIdx = next
 		m.input.SetValue(m.t.prompts[next])
 	}
 	if dir < 0 {

@@ -121,7 +121,7 @@ type Model struct {
 	top    linePos
 	unseen bool // something changed below the window since the user scrolled up
 
-	histIdx int    // index into t.prompts while walking the history; len(t.prompts) = the draft
+	histIdx int    // index into t.prompts while walking the history, -1 at the draft
 	draft   string // what was typed before walking the history
 
 	permFor    string            // the tool call id the permission cursor belongs to
@@ -152,6 +152,7 @@ func New(o Options) *Model {
 		conn:         ConnMsg{State: ConnLoading},
 		follow:       true,
 		answering:    map[string]string{},
+		histIdx:      -1,
 		now:          time.Now,
 		after:        tea.Tick,
 	}
@@ -166,11 +167,9 @@ func newInput(st Styles) textarea.Model {
 	in.Placeholder = "Type a prompt · ? for keys"
 	in.ShowLineNumbers = false
 	in.CharLimit = 0
-	in.DynamicHeight = true
-	in.MinHeight = 1
-	in.MaxHeight = 8
-	// Without it MaxHeight would also cap the lines one can type or paste.
-	in.MaxContentHeight = 1 << 20
+	// No MaxHeight: the textarea sizes its wrap cache by it, and a cache of a few lines makes
+	// every key in a large paste rewrap all of it. fitInput sets the height instead.
+	in.MaxHeight = 0
 	in.SetVirtualCursor(false)
 	km := textarea.DefaultKeyMap()
 	km.InsertNewline = key.NewBinding(key.WithKeys("alt+enter", "ctrl+j", "shift+enter"))
@@ -250,11 +249,27 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.input, cmd = m.input.Update(msg)
 		cmds = append(cmds, cmd)
 	}
+	m.fitInput()
 	if m.turnRunning() && !m.spinning {
 		m.spinning = true
 		cmds = append(cmds, m.after(100*time.Millisecond, func(time.Time) tea.Msg { return spinMsg{} }))
 	}
 	return m, tea.Batch(cmds...)
+}
+
+// maxInputLines is the most lines the input grows to; past it, it scrolls.
+const maxInputLines = 8
+
+// fitInput grows the input with its text, up to maxInputLines (a third of a short screen).
+func (m *Model) fitInput() {
+	n := m.input.LineCount()
+	if n == 1 {
+		n = m.input.LineInfo().Height // one long line, wrapped
+	}
+	limit := min(maxInputLines, max(1, m.height/3))
+	if h := min(limit, max(1, n)); h != m.input.Height() {
+		m.input.SetHeight(h)
+	}
 }
 
 func (m *Model) applyEvents(evs EventsMsg) {
@@ -268,6 +283,9 @@ func (m *Model) applyEvents(evs EventsMsg) {
 			changed = true
 		}
 		if ev.Type == api.EventTurnEnd {
+			if m.cancelling {
+				m.note = "" // "cancelling…" is done
+			}
 			m.cancelling = false
 		}
 	}

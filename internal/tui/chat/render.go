@@ -193,6 +193,9 @@ func (r *renderer) collapse(lines []string, expanded bool, keep, w int) []string
 	}
 	hidden := len(lines) - limit
 	more := "  … +" + strconv.Itoa(hidden) + " lines"
+	if hidden == 1 {
+		more = "  … +1 line"
+	}
 	if !expanded {
 		more += " (ctrl+o)"
 	}

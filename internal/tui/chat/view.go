@@ -225,18 +225,27 @@ func (m *Model) permissionLines(p *permission) []string {
 		what += " · " + p.kind
 	}
 	lines := prefixed(wrap("Allow "+what+"?", w-2), st.Permission.Render("?")+" ", "  ", st.Permission)
+	labels := make([]string, len(p.options))
+	labelW := 0
+	for i, o := range p.options {
+		labels[i] = firstNonEmpty(o.Name, strings.ReplaceAll(o.Kind, "_", " "))
+		labelW = max(labelW, ansi.StringWidth(labels[i]))
+	}
+	labelW = min(labelW, max(1, w-8))
 	for i, o := range p.options {
 		mark, style := "  ", st.Message
 		if i == m.permCursor {
 			mark, style = st.Selected.Render("› "), st.Selected
 		}
-		label := firstNonEmpty(o.Name, strings.ReplaceAll(o.Kind, "_", " "))
+		label := ansi.Truncate(labels[i], labelW, "…")
+		label += strings.Repeat(" ", labelW-ansi.StringWidth(label))
+		line := "  " + mark + style.Render(label)
 		if s := shortcutOf(o.Kind); s != "" {
-			label += "  " + st.Key.Render(s)
+			line += "  " + st.Key.Render(s)
 		}
-		lines = append(lines, "  "+mark+style.Render(ansi.Truncate(label, max(1, w-4), "…")))
+		lines = append(lines, line)
 	}
-	hint := "↑/↓ enter · y allow · n reject · ctrl+c cancel turn"
+	hint := "choose: ↑/↓ enter, or the key"
 	if kind := m.answering[p.id]; kind != "" {
 		hint = "answering: " + strings.ReplaceAll(kind, "_", " ") + "…"
 	}
