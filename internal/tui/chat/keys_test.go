@@ -267,7 +267,6 @@ func transcriptLines(h *harness, n int) {
 	h.events(evs...)
 }
 
-
 func TestScrolling(t *testing.T) {
 	h := newHarness(t, 60, 12, false)
 	transcriptLines(h, 30)
