@@ -44,7 +44,7 @@ type entry struct {
 	cacheExpanded bool
 	cacheValid    bool
 
-	// The markdown rendering of a streaming message's stable prefix (see render.go).
+	// The markdown rendering of a streaming message's text up to prefixLen (see render.go).
 	prefixLen   int
 	prefixWidth int
 	prefixLines []string
@@ -276,7 +276,47 @@ var chunkKinds = map[string]entryKind{
 	"user_message_chunk":  kindPrompt,
 }
 
+// chunkUpdate is a message, thought or user chunk: decoded in one pass, as most updates are.
+type chunkUpdate struct {
+	SessionUpdate string       `json:"sessionUpdate"`
+	Content       contentBlock `json:"content"`
+	MessageID     *string      `json:"messageId"`
+}
+
+// sniffKind finds an update's kind without decoding it. It may be fooled by a nested object
+// with the same key, so what it finds is checked by the decode it picks.
+func sniffKind(data []byte) string {
+	const key = `"sessionUpdate"`
+	i := bytes.Index(data, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := bytes.TrimLeft(data[i+len(key):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return ""
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	if len(rest) == 0 || rest[0] != '"' {
+		return ""
+	}
+	end := bytes.IndexByte(rest[1:], '"')
+	if end < 0 {
+		return ""
+	}
+	return string(rest[1 : 1+end])
+}
+
 func (t *transcript) applyUpdate(data json.RawMessage) bool {
+	if kind, ok := chunkKinds[sniffKind(data)]; ok {
+		var c chunkUpdate
+		if json.Unmarshal(data, &c) == nil && chunkKinds[c.SessionUpdate] == kind {
+			msgID := ""
+			if c.MessageID != nil {
+				msgID = *c.MessageID
+			}
+			return t.applyChunk(kind, c.Content.show(), msgID)
+		}
+	}
 	var u acpUpdate
 	if json.Unmarshal(data, &u) != nil {
 		return t.addLine(kindInfo, "update (unreadable)")
@@ -284,24 +324,33 @@ func (t *transcript) applyUpdate(data json.RawMessage) bool {
 	if kind, ok := chunkKinds[u.SessionUpdate]; ok {
 		var b contentBlock
 		_ = json.Unmarshal(u.Content, &b)
-		text := b.show()
 		msgID := ""
 		if u.MessageID != nil {
 			msgID = *u.MessageID
 		}
-		if last := t.last(); last != nil && last.kind == kind && !last.final &&
-			(kind != kindPrompt || t.live == last) && (msgID == "" || last.msgID == "" || msgID == last.msgID) {
-			if text == "" {
-				return false
-			}
-			last.text = append(last.text, text...)
-			last.changed()
-			return true
+		return t.applyChunk(kind, b.show(), msgID)
+	}
+	return t.applyOther(u)
+}
+
+// applyChunk merges a chunk into the entry it continues, or starts one.
+func (t *transcript) applyChunk(kind entryKind, text, msgID string) bool {
+	last := t.last()
+	if last != nil && last.kind == kind && !last.final &&
+		(kind != kindPrompt || t.live == last) && (msgID == "" || last.msgID == "" || msgID == last.msgID) {
+		if text == "" {
+			return false
 		}
-		e := t.add(&entry{kind: kind, text: []byte(text), msgID: msgID})
-		t.live = e
+		last.text = append(last.text, text...)
+		last.changed()
 		return true
 	}
+	t.live = t.add(&entry{kind: kind, text: []byte(text), msgID: msgID})
+	return true
+}
+
+// applyOther applies an update that is not a chunk.
+func (t *transcript) applyOther(u acpUpdate) bool {
 	switch u.SessionUpdate {
 	case "tool_call", "tool_call_update":
 		e := t.tools[u.ToolCallID]

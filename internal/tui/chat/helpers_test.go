@@ -77,6 +77,7 @@ func newHarness(t *testing.T, w, h int, colour bool) *harness {
 	})
 	hs := &harness{t: t, m: m, b: b, clock: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	m.now = func() time.Time { return hs.clock }
+	m.frame = 0 // every View draws; TestFrameRate covers the throttle
 	m.after = func(time.Duration, func(time.Time) tea.Msg) tea.Cmd { return nil }
 	hs.send(tea.WindowSizeMsg{Width: w, Height: h})
 	hs.send(ConnMsg{State: ConnLive})

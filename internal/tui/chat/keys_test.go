@@ -319,3 +319,34 @@ func TestResizeReflows(t *testing.T) {
 		}
 	}
 }
+
+func TestFrameRate(t *testing.T) {
+	h := newHarness(t, 60, 20, false)
+	var ticks int
+	h.m.frame = time.Second / 60
+	h.m.after = func(d time.Duration, f func(time.Time) tea.Msg) tea.Cmd {
+		if _, ok := f(time.Time{}).(frameMsg); ok {
+			ticks++
+		}
+		return nil // the test delivers the frame itself
+	}
+	h.events(prompt("go"), chunk("first"))
+	_ = h.screen()
+	h.events(chunk(" second"))
+	h.events(chunk(" third"))
+	if s := h.screen(); strings.Contains(s, "second") {
+		t.Fatalf("events within a frame of the last draw were drawn at once:\n%s", s)
+	}
+	if ticks != 1 {
+		t.Errorf("%d frame ticks asked, want 1", ticks)
+	}
+	h.send(frameMsg{})
+	if s := h.screen(); !strings.Contains(s, "first second third") {
+		t.Fatalf("the frame did not draw the events:\n%s", s)
+	}
+	h.events(chunk(" fourth"))
+	h.typeText("x") // a key draws at once
+	if s := h.screen(); !strings.Contains(s, "fourth") {
+		t.Errorf("a key press did not draw:\n%s", s)
+	}
+}

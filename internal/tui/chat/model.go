@@ -88,6 +88,7 @@ type (
 	}
 	noteExpiredMsg struct{ id int }
 	spinMsg        struct{}
+	frameMsg       struct{} // time to draw what events changed since the last frame
 )
 
 // quitWindow is how soon a second Ctrl-C must follow the first to quit.
@@ -113,8 +114,12 @@ type Model struct {
 	conn         ConnMsg
 	historyDone  bool
 
-	width, height int
-	input         textarea.Model
+	width, height  int
+	input          textarea.Model
+	inputCache     []string
+	inputCacheKey  inputKey
+	ruleCache      string
+	ruleCacheWidth int
 
 	// Scrolling: the window shows the last lines while follow is set, else starts at top.
 	follow bool
@@ -137,6 +142,15 @@ type Model struct {
 	spin       int
 	spinning   bool
 
+	// Streamed events redraw at most once a frame: bubbletea calls View after every Update, and
+	// a turn can send thousands of chunks a second. Keys and resizes redraw at once.
+	frame     time.Duration
+	lastView  time.Time
+	deferred  bool // the screen is behind the events until the next frameMsg
+	frameTick bool // a frameMsg is on its way
+	viewCache tea.View
+	viewValid bool
+
 	now   func() time.Time
 	after func(time.Duration, func(time.Time) tea.Msg) tea.Cmd // tea.Tick; tests stop the clock
 }
@@ -154,6 +168,7 @@ func New(o Options) *Model {
 		answering:    map[string]string{},
 		histIdx:      -1,
 		now:          time.Now,
+		frame:        time.Second / 60,
 		after:        tea.Tick,
 	}
 	m.r.st = m.st
@@ -203,12 +218,24 @@ func (m *Model) Init() tea.Cmd { return nil }
 // Update implements tea.Model.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	var cmds []tea.Cmd
+	if _, ok := msg.(EventsMsg); !ok {
+		m.deferred = false
+	}
 	switch msg := msg.(type) {
+	case frameMsg:
+		m.frameTick = false
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
 		m.input.SetWidth(max(1, m.width))
 	case EventsMsg:
 		m.applyEvents(msg)
+		if m.frame > 0 && m.viewValid && m.now().Sub(m.lastView) < m.frame {
+			m.deferred = true
+			if !m.frameTick {
+				m.frameTick = true
+				cmds = append(cmds, m.after(m.frame, func(time.Time) tea.Msg { return frameMsg{} }))
+			}
+		}
 	case HistoryDoneMsg:
 		m.historyDone = true
 	case ConnMsg:

@@ -75,21 +75,32 @@ func turnEndText(r api.StopReason) string {
 	return "── turn stopped: " + string(r)
 }
 
-// message renders agent text as markdown. While it streams, only the part up to its last
-// paragraph break outside a code fence goes through glamour (cached until that break moves);
-// the tail after it is wrapped as plain text, so a chunk costs a wrap of one paragraph.
+// message renders agent text as markdown. While it streams, the text up to its last paragraph
+// break outside a code fence goes through glamour piece by piece: each piece once, when a break
+// ends it, its lines appended to those before. The paragraph being written is wrapped as plain
+// text. So a chunk costs a wrap of one paragraph, and the whole message is rendered as markdown
+// once, when it ends (pieces rendered apart may differ a little from the whole: a reference
+// link defined in another piece, say).
 func (r *renderer) message(e *entry, w int) []string {
 	text := string(e.text)
 	if e.final {
+		e.prefixLines = nil
 		return r.markdown(text, w)
 	}
-	cut := stableCut(text)
-	if cut != e.prefixLen || w != e.prefixWidth {
-		e.prefixLen, e.prefixWidth = cut, w
-		e.prefixLines = r.markdown(text[:cut], w)
+	if w != e.prefixWidth {
+		e.prefixLen, e.prefixWidth, e.prefixLines = 0, w, nil
 	}
-	tail := strings.Trim(text[cut:], "\n")
-	lines := append([]string(nil), e.prefixLines...)
+	if cut := stableCut(text); cut > e.prefixLen {
+		piece := r.markdown(text[e.prefixLen:cut], w)
+		if len(piece) > 0 && len(e.prefixLines) > 0 {
+			e.prefixLines = append(e.prefixLines, "")
+		}
+		e.prefixLines = append(e.prefixLines, piece...)
+		e.prefixLen = cut
+	}
+	tail := strings.Trim(text[e.prefixLen:], "\n")
+	lines := make([]string, len(e.prefixLines), len(e.prefixLines)+8)
+	copy(lines, e.prefixLines)
 	if tail != "" {
 		if len(lines) > 0 {
 			lines = append(lines, "")

@@ -38,7 +38,11 @@ func (m *Model) blockLine(i, j int) string {
 
 // transcriptHeight is how many lines the transcript gets: the screen less the footer.
 func (m *Model) transcriptHeight() int {
-	return max(0, m.height-len(m.footer()))
+	panel := m.input.Height()
+	if p := m.permissionOpen(); p != nil {
+		panel = len(m.permissionLines(p))
+	}
+	return max(0, m.height-panel-2)
 }
 
 // bottomTop is the window's top when it shows the last h lines. Only the entries in the window
@@ -143,6 +147,15 @@ func (m *Model) visibleRange() (first, last int) {
 // View implements tea.Model: the transcript's window, the line above the input (a note, or the
 // hint that output arrived below), the input or the permission prompt, and the status line.
 func (m *Model) View() tea.View {
+	if m.deferred && m.viewValid {
+		return m.viewCache
+	}
+	v := m.render()
+	m.viewCache, m.viewValid, m.lastView = v, true, m.now()
+	return v
+}
+
+func (m *Model) render() tea.View {
 	var v tea.View
 	v.AltScreen = true
 	v.MouseMode = tea.MouseModeCellMotion
@@ -194,9 +207,25 @@ func (m *Model) footer() []string {
 	if p := m.permissionOpen(); p != nil {
 		lines = append(lines, m.permissionLines(p)...)
 	} else {
-		lines = append(lines, strings.Split(m.input.View(), "\n")...)
+		lines = append(lines, m.inputLines()...)
 	}
 	return append(lines, m.statusLine())
+}
+
+// inputKey is what the input's rendering depends on.
+type inputKey struct {
+	value                   string
+	width, height, row, col int
+}
+
+// inputLines renders the input, again only when it changed: streaming output redraws the
+// screen many times a second while the input stays as it is.
+func (m *Model) inputLines() []string {
+	k := inputKey{m.input.Value(), m.input.Width(), m.input.Height(), m.input.Line(), m.input.Column()}
+	if m.inputCache == nil || k != m.inputCacheKey {
+		m.inputCache, m.inputCacheKey = strings.Split(m.input.View(), "\n"), k
+	}
+	return m.inputCache
 }
 
 // ruleLine separates the transcript from the input and carries a note or the new-output hint.
@@ -211,7 +240,11 @@ func (m *Model) ruleLine() string {
 		text, style = "↓ new output below · ctrl+end", m.st.Muted
 	}
 	if text == "" {
-		return m.st.Rule.Render(strings.Repeat("─", w))
+		if m.ruleCache == "" || m.ruleCacheWidth != w {
+			// lipgloss measures what it styles: a full-width rule per frame shows in profiles.
+			m.ruleCache, m.ruleCacheWidth = m.st.Rule.Render(strings.Repeat("─", w)), w
+		}
+		return m.ruleCache
 	}
 	text = ansi.Truncate(text, max(1, w-4), "…")
 	rest := max(0, w-3-ansi.StringWidth(text))
