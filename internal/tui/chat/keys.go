@@ -19,17 +19,21 @@ var shortcuts = map[string]string{
 	"N": api.OptionRejectAlways,
 }
 
+// optionKinds are the permission option kinds: the key shown next to each in the prompt, and
+// how a decision of that kind reads in the transcript.
+var optionKinds = []struct{ kind, key, verb string }{
+	{api.OptionAllowOnce, "y", "allowed once"},
+	{api.OptionAllowAlways, "A", "allowed always"},
+	{api.OptionRejectOnce, "n", "rejected once"},
+	{api.OptionRejectAlways, "N", "rejected always"},
+}
+
 // shortcutOf is the key shown next to an option of kind.
 func shortcutOf(kind string) string {
-	switch kind {
-	case api.OptionAllowOnce:
-		return "y"
-	case api.OptionAllowAlways:
-		return "A"
-	case api.OptionRejectOnce:
-		return "n"
-	case api.OptionRejectAlways:
-		return "N"
+	for _, k := range optionKinds {
+		if k.kind == kind {
+			return k.key
+		}
 	}
 	return ""
 }

@@ -363,15 +363,10 @@ func decisionText(d api.PermissionDecision, operator string) string {
 }
 
 func kindVerb(kind string) string {
-	switch kind {
-	case api.OptionAllowOnce:
-		return "allowed once"
-	case api.OptionAllowAlways:
-		return "allowed always"
-	case api.OptionRejectOnce:
-		return "rejected once"
-	case api.OptionRejectAlways:
-		return "rejected always"
+	for _, k := range optionKinds {
+		if k.kind == kind {
+			return k.verb
+		}
 	}
 	return "answered " + kind
 }
