@@ -10,6 +10,7 @@ import (
 	"charm.land/bubbles/v2/textarea"
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/hiloop/hiloop/internal/styles"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -105,7 +106,7 @@ var spinFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧"
 // Model is the bubbletea model of one chat on one session.
 type Model struct {
 	opts         Options
-	st           Styles
+	st           styles.Chat
 	r            renderer
 	t            transcript
 	lastSeq      uint64
@@ -159,7 +160,7 @@ type Model struct {
 func New(o Options) *Model {
 	m := &Model{
 		opts:         o,
-		st:           NewStyles(DefaultPalette(), o.Colour),
+		st:           styles.NewChat(o.Colour),
 		t:            newTranscript(),
 		session:      o.Session,
 		sandboxState: o.SandboxState,
@@ -176,7 +177,7 @@ func New(o Options) *Model {
 	return m
 }
 
-func newInput(st Styles) textarea.Model {
+func newInput(st styles.Chat) textarea.Model {
 	in := textarea.New()
 	in.Prompt = "› "
 	in.Placeholder = "Type a prompt · ? for keys"

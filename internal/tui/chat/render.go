@@ -5,10 +5,11 @@ import (
 	"strings"
 
 	"charm.land/glamour/v2"
-	"charm.land/glamour/v2/styles"
+	glamourstyles "charm.land/glamour/v2/styles"
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/hiloop/hiloop/internal/styles"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -22,7 +23,7 @@ const (
 
 // renderer turns entries into lines of at most a given width.
 type renderer struct {
-	st Styles
+	st styles.Chat
 
 	mdWidth int
 	md      *glamour.TermRenderer
@@ -167,9 +168,9 @@ func (r *renderer) markdown(text string, w int) []string {
 }
 
 func newMarkdown(w int, colour bool) *glamour.TermRenderer {
-	cfg := styles.ASCIIStyleConfig
+	cfg := glamourstyles.ASCIIStyleConfig
 	if colour {
-		cfg = styles.DarkStyleConfig
+		cfg = glamourstyles.DarkStyleConfig
 		cfg.Document.Color = nil // the terminal's own foreground, light or dark
 	}
 	var zero uint
@@ -213,7 +214,7 @@ func (r *renderer) collapse(lines []string, expanded bool, keep, w int) []string
 	return append(lines[:limit:limit], r.st.Muted.Render(ansi.Truncate(more, w, "")))
 }
 
-func toolIcon(st Styles, status string) string {
+func toolIcon(st styles.Chat, status string) string {
 	switch status {
 	case "completed":
 		return st.Done.Render("✓")
