@@ -69,6 +69,19 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "extra"),
 		refused(ExitUsage, "-o", "xml"),
 	}},
+	{"hiloop sandbox port-forward", parser(newCmdSandboxPortForward), []flagCase{
+		ok(&SandboxPortForwardOptions{Name: "web", Ports: []PortSpec{{LocalPort: 8080, Port: 80}}}, "web", "8080:80"),
+		ok(&SandboxPortForwardOptions{Name: "web", Ports: []PortSpec{
+			{LocalPort: 3000, Port: 3000}, {LocalPort: 0, Port: 8080}, {Addr: "::1", LocalPort: 9000, Port: 9000},
+			{Addr: "0.0.0.0", LocalPort: 5432, Port: 5433}}},
+			"web", "3000", "0:8080", "[::1]:9000:9000", "0.0.0.0:5432:5433"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "80:0"),
+		refused(ExitUsage, "web", "70000"),
+		refused(ExitUsage, "web", "x:80"),
+		refused(ExitUsage, "web", "host.example:80:80"),
+	}},
 	{"hiloop sandbox create", parser(newCmdSandboxCreate), []flagCase{
 		ok(&SandboxCreateOptions{Post: withName(defaultCreate, "web"), Output: "table"}, "web"),
 		ok(&SandboxCreateOptions{Post: api.SandboxesPost{Name: "web", Image: "dev", StorageClass: api.StorageEphemeral,

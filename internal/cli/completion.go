@@ -71,6 +71,7 @@ var argListers = map[string][]lister{
 	"sandbox egress log":      {sandboxNames},
 	"sandbox budget":          {sandboxNames},
 	"sandbox ssh":             {sandboxNames},
+	"sandbox port-forward":    {sandboxNames},
 	"sandbox secret attach":   {sandboxNames, secretNames},
 	"sandbox secret detach":   {sandboxNames, secretNames},
 	"sandbox snapshot create": {sandboxNames},

@@ -28,6 +28,7 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 		newCmdSandboxDelete(f, nil),
 		newCmdSandboxExec(f, nil),
 		newCmdSandboxSSH(f, nil),
+		newCmdSandboxPortForward(f, nil),
 		newCmdSandboxGrow(f, nil),
 		newCmdSandboxRestore(f, nil),
 		newCmdSandboxEgress(f, nil),
