@@ -35,20 +35,7 @@ func TestStreamBurstThenPause(t *testing.T) {
 	})
 	resp := e.post(context.Background(), "/anthropic/v1/messages", e.token(testSandbox, Anthropic), `{"stream":true}`)
 	defer resp.Body.Close()
-	got := make([]byte, len(burst))
-	read := make(chan error, 1)
-	go func() {
-		_, err := io.ReadFull(resp.Body, got)
-		read <- err
-	}()
-	select {
-	case err := <-read:
-		if err != nil {
-			t.Fatalf("reading the burst: %v", err)
-		}
-	case <-testenv.Deadline(t):
-		t.Fatal("the burst did not all arrive while the provider paused: the route held some of it back")
-	}
+	got := readWhileHeld(t, resp.Body, len(burst))
 	close(release)
 	rest, err := io.ReadAll(resp.Body)
 	if err != nil || !bytes.Equal(append(got, rest...), bytes.Join(events, nil)) {
@@ -57,6 +44,27 @@ func TestStreamBurstThenPause(t *testing.T) {
 	if rec := e.record(); rec.Tokens != (usage.Tokens{Input: 100, Output: 4000}) || rec.Err != "" {
 		t.Errorf("record %+v", rec)
 	}
+}
+
+// readWhileHeld reads the first n bytes of a response whose provider holds back the rest: they
+// must come without it.
+func readWhileHeld(t *testing.T, body io.Reader, n int) []byte {
+	t.Helper()
+	got := make([]byte, n)
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(body, got)
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatalf("reading %d bytes while the provider holds the rest: %v", n, err)
+		}
+	case <-testenv.Deadline(t):
+		t.Fatalf("%d bytes sent did not all arrive while the provider held back the rest: the route holds them", n)
+	}
+	return got
 }
 
 // flushCounter is a ResponseWriter that counts its flushes and signals each one.
