@@ -137,6 +137,9 @@ func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
 	m.interrupted = false
 	if m.perm != nil {
 		kinds := map[string]string{"y": api.OptionAllowOnce, "a": api.OptionAllowAlways, "n": api.OptionRejectOnce}
+		if len(m.perm.Options) > 0 {
+			kinds["enter"] = m.perm.Options[0].Kind
+		}
 		if kind, ok := kinds[k.String()]; ok {
 			id := m.perm.ToolCallID
 			return m.call(func(ctx context.Context) error { return m.o.Backend.Answer(ctx, id, kind) })
