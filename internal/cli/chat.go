@@ -231,6 +231,7 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 			return err
 		}
 		defer trace.Close()
+		trace.mark("start")
 		out = trace
 	}
 	m := chat.New(chat.Options{
@@ -448,28 +449,37 @@ func (d *chatDriver) refresh(ctx context.Context) {
 }
 
 // chatTrace is HILOOP_CHAT_TRACE: it wraps the terminal and notes, one line each with the time
-// in nanoseconds, every frame written ("frame BYTES"), every batch of events sent to the model
-// ("events N LASTSEQ [turn_end]") and the end of the history ("history_done").
+// in nanoseconds, the chat's start ("start"), every frame written ("frame BYTES"), every batch
+// of events sent to the model ("events N LASTSEQ [turn_end]") and the end of the history
+// ("history_done"). It is still the terminal to bubbletea (Fd, Read), or it would not draw.
 type chatTrace struct {
 	mu  sync.Mutex
-	out io.Writer
+	tty *os.File
 	f   *os.File
 }
 
 func openChatTrace(path string, out io.Writer) (*chatTrace, error) {
+	tty, ok := out.(*os.File)
+	if !ok {
+		return nil, errNotATerminal
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("HILOOP_CHAT_TRACE: %w", err)
 	}
-	return &chatTrace{out: out, f: f}, nil
+	return &chatTrace{tty: tty, f: f}, nil
 }
 
 func (t *chatTrace) Write(p []byte) (int, error) {
-	n, err := t.out.Write(p)
+	n, err := t.tty.Write(p)
 	t.note(fmt.Sprintf("frame %d", n))
 	return n, err
 }
 
+func (t *chatTrace) Read(p []byte) (int, error) { return t.tty.Read(p) }
+func (t *chatTrace) Fd() uintptr                { return t.tty.Fd() }
+
+// Close closes the trace file; the terminal stays the process's.
 func (t *chatTrace) Close() error { return t.f.Close() }
 
 func (t *chatTrace) note(s string) {
