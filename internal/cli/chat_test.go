@@ -99,6 +99,17 @@ func lastSeq(msgs []tea.Msg) uint64 {
 	return last
 }
 
+// startDriver runs a driver on session s1 with short backoffs until the test ends.
+func startDriver(t *testing.T, c *client.Client) *messages {
+	rec := &messages{wake: make(chan struct{})}
+	drv := &chatDriver{c: c, session: "s1", send: rec.send, backoffMin: 5e6, backoffMax: 50e6}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { drv.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return rec
+}
+
 // daemonOnSocket serves d on a unix socket; stop drops every connection, streams included, and
 // removes the socket, as a daemon that dies does.
 func daemonOnSocket(t *testing.T, sock string, d *fakeSessions) (stop func()) {
@@ -136,12 +147,7 @@ func TestChatDriverReplaysThenFollowsAcrossARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &messages{wake: make(chan struct{})}
-	drv := &chatDriver{c: c, session: "s1", send: rec.send, backoffMin: 5e6, backoffMax: 50e6}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { drv.run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	rec := startDriver(t, c)
 
 	rec.waitFor(t, "the stream to go live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 1 })
 	msgs := rec.all()
@@ -201,12 +207,7 @@ func TestChatDriverWaitsForTheDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &messages{wake: make(chan struct{})}
-	drv := &chatDriver{c: c, session: "s1", send: rec.send, backoffMin: 5e6, backoffMax: 50e6}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { drv.run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	rec := startDriver(t, c)
 	rec.waitFor(t, "reconnecting", func(m []tea.Msg) bool { return count(m, connState(chat.ConnReconnecting)) == 1 })
 	daemonOnSocket(t, sock, d)
 	rec.waitFor(t, "live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 1 })
