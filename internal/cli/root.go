@@ -82,7 +82,7 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	noColor := root.PersistentFlags().VarPF(&noColorFlag{io: f.IO}, "no-color", "", "print no colour (as NO_COLOR does; CLICOLOR_FORCE=1 forces colour on)")
 	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
-	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
+	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdChat(f, nil), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
 	addCompletions(root, f)
 	return root
 }

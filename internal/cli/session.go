@@ -783,9 +783,17 @@ func resolvedLine(d api.PermissionDecision, title string) string {
 	case d.By == api.ResolvedByAutoApprove:
 		return "auto-approved " + what + " (" + d.Kind + ")"
 	case d.Kind == api.OptionAllowOnce || d.Kind == api.OptionAllowAlways:
-		return what + " approved by operator (" + d.Kind + ")"
+		return what + " approved by operator" + operatorSuffix(d) + " (" + d.Kind + ")"
 	}
-	return what + " denied (" + d.Kind + ")"
+	return what + " denied" + operatorSuffix(d) + " (" + d.Kind + ")"
+}
+
+// operatorSuffix names who answered, when the answer said.
+func operatorSuffix(d api.PermissionDecision) string {
+	if d.Operator == "" {
+		return ""
+	}
+	return " " + d.Operator
 }
 
 // eventSummary is the short rendering of an event in `session events`.
@@ -836,7 +844,7 @@ func eventSummary(ev api.SessionEvent) string {
 			if d.Kind != "" {
 				s += " " + d.Kind
 			}
-			return s + " by " + string(d.By)
+			return s + " by " + string(d.By) + operatorSuffix(d)
 		}
 	case api.EventTurnEnd:
 		var d api.TurnEndData
@@ -884,6 +892,8 @@ type SessionAnswerOptions struct {
 	Session string
 	Request string // the tool call id
 	Kind    string // the option kind to select, e.g. allow_once
+	// Operator says who answers (--as), by default user@hostname.
+	Operator string
 	// Output is the -o format, or "" for the one-line answer.
 	Output string
 }
@@ -907,7 +917,8 @@ func newCmdSessionAnswer(f *Factory, runF func(*SessionAnswerOptions) error, ver
 
 REQUEST is the tool call id that ` + "`session prompt`" + ` and ` + "`session events`" + ` show with the
 request. --option picks the answer by kind: ` + defaultKind + ` for this call only, ` + otherKind + ` for the
-rest of the session (if the harness offers it). Answering again the same way prints the first
+rest of the session (if the harness offers it). --as names who answers (default user@host):
+every watcher sees it with the decision. Answering again the same way prints the first
 decision; answering differently is permission_decided (exit 5).`,
 		Example: fmt.Sprintf("  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD\n  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD --option %s", verb, verb, otherKind),
 		Args:    exactArgs(2, "a SESSION id and a REQUEST (tool call) id"),
@@ -919,6 +930,9 @@ decision; answering differently is permission_decided (exit 5).`,
 			if opts.Kind != defaultKind && opts.Kind != otherKind {
 				return &usageError{fmt.Errorf("invalid --option %q: %s takes %s or %s", opts.Kind, verb, defaultKind, otherKind)}
 			}
+			if err := (api.PermissionAnswer{Operator: opts.Operator}).Validate(); err != nil {
+				return &usageError{fmt.Errorf("invalid --as: %w", err)}
+			}
 			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
@@ -926,6 +940,7 @@ decision; answering differently is permission_decided (exit 5).`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Kind, "option", defaultKind, "the kind of answer: "+defaultKind+" or "+otherKind)
+	cmd.Flags().StringVar(&opts.Operator, "as", defaultOperator(), "who answers, shown to everyone watching the session")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -935,7 +950,7 @@ func sessionAnswerRun(ctx context.Context, f *Factory, opts *SessionAnswerOption
 	if err != nil {
 		return err
 	}
-	d, err := c.AnswerPermission(ctx, opts.Session, opts.Request, api.PermissionAnswer{Kind: opts.Kind})
+	d, err := c.AnswerPermission(ctx, opts.Session, opts.Request, api.PermissionAnswer{Kind: opts.Kind, Operator: opts.Operator})
 	if err != nil {
 		return err
 	}
@@ -945,6 +960,9 @@ func sessionAnswerRun(ctx context.Context, f *Factory, opts *SessionAnswerOption
 			t.row("outcome:", string(d.Outcome))
 			t.row("kind:", d.Kind)
 			t.row("by:", string(d.By))
+			if d.Operator != "" {
+				t.row("operator:", d.Operator)
+			}
 		})
 	}
 	fmt.Fprintln(f.IO.Out, resolvedLine(d, ""))

@@ -193,7 +193,7 @@ func (d *fakeSessions) handler() http.Handler {
 			return
 		}
 		d.decided[tc] = a.Kind
-		reply(w, http.StatusOK, api.PermissionDecision{ToolCallID: tc, Outcome: api.OutcomeSelected, OptionID: "o-" + a.Kind, Kind: a.Kind, By: api.ResolvedByOperator})
+		reply(w, http.StatusOK, api.PermissionDecision{ToolCallID: tc, Outcome: api.OutcomeSelected, OptionID: "o-" + a.Kind, Kind: a.Kind, By: api.ResolvedByOperator, Operator: a.Operator})
 	})
 	mux.HandleFunc("GET /v1/sessions/{id}/events", func(w http.ResponseWriter, r *http.Request) {
 		if !known(w, r) {
@@ -539,8 +539,9 @@ func TestSessionCommands(t *testing.T) {
 		{[]string{"session", "new"}, ExitUsage, ""},
 		{[]string{"session", "get", "nope2"}, ExitNotFound, ""},
 		{[]string{"session", "list", "db"}, 0, "ID  SANDBOX  HARNESS  POLICY  STATE  EVENTS  AGE\n"},
-		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator (allow_once)\n"},
-		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator (allow_once)\n"},
+		{[]string{"session", "approve", "s1", "tc1", "--as", "alice@laptop"}, 0, "tc1 approved by operator alice@laptop (allow_once)\n"},
+		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator " + defaultOperator() + " (allow_once)\n"},
+		{[]string{"session", "approve", "s1", "tc1", "--as", "alice\tlaptop"}, ExitUsage, ""},
 		{[]string{"session", "deny", "s1", "tc1"}, ExitConflict, ""},
 		{[]string{"session", "deny", "s1", "tc2"}, ExitNotFound, ""},
 		{[]string{"session", "approve", "s1", "tc1", "--option", "reject_once"}, ExitUsage, ""},

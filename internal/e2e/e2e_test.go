@@ -100,6 +100,12 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 func TestScripts(t *testing.T) {
 	testenv.RequireRoot(t)
 	prepare(t)
+	go func() {
+		if deadline := testenv.Deadline(t); deadline != nil {
+			<-deadline
+			close(scriptsExpired)
+		}
+	}()
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("..", "..", "testdata", "script"),
 		RequireExplicitExec: true,
@@ -119,6 +125,7 @@ func TestScripts(t *testing.T) {
 			"acpinit":     cmdACPInit,
 			"opengate":    cmdOpenGate,
 			"daemonfds":   cmdDaemonFDs,
+			"tmux":        cmdTmux,
 
 			"fakeprovider":          cmdFakeProvider,
 			"fakeprovider-requests": cmdFakeProviderRequests,
@@ -151,6 +158,7 @@ func setupScript(env *testscript.Env) error {
 	}
 	env.Values[daemonKey] = d
 	env.Values[gatesKey] = &gates{}
+	env.Values[tmuxKey] = &scriptTmux{}
 	env.Setenv("HILOOP_HOST", "unix://"+d.socket)
 	env.Setenv("DATADIR", d.dataDir)
 	env.Setenv("SOCKET", d.socket)
