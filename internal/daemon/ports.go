@@ -43,7 +43,8 @@ func (d *Daemon) portStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The server's deadlines are for requests; this is a stream now.
 	_ = conn.SetDeadline(time.Time{})
-	if _, err := buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.PortUpgrade + "\r\n\r\n"); err == nil {
+	_, err = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + api.PortUpgrade + "\r\n\r\n")
+	if err == nil {
 		err = buf.Flush()
 	}
 	if err == nil && buf.Reader.Buffered() > 0 {
