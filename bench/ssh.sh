@@ -3,6 +3,7 @@
 #   - throughput of 1 GiB through `ssh -L` into a sandbox (hiloop's endpoint) against the same
 #     transfer through OpenSSH's own sshd `-L` on this machine (target: at least OpenSSH's)
 #   - `ssh NAME true` latency against OpenSSH's `ssh localhost true`
+#   - 1 GiB through `hiloop sandbox port-forward` (the API, no SSH) beside both, and the floor
 # and writes the table into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +83,28 @@ throughput() {
 throughput "$fwd_hiloop" 127.0.0.1:9000 $hiloopssh bench.hiloop >"$work/tp_hiloop.txt"
 throughput "$fwd_openssh" "127.0.0.1:$source_port" $openssh root@127.0.0.1 >"$work/tp_openssh.txt"
 
+# The same transfer through `hiloop sandbox port-forward` (the daemon's API on its unix socket,
+# no SSH; issue's target: 1.5 GB/s and twice OpenSSH's -L) and straight from the host's source
+# (the floor: one loopback hop, no forward).
+read -r fwd_api <<<"$(free_ports 1)"
+$hiloop sandbox port-forward bench "127.0.0.1:$fwd_api:9000" >/dev/null &
+pf=$!
+for _ in $(seq 100); do ss -ltn | grep -q "127.0.0.1:$fwd_api " && break; sleep 0.05; done
+raw() {
+	for _ in $(seq "$RUNS"); do
+		local t0 t1 got
+		t0=$(date +%s%N)
+		got=$(cat </dev/tcp/127.0.0.1/"$1" | wc -c)
+		t1=$(date +%s%N)
+		[ "$got" = "$SIZE" ] || { echo "short transfer: $got bytes" >&2; return 1; }
+		python3 -c "print(f'{$SIZE / (($t1 - $t0) / 1e9) / 1e6:.0f}')"
+	done
+}
+raw "$fwd_api" >"$work/tp_api.txt"
+kill $pf
+wait $pf 2>/dev/null || true
+raw "$source_port" >"$work/tp_floor.txt"
+
 hyperfine -N --runs 20 --warmup 3 --export-json "$work/lat.json" \
 	-n "ssh NAME.hiloop true (hiloop endpoint)" "$hiloopssh -c $CIPHER bench.hiloop true" \
 	-n "ssh localhost true (OpenSSH sshd)" "$openssh -c $CIPHER root@127.0.0.1 true" >/dev/null
@@ -94,6 +117,9 @@ print("|---|---:|---:|")
 tp = lambda f: sorted(int(x) for x in open(f"{work}/{f}"))
 h, o = tp("tp_hiloop.txt"), tp("tp_openssh.txt")
 print(f"| 1 GiB through `ssh -L`, median MB/s ({cipher}) | {h[len(h)//2]} | {o[len(o)//2]} |")
+a, fl = tp("tp_api.txt"), tp("tp_floor.txt")
+print(f"| 1 GiB through `hiloop sandbox port-forward` (no SSH), median MB/s | {a[len(a)//2]} | — |")
+print(f"| 1 GiB straight from a loopback source (the floor), median MB/s | {fl[len(fl)//2]} | |")
 r = {x["command"]: x for x in json.load(open(f"{work}/lat.json"))["results"]}
 lat = [r[k] for k in r]
 print(f"| `ssh ... true`, mean ms | {lat[0]['mean']*1000:.0f} | {lat[1]['mean']*1000:.0f} |")
