@@ -131,6 +131,7 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Egress:       storeEgress(p.Egress),
 		State:        string(api.StateCreating),
 		CreatedAt:    time.Now().UTC(),
+		Unanswered:   true,
 	}
 	if err := m.store.CreateSandbox(rec); err != nil {
 		if errors.Is(err, store.ErrExists) {
@@ -138,7 +139,12 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		}
 		return api.Sandbox{}, err
 	}
-	if err := m.create(ctx, &rec, p); err != nil {
+	err := m.create(ctx, &rec, p)
+	if err == nil {
+		rec.Unanswered = false
+		err = m.save(&rec)
+	}
+	if err != nil {
 		m.undoCreate(ctx, rec)
 		return api.Sandbox{}, err
 	}

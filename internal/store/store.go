@@ -94,6 +94,10 @@ type Sandbox struct {
 	// DeleteSnapshots records, with the state deleting, that the delete also removes the
 	// sandbox's snapshots, so that a delete interrupted by a crash is finished whole.
 	DeleteSnapshots bool `json:"delete_snapshots,omitempty"`
+	// Unanswered is set while the create that made the sandbox has not returned: a restart undoes
+	// such a create whatever state it reached, so that the client's retry with its idempotency
+	// key makes the sandbox afresh instead of finding its name taken.
+	Unanswered bool `json:"unanswered,omitempty"`
 }
 
 // Egress is a sandbox's stored egress policy, as pkg/api's Egress validated it.
