@@ -280,7 +280,8 @@ func (w *worker) createFrom(kind string, p api.SandboxesPost, sn *snapshotModel)
 		desc += " from " + sn.name
 	}
 	o := &op{kind: kind, desc: desc, key: key, sandbox: p.Name, creates: true}
-	created := func(ctx context.Context, sb api.Sandbox) {
+	// created files the sandbox; a receipt is remembered only for an answer the daemon gave.
+	created := func(ctx context.Context, sb api.Sandbox, answered bool) {
 		m := &sandboxModel{name: p.Name, id: sb.ID, capGiB: 1, running: true, markers: map[string]bool{}, maybe: map[string]bool{}}
 		if sn != nil {
 			m.capGiB, m.markers, m.maybe = sn.capGiB, maps.Clone(sn.markers), maps.Clone(sn.maybe)
@@ -290,10 +291,12 @@ func (w *worker) createFrom(kind string, p api.SandboxesPost, sn *snapshotModel)
 		}
 		w.sbs[p.Name] = m
 		w.expect(desc, sb, m)
-		w.remember(receipt{desc: desc, want: sb.ID, replay: func(ctx context.Context) (string, error) {
-			sb, err := w.s.c.CreateSandbox(ctx, p, client.WithIdempotencyKey(key))
-			return sb.ID, err
-		}})
+		if answered {
+			w.remember(receipt{desc: desc, want: sb.ID, replay: func(ctx context.Context) (string, error) {
+				sb, err := w.s.c.CreateSandbox(ctx, p, client.WithIdempotencyKey(key))
+				return sb.ID, err
+			}})
+		}
 		if sn != nil {
 			w.verify(ctx, desc, m)
 		}
@@ -301,7 +304,7 @@ func (w *worker) createFrom(kind string, p api.SandboxesPost, sn *snapshotModel)
 	o.call = func(ctx context.Context, k client.CallOption) error {
 		sb, err := w.s.c.CreateSandbox(ctx, p, k)
 		if err == nil {
-			created(ctx, sb)
+			created(ctx, sb, true)
 		}
 		return err
 	}
@@ -310,7 +313,7 @@ func (w *worker) createFrom(kind string, p api.SandboxesPost, sn *snapshotModel)
 		if !w.s.receiptGap(o, err, api.CodeSandboxExists, gerr) {
 			return false
 		}
-		created(ctx, sb)
+		created(ctx, sb, false)
 		return true
 	}
 	return o
@@ -417,20 +420,23 @@ func (w *worker) snapshot(name string) *op {
 	key := client.NewIdempotencyKey()
 	p := api.SnapshotsPost{Name: snap}
 	o := &op{kind: "snapshot", desc: fmt.Sprintf("snapshot %s of %s", snap, name), key: key, sandbox: name, snapshot: snap, makesSnap: true}
-	made := func(sn api.Snapshot) {
+	// made files the snapshot; a receipt is remembered only for an answer the daemon gave.
+	made := func(sn api.Snapshot, answered bool) {
 		w.snaps[snap] = &snapshotModel{name: snap, id: sn.ID, sandbox: name, capGiB: m.capGiB, markers: maps.Clone(m.markers), maybe: maps.Clone(m.maybe)}
 		if sn.State != api.SnapshotReady || sn.CapacityBytes != int64(m.capGiB)*gib {
 			w.s.violate("answer", "%s answered %s with %d bytes, want ready with %d GiB", o.desc, sn.State, sn.CapacityBytes, m.capGiB)
 		}
-		w.remember(receipt{desc: o.desc, want: sn.ID, replay: func(ctx context.Context) (string, error) {
-			sn, err := w.s.c.CreateSnapshot(ctx, name, p, client.WithIdempotencyKey(key))
-			return sn.ID, err
-		}})
+		if answered {
+			w.remember(receipt{desc: o.desc, want: sn.ID, replay: func(ctx context.Context) (string, error) {
+				sn, err := w.s.c.CreateSnapshot(ctx, name, p, client.WithIdempotencyKey(key))
+				return sn.ID, err
+			}})
+		}
 	}
 	o.call = func(ctx context.Context, k client.CallOption) error {
 		sn, err := w.s.c.CreateSnapshot(ctx, name, p, k)
 		if err == nil {
-			made(sn)
+			made(sn, true)
 		}
 		return err
 	}
@@ -439,7 +445,7 @@ func (w *worker) snapshot(name string) *op {
 		if !w.s.receiptGap(o, err, api.CodeSnapshotExists, gerr) {
 			return false
 		}
-		made(sn)
+		made(sn, false)
 		return true
 	}
 	return o
@@ -536,6 +542,7 @@ func (w *worker) prompt(name string) *op {
 			return err
 		}
 		se.prompts[a.Seq] = text
+		w.awaitTurn(ctx, se.id)
 		return nil
 	}
 	o.refused = func(_ context.Context, err error) bool {
@@ -548,6 +555,20 @@ func (w *worker) prompt(name string) *op {
 		return false
 	}
 	return o
+}
+
+// awaitTurn waits (a few seconds at most) for a session's turn to end, as `hiloop session
+// prompt` does: a turn accepted just before a stop would start the sandbox again after the stop
+// was answered (a known bug, see docs/performance.md), which the model cannot foresee. A kill
+// meanwhile ends the wait; the restart ends the turn.
+func (w *worker) awaitTurn(ctx context.Context, id string) {
+	for range 100 {
+		se, err := w.s.c.GetSession(ctx, id)
+		if err != nil || se.State == api.SessionIdle {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // resync takes the model of what o touched from the daemon after a violation, so that one
