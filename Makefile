@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/hiloop/hiloop/internal/cli.Version=$(VERSION) -X github
 # sandboxd needs cgo (libcontainer's nsenter) and libseccomp for the seccomp filter.
 DAEMON_TAGS := seccomp
 # Debian packages the daemon and the tests need (nodejs: the claude-code launcher test).
-DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs
+DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs tmux time
 # Where the tests keep the built test image and debootstrap's downloads between runs.
 TEST_CACHE ?= /var/cache/hiloop-test
 
@@ -124,11 +124,12 @@ soak: deps ## kill sandboxd SOAK_KILLS times under a mixed workload and check ev
 		-flood.conns=$(FLOOD_CONNS) -flood.nofile=$(FLOOD_NOFILE) -flood.settle=20s
 
 .PHONY: bench
-bench: build ## measure exec, create, snapshot, fork, grow, SSH, sessions, egress and the model route against their references (docs/performance.md)
+bench: build ## measure exec, create, snapshot, fork, grow, SSH, sessions, the chat, egress and the model route against their references (docs/performance.md)
 	bash bench/exec.sh
 	bash bench/storage.sh
 	bash bench/ssh.sh
 	bash bench/sessions.sh
+	bash bench/chat.sh
 	bash bench/gateway.sh
 	bash bench/route.sh
 

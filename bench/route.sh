@@ -2,8 +2,10 @@
 # Measures, side by side with the targets in one run:
 #   - the model route's overhead (go test -bench BenchmarkRoute, internal/modelroute): time to
 #     the first streamed byte through the route vs from the provider directly (target: under
-#     2 ms added; the benchmark reports each run's mean, the table the median of the runs), and the
-#     throughput of an 8 MiB stream (target: within 5% of direct)
+#     2 ms added; the benchmark reports each run's mean, the table the median of the runs), the
+#     throughput of an 8 MiB stream (target: within 5% of direct) and of a model's stream of
+#     50-byte text deltas, each flushed on its own (events/s), each with the CPU the benchmark's
+#     process (fake provider, route and client) spent per byte or event
 #   - the first prompt on a stopped sandbox with the claude-code harness (the agents image), a
 #     fake Anthropic API on the host behind the route: from `session prompt` to the first agent
 #     text, split into sandbox start, harness start and first model byte
@@ -79,12 +81,22 @@ ttfb_d = med("BenchmarkRoute/ttfb/direct", "ns-ttfb/op") / 1e6
 ttfb_r = med("BenchmarkRoute/ttfb/route", "ns-ttfb/op") / 1e6
 mbs_d = med("BenchmarkRoute/stream/direct", "MB/s")
 mbs_r = med("BenchmarkRoute/stream/route", "MB/s")
+cpu_d = med("BenchmarkRoute/stream/direct", "cpu-ns/B")
+cpu_r = med("BenchmarkRoute/stream/route", "cpu-ns/B")
+ev_d = med("BenchmarkRoute/events/direct", "events/s")
+ev_r = med("BenchmarkRoute/events/route", "events/s")
+evcpu_d = med("BenchmarkRoute/events/direct", "cpu-ns/event")
+evcpu_r = med("BenchmarkRoute/events/route", "cpu-ns/event")
 added = ttfb_r - ttfb_d
 ratio = mbs_r / mbs_d
+ev_ratio = ev_r / ev_d
 print("| figure | through the route | direct | target | met |")
 print("|---|---:|---:|---:|:-:|")
 print(f"| time to the first streamed byte, ms (added: +{added:.2f}) | {ttfb_r:.2f} | {ttfb_d:.2f} | < 2 ms added | {'yes' if added < 2 else '**no**'} |")
 print(f"| an 8 MiB stream, MB/s ({ratio:.0%} of direct) | {mbs_r:,.0f} | {mbs_d:,.0f} | within 5% | {'yes' if ratio >= 0.95 else '**no**'} |")
+print(f"| an 8 MiB stream, CPU ns per byte (the process: provider, route, client) | {cpu_r:.2f} | {cpu_d:.2f} | context | |")
+print(f"| a model's stream of 50-byte deltas, events/s ({ev_ratio:.0%} of direct) | {ev_r:,.0f} | {ev_d:,.0f} | within 5% | {'yes' if ev_ratio >= 0.95 else '**no**'} |")
+print(f"| a model's stream of 50-byte deltas, CPU µs per event (the process) | {evcpu_r/1000:.1f} | {evcpu_d/1000:.1f} | context | |")
 
 def ts(s):
     if re.match(r"^\d+\.\d+$", s):

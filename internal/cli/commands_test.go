@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -68,6 +69,19 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "extra"),
 		refused(ExitUsage, "-o", "xml"),
 	}},
+	{"hiloop sandbox port-forward", parser(newCmdSandboxPortForward), []flagCase{
+		ok(&SandboxPortForwardOptions{Name: "web", Ports: []PortSpec{{LocalPort: 8080, Port: 80}}}, "web", "8080:80"),
+		ok(&SandboxPortForwardOptions{Name: "web", Ports: []PortSpec{
+			{LocalPort: 3000, Port: 3000}, {LocalPort: 0, Port: 8080}, {Addr: "::1", LocalPort: 9000, Port: 9000},
+			{Addr: "0.0.0.0", LocalPort: 5432, Port: 5433}}},
+			"web", "3000", "0:8080", "[::1]:9000:9000", "0.0.0.0:5432:5433"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "80:0"),
+		refused(ExitUsage, "web", "70000"),
+		refused(ExitUsage, "web", "x:80"),
+		refused(ExitUsage, "web", "host.example:80:80"),
+	}},
 	{"hiloop sandbox create", parser(newCmdSandboxCreate), []flagCase{
 		ok(&SandboxCreateOptions{Post: withName(defaultCreate, "web"), Output: "table"}, "web"),
 		ok(&SandboxCreateOptions{Post: api.SandboxesPost{Name: "web", Image: "dev", StorageClass: api.StorageEphemeral,
@@ -78,6 +92,10 @@ var commandFlagCases = []struct {
 		refused(ExitUsage),
 		refused(ExitUsage, "web", "db"),
 		refused(ExitUsage, "web", "--cpus", "many"),
+		// An explicit 0 is no request for the default.
+		refused(ExitUsage, "web", "--cpus", "0"),
+		refused(ExitUsage, "web", "--workspace-gib", "0"),
+		refused(ExitUsage, "web", "--memory-mb", "0"),
 		refused(ExitUsage, "web", "--bogus-flag"),
 		refused(ExitUsage, "web", "-o", "xml"),
 		ok(&SandboxCreateOptions{Post: func() api.SandboxesPost {
@@ -370,16 +388,34 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "s1", "--after", "-1"),
 		refused(ExitNotFound, "Bad/Id"),
 	}},
+	{"hiloop chat", parser(newCmdChat), []flagCase{
+		ok(&ChatOptions{Sandbox: "web", Operator: defaultOperator()}, "web"),
+		ok(&ChatOptions{Sandbox: "web", Session: "k3x9q2m7v4b8", Operator: defaultOperator()}, "web", "--session", "k3x9q2m7v4b8"),
+		ok(&ChatOptions{Sandbox: "web", New: true, Harness: "fake", Policy: api.PolicyAsk, Operator: defaultOperator()},
+			"web", "--new", "--harness", "fake", "--policy", "ask"),
+		ok(&ChatOptions{Sandbox: "web", Harness: "codex", Operator: defaultOperator()}, "web", "--harness", "codex"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web", "db"),
+		refused(ExitUsage, "Web"),
+		refused(ExitUsage, "web", "--session", "k3x9", "--new"),
+		refused(ExitUsage, "web", "--session", "k3x9", "--harness", "fake"),
+		refused(ExitUsage, "web", "--session", "k3x9", "--policy", "ask"),
+		refused(ExitNotFound, "web", "--session", "K3X9"),
+		refused(ExitUsage, "web", "--policy", "sometimes"),
+	}},
 	{"hiloop session approve", parser(newCmdSessionApprove), []flagCase{
-		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowOnce}, "s1", "tc1"),
-		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowAlways, Output: "json"},
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowOnce, Operator: defaultOperator()}, "s1", "tc1"),
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowOnce, Operator: "alice@laptop"}, "s1", "tc1", "--as", "alice@laptop"),
+		refused(ExitUsage, "s1", "tc1", "--as", "alice\x1b[2J"),
+		refused(ExitUsage, "s1", "tc1", "--as", strings.Repeat("a", api.MaxOperatorBytes+1)),
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowAlways, Operator: defaultOperator(), Output: "json"},
 			"s1", "tc1", "--option", api.OptionAllowAlways, "-o", "json"),
 		refused(ExitUsage, "s1"),
 		refused(ExitUsage, "s1", "tc1", "--option", api.OptionRejectOnce),
 	}},
 	{"hiloop session deny", parser(newCmdSessionDeny), []flagCase{
-		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionRejectOnce}, "s1", "tc1"),
-		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionRejectAlways}, "s1", "tc1", "--option", api.OptionRejectAlways),
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionRejectOnce, Operator: defaultOperator()}, "s1", "tc1"),
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionRejectAlways, Operator: defaultOperator()}, "s1", "tc1", "--option", api.OptionRejectAlways),
 		refused(ExitUsage, "s1", "tc1", "--option", api.OptionAllowOnce),
 	}},
 	{"hiloop session cancel", parser(newCmdSessionCancel), []flagCase{
@@ -444,6 +480,23 @@ func TestCommandFlags(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A backquoted word in a flag's usage becomes the name of its value in --help
+// ("--image hiloop image list"): the usages name commands without them.
+func TestFlagUsagesHaveNoBackquotes(t *testing.T) {
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(fl *pflag.Flag) {
+			if strings.Contains(fl.Usage, "`") {
+				t.Errorf("%s --%s: usage %q has a backquote", c.CommandPath(), fl.Name, fl.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(NewCmdRoot(&Factory{}))
 }
 
 // TestEveryCommandHasFlagCases walks the command tree: a command without cases above fails.

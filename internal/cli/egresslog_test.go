@@ -19,7 +19,7 @@ func TestWriteEgressRecord(t *testing.T) {
 	}{
 		{api.EgressRecord{Seq: 3, Time: at, Kind: "tls", Host: "api.example.test", Port: 443, Addr: "127.0.0.1:8443", Allowed: true,
 			Rule: "route", BytesUp: 517, BytesDown: 4096, DurationMS: 12.4, Secret: true},
-			[]string{"3", "tls", "api.example.test:443", "allowed", "517 B", "4.0 KiB", "12ms", "route (secret injected)"}},
+			[]string{"3", "tls", "api.example.test:443", "allowed", "517 B", "4 KiB", "12ms", "route (secret injected)"}},
 		{api.EgressRecord{Seq: 4, Time: at, Kind: "http", Port: 80, Addr: "10.0.0.1:80", Rule: "10.0.0.1 is private"},
 			[]string{"4", "http", "10.0.0.1:80", "denied", "0 B", "0 B", "0s", "10.0.0.1 is private"}},
 		{api.EgressRecord{Seq: 5, Time: at, Kind: "dns", Host: "nowhere.test", QueryType: "AAAA", Allowed: true, Rule: "nxdomain"},

@@ -41,7 +41,8 @@ type usageError struct{ err error }
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
-// plainUsageError is a usage error whose message is printed as it is.
+// plainUsageError is a usage error printed without the pointer to --help: its message says
+// all there is.
 type plainUsageError struct{ msg string }
 
 func (e *plainUsageError) Error() string { return e.msg }

@@ -18,7 +18,7 @@ func TestExitCode(t *testing.T) {
 		{&exitError{code: 42}, 42},
 		{&exitMessage{code: 124, msg: "timed out"}, 124},
 		{&usageError{errors.New("bad flag")}, 2},
-		{&plainUsageError{"error: unexpected argument"}, 2},
+		{&plainUsageError{"unexpected argument"}, 2},
 		{&client.UnreachableError{Host: "unix:///x", Err: errors.New("no such socket")}, 3},
 		{api.Errorf(api.CodeUnavailable, "sandboxd is shutting down"), 3},
 		{fmt.Errorf("create: %w", api.Errorf(api.CodeSandboxNotFound, "not found")), 4},

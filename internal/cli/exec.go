@@ -104,6 +104,9 @@ func sandboxExecRun(ctx context.Context, f *Factory, opts *SandboxExecOptions) e
 	if res.TimedOut {
 		return &exitMessage{code: ExitTimeout, msg: fmt.Sprintf("command timed out after %s; its processes were killed", opts.Timeout)}
 	}
+	if res.OOMKilled {
+		return &exitMessage{code: res.ExitCode, msg: fmt.Sprintf("killed: out of memory (limit %d MiB); `hiloop sandbox get %s` counts these", res.MemoryLimitMB, opts.Name)}
+	}
 	if res.ExitCode != 0 {
 		return &exitError{code: res.ExitCode}
 	}

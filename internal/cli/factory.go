@@ -27,7 +27,13 @@ type Factory struct {
 
 // Client returns the API client for the chosen daemon.
 func (f *Factory) Client() (*client.Client, error) {
-	f.once.Do(func() { f.client, f.err = client.New(f.Host, f.Token) })
+	f.once.Do(func() {
+		f.client, f.err = client.New(f.Host, f.Token)
+		if f.err != nil {
+			// A HILOOP_HOST hiloop cannot read is a bad argument, like a bad flag.
+			f.err = &plainUsageError{"HILOOP_HOST: " + f.err.Error()}
+		}
+	})
 	return f.client, f.err
 }
 

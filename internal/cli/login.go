@@ -102,8 +102,8 @@ must sign in again). One final line break of a value read from standard input is
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&opts.APIKeyStdin, "api-key-stdin", false, "read an API key from standard input")
-	fl.BoolVar(&opts.OAuthTokenStdin, "oauth-token-stdin", false, "claude: read the token `claude setup-token` prints from standard input")
-	fl.StringVar(&opts.ChatGPTAuthFile, "chatgpt-auth-file", "", "codex: the auth.json `codex login` wrote")
+	fl.BoolVar(&opts.OAuthTokenStdin, "oauth-token-stdin", false, "claude: read the token that claude setup-token prints from standard input")
+	fl.StringVar(&opts.ChatGPTAuthFile, "chatgpt-auth-file", "", "codex: the auth.json that codex login wrote")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }

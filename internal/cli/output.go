@@ -12,6 +12,7 @@ import (
 
 	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/internal/styles"
+	"github.com/hiloop/hiloop/internal/units"
 )
 
 // addOutputFlag adds -o/--output to a read command.
@@ -144,16 +145,5 @@ func (t *table) render(st *styles.Styles) string {
 	return b.String()
 }
 
-// formatBytes prints a size in binary units, e.g. "10.0 GiB".
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// formatBytes prints a size the one way hiloop prints sizes (units.Bytes).
+func formatBytes(n int64) string { return units.Bytes(n) }

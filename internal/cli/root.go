@@ -40,7 +40,7 @@ func Run(f *Factory, args []string) int {
 	switch {
 	case errors.As(err, &ee):
 	case errors.As(err, &plain):
-		fmt.Fprintln(f.IO.ErrOut, plain.msg)
+		fmt.Fprintf(f.IO.ErrOut, "%s %s\n", f.IO.StylesStderr().Error.Render("hiloop:"), plain.msg)
 	default:
 		fmt.Fprintf(f.IO.ErrOut, "%s %s\n", f.IO.StylesStderr().Error.Render("hiloop:"), err)
 		var ue *usageError
@@ -82,7 +82,8 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	noColor := root.PersistentFlags().VarPF(&noColorFlag{io: f.IO}, "no-color", "", "print no colour (as NO_COLOR does; CLICOLOR_FORCE=1 forces colour on)")
 	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
-	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
+	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdChat(f, nil), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
+	addCompletions(root, f)
 	return root
 }
 
@@ -173,6 +174,11 @@ func versionRun(ctx context.Context, f *Factory, opts *VersionOptions) error {
 	}
 	v, err := c.Version(ctx)
 	if err != nil {
+		// The CLI's own version is known whatever the daemon's state: say it, then why the
+		// daemon's is not.
+		_ = printOutput(f.IO, opts.Output, struct {
+			Client string `json:"client"`
+		}{Version}, func(t *table) { t.row("client", Version) })
 		return err
 	}
 	out := struct {

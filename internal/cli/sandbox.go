@@ -28,6 +28,7 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 		newCmdSandboxDelete(f, nil),
 		newCmdSandboxExec(f, nil),
 		newCmdSandboxSSH(f, nil),
+		newCmdSandboxPortForward(f, nil),
 		newCmdSandboxGrow(f, nil),
 		newCmdSandboxRestore(f, nil),
 		newCmdSandboxEgress(f, nil),
@@ -92,6 +93,9 @@ changes it later).`,
 			if err := api.ValidateBudget("--model-budget-tokens", opts.Post.ModelBudgetTokens); err != nil {
 				return &usageError{err}
 			}
+			if err := explicitZeros(cmd, "workspace-gib", "cpus", "memory-mb"); err != nil {
+				return err
+			}
 			return runCommand(cmd, f, opts, runF, sandboxCreateRun)
 		},
 	}
@@ -101,7 +105,7 @@ changes it later).`,
 	fl.Float64Var(&opts.Post.CPUs, "cpus", api.DefaultCPUs, "CPU limit in cores")
 	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", api.DefaultMemoryMB, "memory limit in MiB")
 	fl.StringVar((*string)(&opts.Post.PermissionPolicy), "permission-policy", string(api.PolicyAutoApprove), "how its agent sessions answer permission requests: auto-approve or ask (a session can override it)")
-	fl.StringVar(&opts.Post.Image, "image", api.DefaultImage, "image to start from (`hiloop image list`)")
+	fl.StringVar(&opts.Post.Image, "image", api.DefaultImage, "image to start from (see hiloop image list)")
 	fl.BoolVar(&opts.Post.NoStart, "no-start", false, "leave the new sandbox stopped")
 	fl.StringVar(&opts.Post.FromSnapshot, "from-snapshot", "", "start /workspace as a copy of this snapshot")
 	fl.StringVar(&mode, "egress", string(api.EgressOpen), "egress policy: open (everything not denied) or closed (only what is allowed)")
@@ -111,6 +115,20 @@ changes it later).`,
 	fl.Int64Var(&opts.Post.ModelBudgetTokens, "model-budget-tokens", 0, "the model tokens its harnesses may spend, all sessions together (default: no budget)")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
+}
+
+// explicitZeros refuses 0 given on the command line to any of the named flags: the API reads a
+// zero as "the default", which is not what someone who typed --cpus 0 asked for.
+func explicitZeros(cmd *cobra.Command, names ...string) error {
+	for _, name := range names {
+		fl := cmd.Flags().Lookup(name)
+		if fl.Changed {
+			if v, err := strconv.ParseFloat(fl.Value.String(), 64); err == nil && v == 0 {
+				return &usageError{fmt.Errorf("invalid --%s 0: leave the flag out for the default, or give a value in range", name)}
+			}
+		}
+	}
+	return nil
 }
 
 func sandboxCreateRun(ctx context.Context, f *Factory, opts *SandboxCreateOptions) error {
@@ -172,7 +190,11 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 		}
 		t.row("image:", sb.Image)
 		t.row("cpus:", strconv.FormatFloat(sb.CPUs, 'g', -1, 64))
-		t.row("memory:", fmt.Sprintf("%d MiB", sb.MemoryMB))
+		memory := fmt.Sprintf("%d MiB", sb.MemoryMB)
+		if sb.OOMKills > 0 {
+			memory += fmt.Sprintf(" (%d killed for it since the start)", sb.OOMKills)
+		}
+		t.row("memory:", memory)
 		t.row("permissions:", string(sb.PermissionPolicy))
 		t.row("egress:", egressSummary(sb.Egress))
 		if len(sb.Secrets) > 0 {
@@ -191,13 +213,8 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 	})
 }
 
-// capacity prints a growable workspace in the whole GiB it was sized and grown in.
-func capacity(w api.Workspace) string {
-	if w.Resizable && w.CapacityBytes%(1<<30) == 0 {
-		return fmt.Sprintf("%d GiB", w.CapacityBytes>>30)
-	}
-	return formatBytes(w.CapacityBytes)
-}
+// capacity prints a workspace's capacity.
+func capacity(w api.Workspace) string { return formatBytes(w.CapacityBytes) }
 
 func growth(w api.Workspace) string {
 	if w.Resizable {

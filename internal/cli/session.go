@@ -72,8 +72,9 @@ func newCmdSessionNew(f *Factory, runF func(*SessionNewOptions) error) *cobra.Co
 		Use:     "new SANDBOX [--harness NAME] [--policy auto-approve|ask] [--cwd DIR] [--budget-tokens N]",
 		Aliases: []string{"create"},
 		Short:   "Start a coding-agent session in a sandbox and print its id",
-		Long: `Start a session: the daemon starts the harness in the sandbox, in ACP mode, working in DIR.
-It prints the new session's id (or the session with -o).
+		Long: `Create a session of a coding-agent harness in the sandbox, working in DIR. The daemon
+starts the harness (in ACP mode) for the session's first prompt, and keeps it running for the
+next ones. It prints the new session's id (or the session with -o).
 
 The harness is one of claude-code, codex, opencode and fake; an unknown name is
 harness_not_found. The sandbox's image must carry it (` + "`hiloop image list`" + ` shows which harnesses
@@ -172,10 +173,10 @@ func sessionListRun(ctx context.Context, f *Factory, opts *SessionListOptions) e
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SessionList{Sessions: list}, func(t *table) {
-		t.head("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "CREATED")
+		t.head("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "AGE")
 		for _, s := range list {
 			t.row(s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
-				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt)+" ago")
+				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt))
 		}
 	})
 }
@@ -782,9 +783,17 @@ func resolvedLine(d api.PermissionDecision, title string) string {
 	case d.By == api.ResolvedByAutoApprove:
 		return "auto-approved " + what + " (" + d.Kind + ")"
 	case d.Kind == api.OptionAllowOnce || d.Kind == api.OptionAllowAlways:
-		return what + " approved by operator (" + d.Kind + ")"
+		return what + " approved by operator" + operatorSuffix(d) + " (" + d.Kind + ")"
 	}
-	return what + " denied (" + d.Kind + ")"
+	return what + " denied" + operatorSuffix(d) + " (" + d.Kind + ")"
+}
+
+// operatorSuffix names who answered, when the answer said.
+func operatorSuffix(d api.PermissionDecision) string {
+	if d.Operator == "" {
+		return ""
+	}
+	return " " + d.Operator
 }
 
 // eventSummary is the short rendering of an event in `session events`.
@@ -835,7 +844,7 @@ func eventSummary(ev api.SessionEvent) string {
 			if d.Kind != "" {
 				s += " " + d.Kind
 			}
-			return s + " by " + string(d.By)
+			return s + " by " + string(d.By) + operatorSuffix(d)
 		}
 	case api.EventTurnEnd:
 		var d api.TurnEndData
@@ -883,6 +892,8 @@ type SessionAnswerOptions struct {
 	Session string
 	Request string // the tool call id
 	Kind    string // the option kind to select, e.g. allow_once
+	// Operator says who answers (--as), by default user@hostname.
+	Operator string
 	// Output is the -o format, or "" for the one-line answer.
 	Output string
 }
@@ -906,7 +917,8 @@ func newCmdSessionAnswer(f *Factory, runF func(*SessionAnswerOptions) error, ver
 
 REQUEST is the tool call id that ` + "`session prompt`" + ` and ` + "`session events`" + ` show with the
 request. --option picks the answer by kind: ` + defaultKind + ` for this call only, ` + otherKind + ` for the
-rest of the session (if the harness offers it). Answering again the same way prints the first
+rest of the session (if the harness offers it). --as names who answers (default user@host):
+every watcher sees it with the decision. Answering again the same way prints the first
 decision; answering differently is permission_decided (exit 5).`,
 		Example: fmt.Sprintf("  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD\n  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD --option %s", verb, verb, otherKind),
 		Args:    exactArgs(2, "a SESSION id and a REQUEST (tool call) id"),
@@ -918,6 +930,9 @@ decision; answering differently is permission_decided (exit 5).`,
 			if opts.Kind != defaultKind && opts.Kind != otherKind {
 				return &usageError{fmt.Errorf("invalid --option %q: %s takes %s or %s", opts.Kind, verb, defaultKind, otherKind)}
 			}
+			if err := (api.PermissionAnswer{Operator: opts.Operator}).Validate(); err != nil {
+				return &usageError{fmt.Errorf("invalid --as: %w", err)}
+			}
 			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
 			}
@@ -925,6 +940,7 @@ decision; answering differently is permission_decided (exit 5).`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Kind, "option", defaultKind, "the kind of answer: "+defaultKind+" or "+otherKind)
+	cmd.Flags().StringVar(&opts.Operator, "as", defaultOperator(), "who answers, shown to everyone watching the session")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -934,7 +950,7 @@ func sessionAnswerRun(ctx context.Context, f *Factory, opts *SessionAnswerOption
 	if err != nil {
 		return err
 	}
-	d, err := c.AnswerPermission(ctx, opts.Session, opts.Request, api.PermissionAnswer{Kind: opts.Kind})
+	d, err := c.AnswerPermission(ctx, opts.Session, opts.Request, api.PermissionAnswer{Kind: opts.Kind, Operator: opts.Operator})
 	if err != nil {
 		return err
 	}
@@ -944,6 +960,9 @@ func sessionAnswerRun(ctx context.Context, f *Factory, opts *SessionAnswerOption
 			t.row("outcome:", string(d.Outcome))
 			t.row("kind:", d.Kind)
 			t.row("by:", string(d.By))
+			if d.Operator != "" {
+				t.row("operator:", d.Operator)
+			}
 		})
 	}
 	fmt.Fprintln(f.IO.Out, resolvedLine(d, ""))

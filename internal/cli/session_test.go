@@ -193,7 +193,7 @@ func (d *fakeSessions) handler() http.Handler {
 			return
 		}
 		d.decided[tc] = a.Kind
-		reply(w, http.StatusOK, api.PermissionDecision{ToolCallID: tc, Outcome: api.OutcomeSelected, OptionID: "o-" + a.Kind, Kind: a.Kind, By: api.ResolvedByOperator})
+		reply(w, http.StatusOK, api.PermissionDecision{ToolCallID: tc, Outcome: api.OutcomeSelected, OptionID: "o-" + a.Kind, Kind: a.Kind, By: api.ResolvedByOperator, Operator: a.Operator})
 	})
 	mux.HandleFunc("GET /v1/sessions/{id}/events", func(w http.ResponseWriter, r *http.Request) {
 		if !known(w, r) {
@@ -538,9 +538,10 @@ func TestSessionCommands(t *testing.T) {
 		{[]string{"session", "new", "web", "--harness", "nope"}, ExitUsage, ""},
 		{[]string{"session", "new"}, ExitUsage, ""},
 		{[]string{"session", "get", "nope2"}, ExitNotFound, ""},
-		{[]string{"session", "list", "db"}, 0, "ID  SANDBOX  HARNESS  POLICY  STATE  EVENTS  CREATED\n"},
-		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator (allow_once)\n"},
-		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator (allow_once)\n"},
+		{[]string{"session", "list", "db"}, 0, "ID  SANDBOX  HARNESS  POLICY  STATE  EVENTS  AGE\n"},
+		{[]string{"session", "approve", "s1", "tc1", "--as", "alice@laptop"}, 0, "tc1 approved by operator alice@laptop (allow_once)\n"},
+		{[]string{"session", "approve", "s1", "tc1"}, 0, "tc1 approved by operator " + defaultOperator() + " (allow_once)\n"},
+		{[]string{"session", "approve", "s1", "tc1", "--as", "alice\tlaptop"}, ExitUsage, ""},
 		{[]string{"session", "deny", "s1", "tc1"}, ExitConflict, ""},
 		{[]string{"session", "deny", "s1", "tc2"}, ExitNotFound, ""},
 		{[]string{"session", "approve", "s1", "tc1", "--option", "reject_once"}, ExitUsage, ""},
@@ -562,7 +563,7 @@ func TestSessionCommands(t *testing.T) {
 	}
 
 	out.Reset()
-	if code := run(f, "session", "list"); code != 0 || !regexp.MustCompile(`^ID +SANDBOX +HARNESS +POLICY +STATE +EVENTS +CREATED\ns1 +web +fake +ask +idle +0 +1h ago\n$`).MatchString(out.String()) {
+	if code := run(f, "session", "list"); code != 0 || !regexp.MustCompile(`^ID +SANDBOX +HARNESS +POLICY +STATE +EVENTS +AGE\ns1 +web +fake +ask +idle +0 +1h\n$`).MatchString(out.String()) {
 		t.Errorf("list: exit %d\n%s", code, out)
 	}
 	out.Reset()

@@ -41,7 +41,7 @@ Everything after -- goes to ssh: options such as -L, -N or -t, and a remote comm
 				return &usageError{errors.New("ssh takes a sandbox NAME, then ssh's own arguments after --")}
 			}
 			if dash := cmd.ArgsLenAtDash(); dash > 1 || (dash < 0 && len(args) > 1) {
-				return &plainUsageError{fmt.Sprintf("error: unexpected argument '%s' found\n\n  tip: to pass it to ssh, put it after --: hiloop sandbox ssh %s -- %s",
+				return &plainUsageError{fmt.Sprintf("unexpected argument '%s' found\n\n  tip: to pass it to ssh, put it after --: hiloop sandbox ssh %s -- %s",
 					args[1], args[0], strings.Join(args[1:], " "))}
 			}
 			return nil
@@ -60,7 +60,7 @@ Everything after -- goes to ssh: options such as -L, -N or -t, and a remote comm
 		} else {
 			arg = strings.TrimPrefix(err.Error(), "unknown flag: ")
 		}
-		return &plainUsageError{fmt.Sprintf("error: unexpected argument '%s' found\n\n  tip: to pass it to ssh, put it after --: hiloop sandbox ssh NAME -- %s ...", arg, arg)}
+		return &plainUsageError{fmt.Sprintf("unexpected argument '%s' found\n\n  tip: to pass it to ssh, put it after --: hiloop sandbox ssh NAME -- %s ...", arg, arg)}
 	})
 	return cmd
 }
@@ -74,6 +74,11 @@ func sandboxSSHRun(ctx context.Context, f *Factory, opts *SandboxSSHOptions) err
 		if _, err := c.StartSandbox(ctx, opts.Name); err != nil {
 			return err
 		}
+	} else if sb, err := c.GetSandbox(ctx, opts.Name); err != nil {
+		return err
+	} else if sb.State != api.StateRunning {
+		// What exec says for the same state, rather than ssh's own failure to connect.
+		return api.Errorf(api.CodeSandboxNotRunning, "sandbox %q is %s: start it with `hiloop sandbox start %s`, or add --start", opts.Name, sb.State, opts.Name)
 	}
 	cfg, err := sshConfigFor(ctx, c, opts.Name)
 	if err != nil {

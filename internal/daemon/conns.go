@@ -129,6 +129,9 @@ type limitedConn struct {
 	once sync.Once
 }
 
+// NetConn returns the connection it wraps, for copies that splice between sockets.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.closed(c) })

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/usage"
 	"github.com/hiloop/hiloop/internal/volume"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // Config is how an operator runs sandboxd.
@@ -356,9 +358,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	select {
 	case <-ctx.Done():
+		d.log.Info("stopping on a signal: finishing the requests in flight")
 	case err := <-errc:
 		d.log.Error("serve", "err", err)
 	}
+	defer d.logLeftRunning()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, srv := range servers {
@@ -366,6 +370,23 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	os.Remove(d.cfg.Socket)
 	return nil
+}
+
+// logLeftRunning says, as the daemon stops, which sandboxes it leaves running: they go on
+// without it, and the next start adopts them.
+func (d *Daemon) logLeftRunning() {
+	list, err := d.sandboxes.List(context.Background())
+	if err != nil {
+		d.log.Warn("stopped; cannot list the sandboxes left running", "err", err)
+		return
+	}
+	var running []string
+	for _, sb := range list {
+		if sb.State == api.StateRunning {
+			running = append(running, sb.Name)
+		}
+	}
+	d.log.Info("stopped; running sandboxes go on and are adopted at the next start", "running", len(running), "sandboxes", strings.Join(running, ","))
 }
 
 // listenUnix listens on path (mode 0660), replacing a stale socket but never a live one.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -73,6 +74,7 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	if err := req.Validate(); err != nil {
 		return api.ExecControl{}, err
 	}
+	oomBefore, oomErr := d.sandboxes.OOMKills(name)
 	proc, err := d.sandboxes.Exec(ctx, name, runtime.ExecSpec{
 		Argv: req.Command,
 		Env:  req.Env,
@@ -103,7 +105,11 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	}
 	s.control(ctx, started)
 	if !req.Stdin {
-		proc.Stdin().Close()
+		// Without a TTY the command reads EOF at once. A TTY's end of input is its EOF
+		// character, which only a client's end of input types.
+		if !req.TTY {
+			proc.Stdin().Close()
+		}
 	} else if f.stdin != nil {
 		go f.feedStdin(ctx, s)
 	}
@@ -170,6 +176,17 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		return api.ExecControl{}, waitErr
 	}
 	exit := api.ExecControl{Type: api.ControlExit, ExitCode: status.ExitCode(), Signal: status.Signal}
+	// Killed by SIGKILL (or a shell saying its child was, 137) while the sandbox's OOM counter
+	// went up: the memory limit killed it (or a process of the same sandbox at the same moment,
+	// which the counter cannot tell apart).
+	if status.ExitCode() == 128+int(syscall.SIGKILL) && oomErr == nil && !timedOut.Load() {
+		if n, err := d.sandboxes.OOMKills(name); err == nil && n > oomBefore {
+			exit.OOMKilled = true
+			if sb, err := d.sandboxes.Get(ctx, name); err == nil {
+				exit.MemoryLimitMB = sb.MemoryMB
+			}
+		}
+	}
 	if timedOut.Load() {
 		exit.TimedOut = true
 		exit.ExitCode = api.ExitCodeTimeout

@@ -23,6 +23,7 @@ func (d *Daemon) routes() []route {
 		{method: "POST", pattern: "/v1/sandboxes/{name}/start", handle: d.startSandbox, idempotent: true, noBody: true},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/stop", handle: d.stopSandbox, idempotent: true, noBody: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/exec", handle: d.execSandbox},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/ports/{port}", handle: d.portStream},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/grow", handle: d.growSandbox, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/egress/log", handle: d.sandboxEgressLog},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", handle: d.restoreSandbox, idempotent: true},

@@ -120,7 +120,7 @@ func (d *Daemon) answerPermission(w http.ResponseWriter, r *http.Request) error 
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
-	dec, err := d.sessions.Answer(r.Context(), r.PathValue("id"), r.PathValue("tool_call_id"), p.Kind)
+	dec, err := d.sessions.Answer(r.Context(), r.PathValue("id"), r.PathValue("tool_call_id"), p)
 	if err != nil {
 		return err
 	}

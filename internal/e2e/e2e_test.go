@@ -100,6 +100,12 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 func TestScripts(t *testing.T) {
 	testenv.RequireRoot(t)
 	prepare(t)
+	go func() {
+		if deadline := testenv.Deadline(t); deadline != nil {
+			<-deadline
+			close(scriptsExpired)
+		}
+	}()
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join("..", "..", "testdata", "script"),
 		RequireExplicitExec: true,
@@ -119,6 +125,7 @@ func TestScripts(t *testing.T) {
 			"acpinit":     cmdACPInit,
 			"opengate":    cmdOpenGate,
 			"daemonfds":   cmdDaemonFDs,
+			"tmux":        cmdTmux,
 
 			"fakeprovider":          cmdFakeProvider,
 			"fakeprovider-requests": cmdFakeProviderRequests,
@@ -151,6 +158,7 @@ func setupScript(env *testscript.Env) error {
 	}
 	env.Values[daemonKey] = d
 	env.Values[gatesKey] = &gates{}
+	env.Values[tmuxKey] = &scriptTmux{}
 	env.Setenv("HILOOP_HOST", "unix://"+d.socket)
 	env.Setenv("DATADIR", d.dataDir)
 	env.Setenv("SOCKET", d.socket)
@@ -285,7 +293,8 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(d.start(ts.Getenv("PATH"), extra))
 	case "log":
 		b, _ := os.ReadFile(d.logPath)
-		ts.Logf("%s", b)
+		_, _ = ts.Stdout().Write(b) // for stdout and stderr assertions; shown on failure
+
 	default:
 		ts.Fatalf("unknown daemon verb %q", args[0])
 	}

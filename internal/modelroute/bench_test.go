@@ -27,14 +27,32 @@ func streamBody(size int) []byte {
 	return []byte(b.String())
 }
 
-// benchPair serves body from a fake provider on loopback and the route in front of it; it
-// returns the URLs of /v1/messages directly and through the route, and the token.
-func benchPair(b *testing.B, body []byte) (direct, routed, token string) {
+// deltaEvents is an Anthropic stream as a model sends it: message_start, n text deltas of
+// 50 bytes each, message_delta, message_stop; each element is one event, which the fake
+// provider writes and flushes on its own.
+func deltaEvents(n int) [][]byte {
+	events := [][]byte{[]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":100,\"output_tokens\":1}}}\n\n")}
+	delta := []byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"" +
+		strings.Repeat("lorem ipsum ", 4) + "dolo\"}}\n\n")
+	for range n {
+		events = append(events, delta)
+	}
+	return append(events, []byte("event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":4000}}\n\n"),
+		[]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"))
+}
+
+// benchPair serves events from a fake provider on loopback, each written and flushed on its
+// own, and puts the route in front of it; it returns the URLs of /v1/messages directly and
+// through the route, and the token.
+func benchPair(b *testing.B, events [][]byte) (direct, routed, token string) {
 	b.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
-		w.Write(body)
+		for _, e := range events {
+			w.Write(e)
+			w.(http.Flusher).Flush()
+		}
 	}))
 	b.Cleanup(up.Close)
 	tk := newTokens(b)
@@ -48,8 +66,8 @@ func benchPair(b *testing.B, body []byte) (direct, routed, token string) {
 		Attribute: func(string, Provider, HarnessSession) string { return "ses" },
 		Budget:    func(string, string) (*usage.Exceeded, error) { return nil, nil },
 		Sink: func(r usage.Record) {
-			if r.Err != "" {
-				b.Logf("record: %+v", r)
+			if r.Err != "" || r.Tokens.Output != 4000 {
+				b.Errorf("record: %+v", r)
 			}
 		},
 	})
@@ -62,9 +80,18 @@ func benchPair(b *testing.B, body []byte) (direct, routed, token string) {
 	return up.URL + "/v1/messages", srv.URL + "/anthropic/v1/messages", token
 }
 
-// BenchmarkRoute compares the route with the provider asked directly, both on loopback:
-// ttfb reports the time from sending a request to reading the first byte of its streamed
-// answer (ns-ttfb/op); stream reports the throughput of an 8 MiB stream (MB/s).
+// BenchmarkRoute compares the route with the provider asked directly, both on loopback, the
+// fake provider, the route and the client in this one process:
+//
+//   - ttfb: the time from sending a request to reading the first byte of its streamed answer
+//     (ns-ttfb/op);
+//   - stream: the throughput of an 8 MiB stream the provider writes at once (MB/s);
+//   - events: a model's stream, 10,000 text deltas of 50 bytes the provider writes and flushes
+//     one by one as fast as it can (events/s).
+//
+// Each also reports the CPU time the whole process spent per byte or event (cpu-ns/B,
+// cpu-ns/event, and of it in the kernel, sys-ns/…): on a machine whose cores the three share,
+// the route's cost is the difference between its figure and direct's.
 func BenchmarkRoute(b *testing.B) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	b.Cleanup(client.CloseIdleConnections)
@@ -92,27 +119,48 @@ func BenchmarkRoute(b *testing.B) {
 		}
 		return ttfb, n + 1
 	}
-	for _, size := range []int{0, 8 << 20} {
-		name := "ttfb"
-		if size > 0 {
-			name = "stream"
+	for _, tc := range []struct {
+		name   string
+		events [][]byte
+	}{
+		{"ttfb", [][]byte{streamBody(0)}},
+		{"stream", [][]byte{streamBody(8 << 20)}},
+		{"events", deltaEvents(10000)},
+	} {
+		size := 0
+		for _, e := range tc.events {
+			size += len(e)
 		}
-		body := streamBody(size)
-		direct, routed, token := benchPair(b, body)
+		direct, routed, token := benchPair(b, tc.events)
 		for _, path := range []struct{ name, url string }{{"direct", direct}, {"route", routed}} {
-			b.Run(fmt.Sprintf("%s/%s", name, path.name), func(b *testing.B) {
-				if size > 0 {
-					b.SetBytes(int64(len(body)))
+			b.Run(fmt.Sprintf("%s/%s", tc.name, path.name), func(b *testing.B) {
+				if tc.name == "stream" {
+					b.SetBytes(int64(size))
 				}
 				var ttfb time.Duration
+				user, sys := processCPU()
 				for b.Loop() {
 					d, n := request(b, path.url, token)
-					if n != int64(len(body)) {
-						b.Fatalf("read %d bytes of %d", n, len(body))
+					if n != int64(size) {
+						b.Fatalf("read %d bytes of %d", n, size)
 					}
 					ttfb += d
 				}
-				b.ReportMetric(float64(ttfb.Nanoseconds())/float64(b.N), "ns-ttfb/op")
+				user1, sys1 := processCPU()
+				cpu, kernel := float64(user1-user+sys1-sys), float64(sys1-sys)
+				switch tc.name {
+				case "ttfb":
+					b.ReportMetric(float64(ttfb.Nanoseconds())/float64(b.N), "ns-ttfb/op")
+				case "stream":
+					n := float64(b.N) * float64(size)
+					b.ReportMetric(cpu/n, "cpu-ns/B")
+					b.ReportMetric(kernel/n, "sys-ns/B")
+				case "events":
+					n := float64(b.N) * float64(len(tc.events))
+					b.ReportMetric(n/b.Elapsed().Seconds(), "events/s")
+					b.ReportMetric(cpu/n, "cpu-ns/event")
+					b.ReportMetric(kernel/n, "sys-ns/event")
+				}
 			})
 		}
 	}

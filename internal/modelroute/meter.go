@@ -64,6 +64,20 @@ func fieldAt(k0, k1 string, depth int) field {
 	return fNone
 }
 
+// keyNames are the keys fieldAt looks for.
+var keyNames = []string{"type", "model", "usage", "message", "response"}
+
+// keyName is k as one of keyNames, or "" for any other key, without allocating: every key of
+// the first two levels of every event passes here.
+func keyName(k []byte) string {
+	for _, name := range keyNames {
+		if string(k) == name {
+			return name
+		}
+	}
+	return ""
+}
+
 const (
 	maxCapture = 16 << 10 // a kept value; a usage object is a few hundred bytes
 	maxKey     = 16       // longer keys are none of the ones kept
@@ -103,11 +117,12 @@ type jsonScan struct {
 	capBuf    []byte // its bytes so far
 	capLost   bool   // longer than maxCapture
 
-	got [nFields][]byte
+	got  [nFields][]byte // the kept values, nil for those not seen
+	kept [nFields][]byte // their storage, reused from one event to the next
 }
 
 func (s *jsonScan) reset() {
-	*s = jsonScan{stack: s.stack[:0], key: s.key[:0], capBuf: s.capBuf[:0]}
+	*s = jsonScan{stack: s.stack[:0], key: s.key[:0], capBuf: s.capBuf[:0], kept: s.kept}
 }
 
 // feed walks p.
@@ -223,10 +238,7 @@ func (s *jsonScan) string(p []byte, i int) int {
 			s.strKey = false
 			if top := s.top(); top != nil {
 				if len(s.stack) <= 2 {
-					top.key = string(s.key)
-					if len(s.key) > maxKey {
-						top.key = ""
-					}
+					top.key = keyName(s.key)
 				}
 				top.phase = phColon
 			}
@@ -313,7 +325,8 @@ func (s *jsonScan) endValue() {
 	if s.capField != fNone && len(s.stack) == s.capDepth {
 		s.got[s.capField] = nil // a later duplicate key replaces an earlier one, even when too long to keep
 		if !s.capLost {
-			s.got[s.capField] = append([]byte(nil), s.capBuf...)
+			s.kept[s.capField] = append(s.kept[s.capField][:0], s.capBuf...)
+			s.got[s.capField] = s.kept[s.capField]
 		}
 		s.capField = fNone
 	}
@@ -349,11 +362,29 @@ func isDelimiter(c byte) bool {
 
 // str is a kept value as a string ("" when it is not a JSON string).
 func (s *jsonScan) str(f field) string {
+	if v, ok := plainString(s.got[f]); ok || s.got[f] == nil {
+		return string(v)
+	}
 	var v string
-	if s.got[f] == nil || json.Unmarshal(s.got[f], &v) != nil {
+	if json.Unmarshal(s.got[f], &v) != nil {
 		return ""
 	}
 	return v
+}
+
+// plainString is the content of b when b is a JSON string of printable ASCII with no escapes,
+// as model names and event types are: it reads the same decoded or not.
+func plainString(b []byte) ([]byte, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return nil, false
+	}
+	v := b[1 : len(b)-1]
+	for _, c := range v {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 // sseScan splits an event stream into events and hands each one's data to a jsonScan.
@@ -534,7 +565,7 @@ func (m *meter) finish() {
 	if m.js == nil {
 		return
 	}
-	m.setModel(m.js.str(fModel))
+	m.setModel(m.js, fModel)
 	if u, ok := decodeUsage(m.js.got[fUsage]); ok {
 		if m.provider == Anthropic {
 			m.anthropic(u, false)
@@ -550,7 +581,7 @@ func (m *meter) event(_ string, js *jsonScan) {
 	if m.provider == Anthropic {
 		switch typ {
 		case "message_start":
-			m.setModel(js.str(fMessageModel))
+			m.setModel(js, fMessageModel)
 			if u, ok := decodeUsage(js.got[fMessageUsage]); ok {
 				m.anthropic(u, false)
 			}
@@ -563,27 +594,35 @@ func (m *meter) event(_ string, js *jsonScan) {
 	}
 	switch typ {
 	case "response.created", "response.completed", "response.incomplete", "response.failed":
-		m.setModel(js.str(fResponseModel))
+		m.setModel(js, fResponseModel)
 		if u, ok := decodeUsage(js.got[fResponseUsage]); ok {
 			m.openAI(u)
 		}
 	case "": // a Chat Completions chunk
-		m.setModel(js.str(fModel))
+		m.setModel(js, fModel)
 		if u, ok := decodeUsage(js.got[fUsage]); ok {
 			m.openAI(u)
 		}
 	}
 }
 
-func (m *meter) setModel(s string) {
-	if s != "" {
+// setModel takes the model a response names in js's field f, if it names one. A Chat
+// Completions stream names it in every chunk: the same name is not decoded again.
+func (m *meter) setModel(js *jsonScan, f field) {
+	if v, ok := plainString(js.got[f]); ok && string(v) == m.model {
+		return
+	}
+	if s := js.str(f); s != "" {
 		m.model = s
 	}
 }
 
 func decodeUsage(b []byte) (rawUsage, bool) {
+	if len(b) == 0 || b[0] != '{' { // absent, or null as in every Chat Completions chunk but the last
+		return rawUsage{}, false
+	}
 	var u rawUsage
-	if len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &u) != nil {
+	if json.Unmarshal(b, &u) != nil {
 		return u, false
 	}
 	return u, true

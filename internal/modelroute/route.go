@@ -196,7 +196,7 @@ func New(sandboxID string, cfg *Config) (*Route, error) {
 	rt.proxy = &httputil.ReverseProxy{
 		Rewrite:        rt.rewrite,
 		Transport:      cfg.Transport,
-		FlushInterval:  -1, // every write reaches the sandbox at once: streams are not held back
+		FlushInterval:  -1, // a flush after every write, which streamWriter skips while more is ready
 		ModifyResponse: rt.response,
 		ErrorHandler:   rt.upstreamError,
 		ErrorLog:       log.New(io.Discard, "", 0),
@@ -246,6 +246,7 @@ type exchange struct {
 	meter    *meter
 	reqModel *requestModel
 	upErr    error
+	out      *streamWriter
 	rec      usage.Record
 }
 
@@ -411,7 +412,9 @@ func (rt *Route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.reqModel = &requestModel{}
 		r.Body = &tappedBody{ReadCloser: r.Body, see: x.reqModel.write}
 	}
-	rt.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+	x.out = newStreamWriter(sw)
+	defer x.out.stop()
+	rt.proxy.ServeHTTP(x.out, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
 }
 
 // verify finds the token where harnesses send keys (x-api-key, Authorization: Bearer) and
@@ -512,6 +515,7 @@ func (rt *Route) response(resp *http.Response) error {
 	// A provider's cookies are for the operator's account, not for a sandbox.
 	resp.Header.Del("Set-Cookie")
 	x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
+	resp.Body = x.out.body(resp.Body)
 	if x.reqModel == nil { // not a metered endpoint
 		return nil
 	}

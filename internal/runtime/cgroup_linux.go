@@ -112,3 +112,34 @@ func cgroupPids(paths map[string]string) ([]int, error) {
 	slices.Sort(pids)
 	return slices.Compact(pids), nil
 }
+
+// OOMKills returns how many processes of sandbox id the kernel has killed for its memory limit
+// since the sandbox started (its cgroup's oom_kill counter: memory.events on cgroup v2,
+// memory.oom_control on v1).
+func (r *Runtime) OOMKills(id string) (uint64, error) {
+	if err := validID(id); err != nil {
+		return 0, err
+	}
+	m, err := cgroupManager(cgroupName(r.cfg.StateDir, id))
+	if err != nil {
+		return 0, err
+	}
+	file := filepath.Join(m.Path("memory"), "memory.oom_control")
+	if cgroups.IsCgroup2UnifiedMode() {
+		file = filepath.Join(m.Path(""), "memory.events")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, fmt.Errorf("runtime: oom kills of %s: %w", id, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "oom_kill "); ok {
+			var n uint64
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				return 0, fmt.Errorf("runtime: oom kills of %s: %q: %w", id, line, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("runtime: oom kills of %s: no oom_kill in %s (a kernel before 4.13?)", id, file)
+}

@@ -116,6 +116,8 @@ func (r *fakeRuntime) DialLoopback(_ context.Context, id, _ string) (net.Conn, e
 }
 
 // Exec returns no process: the manager only passes it on.
+func (r *fakeRuntime) OOMKills(string) (uint64, error) { return 0, nil }
+
 func (r *fakeRuntime) Exec(_ context.Context, id string, spec runtime.ExecSpec) (runtime.Process, error) {
 	if err := r.log.call("runtime.Exec"); err != nil {
 		return nil, err

@@ -41,6 +41,9 @@ type Runtime interface {
 	RemoveLayer(layerDir string) error
 	DialLoopback(ctx context.Context, id, addr string) (net.Conn, error)
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.Process, error)
+	// OOMKills counts the processes the kernel killed for the sandbox's memory limit since it
+	// started.
+	OOMKills(id string) (uint64, error)
 }
 
 // Egress gives running sandboxes their way out (internal/gateway's Gateway, wired by the
@@ -557,7 +560,28 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		Error:            rec.Error,
 		CreatedAt:        rec.CreatedAt,
 		StartedAt:        rec.StartedAt,
+		OOMKills:         m.oomKills(rec),
 	}
+}
+
+// oomKills is what the kernel killed for a running sandbox's memory limit since it started; 0
+// when it is not running or the count cannot be read.
+func (m *Manager) oomKills(rec store.Sandbox) uint64 {
+	if rec.State != string(api.StateRunning) {
+		return 0
+	}
+	n, _ := m.runtime.OOMKills(rec.ID)
+	return n
+}
+
+// OOMKills counts the processes the kernel killed for the memory limit of the running sandbox
+// name since it started: exec compares it before and after a command that died of SIGKILL.
+func (m *Manager) OOMKills(name string) (uint64, error) {
+	rec, err := m.runningRecord(name)
+	if err != nil {
+		return 0, err
+	}
+	return m.runtime.OOMKills(rec.ID)
 }
 
 // PolicyOf returns a sandbox's permission policy.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/units"
 	"github.com/hiloop/hiloop/internal/volume"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -313,21 +314,11 @@ func storageError(what string, err error) error {
 	switch {
 	case errors.As(err, &noSpace):
 		return api.Errorf(api.CodeInsufficientStorage, "not enough free space to %s: it needs %s, the pool has %s free",
-			what, humanBytes(noSpace.NeedBytes), humanBytes(noSpace.FreeBytes))
+			what, units.Bytes(noSpace.NeedBytes), units.Bytes(noSpace.FreeBytes))
 	case errors.Is(err, volume.ErrNoSpace), isENOSPC(err):
 		return api.Errorf(api.CodeInsufficientStorage, "not enough free space to %s: %v", what, err)
 	case errors.Is(err, volume.ErrUnsupported):
 		return api.Errorf(api.CodeUnsupported, "cannot %s: %v", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= gib:
-		return fmt.Sprintf("%.1f GiB", float64(n)/gib)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

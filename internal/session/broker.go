@@ -178,12 +178,17 @@ func (s *Service) decide(rec *store.Permission, outcome api.PermissionOutcome, o
 	return err
 }
 
-// Answer decides a permission request by option kind. A repeat of the decision returns it; a
-// different answer to a decided request is permission_decided.
-func (s *Service) Answer(ctx context.Context, id, toolCallID, kind string) (api.PermissionDecision, error) {
+// Answer decides a permission request by option kind, recording who answered (a.Operator). A
+// repeat of the decision returns it, naming whoever answered first; a different answer to a
+// decided request is permission_decided.
+func (s *Service) Answer(ctx context.Context, id, toolCallID string, a api.PermissionAnswer) (api.PermissionDecision, error) {
 	if _, err := s.record(id); err != nil {
 		return api.PermissionDecision{}, err
 	}
+	if err := a.Validate(); err != nil {
+		return api.PermissionDecision{}, err
+	}
+	kind := a.Kind
 	switch kind {
 	case api.OptionAllowOnce, api.OptionAllowAlways, api.OptionRejectOnce, api.OptionRejectAlways:
 	default:
@@ -218,6 +223,7 @@ func (s *Service) Answer(ctx context.Context, id, toolCallID, kind string) (api.
 	if s.waiters[permissionKey(id, toolCallID)] == nil {
 		return api.PermissionDecision{}, api.Errorf(api.CodePermissionDecided, "permission request %q is no longer waiting for an answer", toolCallID)
 	}
+	rec.Operator = a.Operator
 	if err := s.decide(&rec, api.OutcomeSelected, opt, api.ResolvedByOperator); err != nil {
 		return api.PermissionDecision{}, err
 	}
@@ -259,6 +265,7 @@ func outcomeOf(rec store.Permission) acpsdk.RequestPermissionResponse {
 func decisionOf(rec store.Permission) api.PermissionDecision {
 	return api.PermissionDecision{
 		ToolCallID: rec.ToolCallID, Outcome: api.PermissionOutcome(rec.Outcome), OptionID: rec.OptionID, Kind: rec.Kind, By: api.ResolvedBy(rec.By),
+		Operator: rec.Operator,
 	}
 }
 

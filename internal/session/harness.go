@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,7 @@ type harnessProc struct {
 	exited  chan struct{} // closed once the process has exited
 	exit    runtime.ExitStatus
 	exitErr error
+	stderr  tailWriter // the end of its stderr, for the error of a harness that died starting
 
 	mu      sync.Mutex
 	failure error                       // why the daemon cut the harness off, if it did
@@ -148,7 +150,7 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 	stderrDone := make(chan struct{})
 	go func() {
 		defer close(stderrDone)
-		_, _ = io.Copy(&cappedWriter{w: logf, left: maxHarnessLog}, proc.Stderr())
+		_, _ = io.Copy(io.MultiWriter(&cappedWriter{w: logf, left: maxHarnessLog}, &p.stderr), proc.Stderr())
 	}()
 	go func() {
 		p.exit, p.exitErr = proc.Wait()
@@ -232,6 +234,9 @@ func (p *harnessProc) turnError(what string, err error) error {
 		msg := fmt.Sprintf("harness %s %s", p.key.harness, p.exitText())
 		if failure != nil {
 			msg = failure.Error()
+		}
+		if said := p.stderr.String(); said != "" {
+			msg += "; it said: " + said
 		}
 		return &turnError{msg: fmt.Sprintf("%s; its log is %s", msg, p.logPath), harnessLog: p.logPath}
 	}
@@ -388,6 +393,50 @@ func (p *harnessProc) updatesStored(id string) error {
 
 // cappedWriter writes until left runs out, then drops the rest. It never fails: the harness's
 // stderr must be drained, or the harness blocks on it.
+// tailWriter keeps the last lines a process wrote (at most tailBytes), so that the error of a
+// harness that died can say why in the harness's own words, not only where its log is.
+type tailWriter struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailBytes = 512
+
+func (t *tailWriter) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if over := len(t.buf) - 4*tailBytes; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(b), nil
+}
+
+// String returns the last non-empty lines, at most tailBytes, joined by " | ".
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var lines []string
+	size := 0
+	all := strings.Split(strings.TrimSpace(strings.ToValidUTF8(string(t.buf), "?")), "\n")
+	for i := len(all) - 1; i >= 0 && len(lines) < 5; i-- {
+		line := strings.TrimSpace(all[i])
+		if line == "" {
+			continue
+		}
+		if size+len(line) > tailBytes {
+			if len(lines) == 0 {
+				lines = append(lines, "…"+strings.ToValidUTF8(line[len(line)-tailBytes:], ""))
+			}
+			break
+		}
+		size += len(line)
+		lines = append(lines, line)
+	}
+	slices.Reverse(lines)
+	return strings.Join(lines, " | ")
+}
+
 type cappedWriter struct {
 	w    io.Writer
 	left int64

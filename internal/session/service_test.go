@@ -474,11 +474,11 @@ func TestToolCallAutoApprovedByKind(t *testing.T) {
 		t.Fatalf("auto-approve chose option %q, want the allow_once option opt-yes", res.OptionID)
 	}
 	// Answering a decided request the same way returns the decision; differently is a conflict.
-	dec, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionAllowOnce)
+	dec, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: api.OptionAllowOnce})
 	if err != nil || dec.By != api.ResolvedByAutoApprove {
 		t.Fatalf("repeat answer = %+v, %v", dec, err)
 	}
-	if _, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionRejectOnce); apiCode(err) != api.CodePermissionDecided {
+	if _, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: api.OptionRejectOnce}); apiCode(err) != api.CodePermissionDecided {
 		t.Fatalf("conflicting answer: %v, want permission_decided", err)
 	}
 }
@@ -502,24 +502,32 @@ func TestAskPolicyWaitsForAnOperator(t *testing.T) {
 			if _, err := e.svc.Prompt(context.Background(), id, "hi"); apiCode(err) != api.CodeTurnInProgress {
 				t.Fatalf("prompt during a turn: %v, want turn_in_progress", err)
 			}
-			if _, err := e.svc.Answer(context.Background(), id, "nope", tc.kind); apiCode(err) != api.CodePermissionNotFound {
+			if _, err := e.svc.Answer(context.Background(), id, "nope", api.PermissionAnswer{Kind: tc.kind}); apiCode(err) != api.CodePermissionNotFound {
 				t.Fatalf("answer to an unknown request: %v, want permission_not_found", err)
 			}
-			if _, err := e.svc.Answer(context.Background(), id, "call-1", "allow"); apiCode(err) != api.CodeInvalidArgument {
+			if _, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: "allow"}); apiCode(err) != api.CodeInvalidArgument {
 				t.Fatalf("answer with a bad kind: %v, want invalid_argument", err)
 			}
-			if _, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionRejectAlways); apiCode(err) != api.CodeInvalidArgument {
+			if _, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: api.OptionRejectAlways}); apiCode(err) != api.CodeInvalidArgument {
 				t.Fatalf("answer with a kind not offered: %v, want invalid_argument", err)
 			}
-			dec, err := e.svc.Answer(context.Background(), id, "call-1", tc.kind)
-			if err != nil || dec.Kind != tc.kind || dec.By != api.ResolvedByOperator {
+			if _, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: tc.kind, Operator: "alice\x1b[2J"}); apiCode(err) != api.CodeInvalidArgument {
+				t.Fatalf("answer with an unprintable operator: %v, want invalid_argument", err)
+			}
+			dec, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: tc.kind, Operator: "alice@laptop"})
+			if err != nil || dec.Kind != tc.kind || dec.By != api.ResolvedByOperator || dec.Operator != "alice@laptop" {
 				t.Fatalf("answer = %+v, %v", dec, err)
 			}
-			again, err := e.svc.Answer(context.Background(), id, "call-1", tc.kind)
+			// The same answer from someone else returns the first decision, naming who made it.
+			again, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: tc.kind, Operator: "bob@desk"})
 			if err != nil || again != dec {
 				t.Fatalf("repeated answer = %+v, %v; want the first decision %+v", again, err, dec)
 			}
-			expect(t, e.until(id, evs[len(evs)-1].Seq, isTurnEnd), tc.want...)
+			rest := e.until(id, evs[len(evs)-1].Seq, isTurnEnd)
+			expect(t, rest, tc.want...)
+			if res := data[api.PermissionDecision](t, rest[0]); res != dec {
+				t.Fatalf("permission_resolved = %+v, want the answer's decision %+v", res, dec)
+			}
 		})
 	}
 }
@@ -544,7 +552,7 @@ func TestCancelMidPermission(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, e.until(id, seq+3, isTurnEnd), "permission_resolved:cancelled::cancel", "turn_end:cancelled")
-	if _, err := e.svc.Answer(context.Background(), id, "call-1", api.OptionAllowOnce); apiCode(err) != api.CodePermissionDecided {
+	if _, err := e.svc.Answer(context.Background(), id, "call-1", api.PermissionAnswer{Kind: api.OptionAllowOnce}); apiCode(err) != api.CodePermissionDecided {
 		t.Fatalf("answer after cancel: %v, want permission_decided", err)
 	}
 	// The session goes on.
@@ -715,7 +723,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := e.svc.Prompt(ctx, id, ""); apiCode(err) != api.CodeInvalidArgument {
 		t.Errorf("empty prompt: %v", err)
 	}
-	if _, err := e.svc.Answer(ctx, id, "x", api.OptionAllowOnce); apiCode(err) != api.CodePermissionNotFound {
+	if _, err := e.svc.Answer(ctx, id, "x", api.PermissionAnswer{Kind: api.OptionAllowOnce}); apiCode(err) != api.CodePermissionNotFound {
 		t.Errorf("answer with no request: %v", err)
 	}
 	if evs, _ := e.svc.Events(id, 0, 0); len(evs) != 0 {

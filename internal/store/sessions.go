@@ -120,6 +120,7 @@ type Permission struct {
 	OptionID   string             `json:"option_id,omitempty"`
 	Kind       string             `json:"kind,omitempty"`
 	By         string             `json:"by,omitempty"`
+	Operator   string             `json:"operator,omitempty"` // who answered, as their answer named them
 	CreatedAt  time.Time          `json:"created_at"`
 }
 

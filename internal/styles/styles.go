@@ -52,26 +52,6 @@ type Styles struct {
 
 	// ProgressFull and ProgressEmpty colour a progress bar's filled and empty parts (nil: none).
 	ProgressFull, ProgressEmpty color.Color
-
-	// AgentText is an agent's message.
-	AgentText lipgloss.Style
-	// UserPrompt is a prompt the user sent.
-	UserPrompt lipgloss.Style
-	// Thought is an agent's thinking, shown faint.
-	Thought lipgloss.Style
-	// ToolKind is a tool call's kind (read, edit, execute, ...).
-	ToolKind lipgloss.Style
-	// ToolTitle is a tool call's title.
-	ToolTitle lipgloss.Style
-	// DiffAdded, DiffRemoved and DiffHunk are a unified diff's added and removed lines and its
-	// "@@" hunk headers; DiffContext its unchanged lines.
-	DiffAdded, DiffRemoved, DiffHunk, DiffContext lipgloss.Style
-	// PermissionPrompt is the frame and title of a permission request.
-	PermissionPrompt lipgloss.Style
-	// PermissionSelected is the option the cursor is on.
-	PermissionSelected lipgloss.Style
-	// StatusLine is the chat's status line.
-	StatusLine lipgloss.Style
 }
 
 // New returns the styles, coloured or plain.
@@ -81,9 +61,6 @@ func New(colour bool) *Styles {
 		return &Styles{
 			Success: plain, Error: plain, Warning: plain, Notice: plain, Dim: plain, Bold: plain,
 			Accent: plain, TableHeader: plain,
-			AgentText: plain, UserPrompt: plain, Thought: plain, ToolKind: plain, ToolTitle: plain,
-			DiffAdded: plain, DiffRemoved: plain, DiffHunk: plain, DiffContext: plain,
-			PermissionPrompt: plain, PermissionSelected: plain, StatusLine: plain,
 		}
 	}
 	fg := func(c color.Color) lipgloss.Style { return lipgloss.NewStyle().Foreground(c) }
@@ -100,19 +77,6 @@ func New(colour bool) *Styles {
 
 		ProgressFull:  ColorAccent,
 		ProgressEmpty: ColorMuted,
-
-		AgentText:          lipgloss.NewStyle(),
-		UserPrompt:         fg(ColorAccent).Bold(true),
-		Thought:            lipgloss.NewStyle().Faint(true).Italic(true),
-		ToolKind:           fg(ColorNotice).Bold(true),
-		ToolTitle:          lipgloss.NewStyle().Bold(true),
-		DiffAdded:          fg(ColorSuccess),
-		DiffRemoved:        fg(ColorError),
-		DiffHunk:           fg(ColorNotice),
-		DiffContext:        lipgloss.NewStyle().Faint(true),
-		PermissionPrompt:   fg(ColorWarning).Bold(true),
-		PermissionSelected: lipgloss.NewStyle().Reverse(true).Bold(true),
-		StatusLine:         lipgloss.NewStyle().Reverse(true),
 	}
 }
 

@@ -11,10 +11,10 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// Without colour no style may add an escape: that output goes to files, pipes and NO_COLOR users.
-func TestPlainStylesAddNothing(t *testing.T) {
-	s := New(false)
-	v := reflect.ValueOf(*s)
+// plainEverywhere fails the test for each lipgloss.Style field of v that renders with escapes,
+// and returns how many it checked.
+func plainEverywhere(t *testing.T, what string, v reflect.Value) int {
+	t.Helper()
 	styled := 0
 	for i := range v.NumField() {
 		st, ok := v.Field(i).Interface().(lipgloss.Style)
@@ -23,11 +23,20 @@ func TestPlainStylesAddNothing(t *testing.T) {
 		}
 		styled++
 		if got := st.Render("text"); got != "text" {
-			t.Errorf("New(false).%s renders %q, want %q", v.Type().Field(i).Name, got, "text")
+			t.Errorf("%s.%s renders %q, want %q", what, v.Type().Field(i).Name, got, "text")
 		}
 	}
-	if styled < 10 {
-		t.Fatalf("found %d styles in Styles; the walk is broken", styled)
+	return styled
+}
+
+// Without colour no style may add an escape: that output goes to files, pipes and NO_COLOR users.
+func TestPlainStylesAddNothing(t *testing.T) {
+	s := New(false)
+	if n := plainEverywhere(t, "New(false)", reflect.ValueOf(*s)); n < 8 {
+		t.Fatalf("found %d styles in Styles; the walk is broken", n)
+	}
+	if n := plainEverywhere(t, "NewChat(false)", reflect.ValueOf(NewChat(false))); n < 20 {
+		t.Fatalf("found %d styles in Chat; the walk is broken", n)
 	}
 	if got := s.State(string(api.StateFailed)).Render("failed"); got != "failed" {
 		t.Errorf("New(false).State(failed) renders %q", got)

@@ -38,6 +38,7 @@ const (
 	CodeSandboxExists        ErrorCode = "sandbox_exists"         // name already taken
 	CodeSandboxNotRunning    ErrorCode = "sandbox_not_running"    // the call needs a running sandbox
 	CodeInvalidState         ErrorCode = "invalid_state"          // the sandbox is busy in another transition
+	CodePortNotListening     ErrorCode = "port_not_listening"     // nothing accepts on that port in the sandbox
 	CodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused" // same key, different request
 	CodeBuildInProgress      ErrorCode = "build_in_progress"      // the image is being built
 	CodeBodyTooLarge         ErrorCode = "body_too_large"         // a body over MaxBodyBytes
@@ -100,6 +101,7 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeSandboxExists:        {http.StatusConflict, ExitCodeConflict},
 	CodeSandboxNotRunning:    {http.StatusConflict, ExitCodeConflict},
 	CodeInvalidState:         {http.StatusConflict, ExitCodeConflict},
+	CodePortNotListening:     {http.StatusBadGateway, ExitCodeConflict},
 	CodeIdempotencyKeyReused: {http.StatusConflict, ExitCodeConflict},
 	CodeBuildInProgress:      {http.StatusConflict, ExitCodeConflict},
 	CodeBodyTooLarge:         {http.StatusRequestEntityTooLarge, ExitCodeUsage},

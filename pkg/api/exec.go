@@ -114,6 +114,10 @@ type ExecControl struct {
 	ExitCode int `json:"exit_code,omitempty"`
 	// TimedOut says the exec was killed by its timeout.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// OOMKilled comes with "exit": the command died of SIGKILL while the kernel killed a process
+	// of the sandbox for its memory limit, MemoryLimitMB.
+	OOMKilled     bool `json:"oom_killed,omitempty"`
+	MemoryLimitMB int  `json:"memory_limit_mb,omitempty"`
 	// Window comes with "started": the bytes of stdin the daemon takes before it acknowledges
 	// them (0: the daemon has no flow control).
 	Window int64 `json:"window,omitempty"`

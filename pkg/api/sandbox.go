@@ -144,6 +144,9 @@ type Sandbox struct {
 	CreatedAt time.Time `json:"created_at"`
 	// StartedAt is when the sandbox last started; zero while stopped.
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// OOMKills counts the processes the kernel killed for the memory limit (MemoryMB) since the
+	// sandbox started; 0 while it is stopped.
+	OOMKills uint64 `json:"oom_kills,omitempty"`
 	// ModelUsage is what its harnesses have spent through the model route and its token
 	// budget; in the answers of get, list and create.
 	ModelUsage *ModelUsage `json:"model_usage,omitempty"`

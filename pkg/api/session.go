@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // PermissionPolicy says how a session answers a harness's permission requests.
@@ -274,6 +276,29 @@ type NoticeData struct {
 type PermissionAnswer struct {
 	// Kind is the option kind to select: allow_once, allow_always, reject_once or reject_always.
 	Kind string `json:"kind"`
+	// Operator says who answers, e.g. "alice@laptop": shown to every watcher with the decision.
+	// Optional; at most MaxOperatorBytes of printable characters.
+	Operator string `json:"operator,omitempty"`
+}
+
+// MaxOperatorBytes bounds PermissionAnswer.Operator.
+const MaxOperatorBytes = 64
+
+// Validate checks the fields the API edge can check alone; the kind is checked against the
+// options the harness offered.
+func (a PermissionAnswer) Validate() error {
+	if len(a.Operator) > MaxOperatorBytes {
+		return Errorf(CodeInvalidArgument, "invalid operator: %d bytes, at most %d allowed (e.g. alice@laptop)", len(a.Operator), MaxOperatorBytes)
+	}
+	if !utf8.ValidString(a.Operator) {
+		return Errorf(CodeInvalidArgument, "invalid operator %q: not UTF-8", a.Operator)
+	}
+	for _, r := range a.Operator {
+		if !unicode.IsPrint(r) {
+			return Errorf(CodeInvalidArgument, "invalid operator %q: only printable characters, e.g. alice@laptop", a.Operator)
+		}
+	}
+	return nil
 }
 
 // PermissionDecision is how a permission request was decided: the answer to PermissionAnswer,
@@ -287,6 +312,9 @@ type PermissionDecision struct {
 	Kind     string `json:"kind,omitempty"`
 	// By is auto-approve, operator, cancel or turn_end.
 	By ResolvedBy `json:"by"`
+	// Operator is who answered, as the answer named them (PermissionAnswer.Operator), e.g.
+	// "alice@laptop"; empty unless By is operator and the answer named someone.
+	Operator string `json:"operator,omitempty"`
 }
 
 // The WebSocket close codes of the event stream.

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"errors"
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -51,4 +53,33 @@ func TestEventTypeValid(t *testing.T) {
 // at run time.
 func TestEventTypesListsEveryDeclaredType(t *testing.T) {
 	wantAllDeclared(t, "EventTypes()", EventTypes())
+}
+
+func TestPermissionAnswerValidate(t *testing.T) {
+	for _, tc := range []struct {
+		operator string
+		ok       bool
+	}{
+		{"", true},
+		{"alice@laptop", true},
+		{"Zoë Müller@mac-mini", true},
+		{strings.Repeat("a", MaxOperatorBytes), true},
+		{strings.Repeat("a", MaxOperatorBytes+1), false},
+		{"alice\n@laptop", false},
+		{"alice\t", false},
+		{"\x1b[2Jalice", false},
+		{"al\xffice", false},
+		{"a\u200bb", false}, // zero-width space: not printable, hides what the name is
+	} {
+		err := PermissionAnswer{Kind: OptionAllowOnce, Operator: tc.operator}.Validate()
+		if (err == nil) != tc.ok {
+			t.Errorf("operator %q: err %v, want ok=%v", tc.operator, err, tc.ok)
+		}
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeInvalidArgument || !strings.Contains(e.Message, "operator") {
+				t.Errorf("operator %q: error %v, want invalid_argument naming the operator", tc.operator, err)
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // The validators below are the daemon's first look at names, sizes and paths a client sent. The
@@ -212,6 +213,28 @@ func FuzzNormalizeEgressRule(f *testing.F) {
 			p, err := strconv.Atoi(n[strings.LastIndex(n, ":")+1:])
 			if err != nil || p < 1 || p > 65535 {
 				t.Fatalf("%q normalised to %q, whose port is not 1-65535", rule, n)
+			}
+		}
+	})
+}
+
+// FuzzPermissionAnswerValidate: an accepted operator is at most MaxOperatorBytes of printable
+// UTF-8; a rejection is invalid_argument.
+func FuzzPermissionAnswerValidate(f *testing.F) {
+	for _, s := range []string{"", "alice@laptop", "bob", "Zoë@mac", "a\tb", "a\nb", "\x1b[31m", "\xff", strings.Repeat("x", MaxOperatorBytes+1)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, operator string) {
+		if err := (PermissionAnswer{Kind: OptionAllowOnce, Operator: operator}).Validate(); err != nil {
+			clientError(t, "Validate", err, CodeInvalidArgument)
+			return
+		}
+		if len(operator) > MaxOperatorBytes || !utf8.ValidString(operator) {
+			t.Fatalf("accepted operator %q", operator)
+		}
+		for _, r := range operator {
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+				t.Fatalf("accepted operator %q with control character %U", operator, r)
 			}
 		}
 	})

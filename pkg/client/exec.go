@@ -38,6 +38,9 @@ type ExecResult struct {
 	Signal int
 	// TimedOut says the daemon killed the command's tree at the request's timeout.
 	TimedOut bool
+	// OOMKilled says the sandbox's memory limit, MemoryLimitMB, killed the command.
+	OOMKilled     bool
+	MemoryLimitMB int
 }
 
 // execWindow is how much of a command's output the client takes ahead of writing it out: the
@@ -161,7 +164,8 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 				return ExecResult{}, outErr
 			}
 			conn.Close(websocket.StatusNormalClosure, "")
-			return ExecResult{ExitCode: ctl.ExitCode, Signal: ctl.Signal, TimedOut: ctl.TimedOut}, nil
+			return ExecResult{ExitCode: ctl.ExitCode, Signal: ctl.Signal, TimedOut: ctl.TimedOut,
+				OOMKilled: ctl.OOMKilled, MemoryLimitMB: ctl.MemoryLimitMB}, nil
 		case api.ControlError:
 			if ctl.Error != nil {
 				return ExecResult{}, ctl.Error

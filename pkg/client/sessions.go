@@ -121,7 +121,8 @@ var ErrStopStream = errors.New("stop streaming session events")
 type StreamOption func(*streamConfig)
 
 type streamConfig struct {
-	onLost func(error)
+	onLost      func(error)
+	onConnected func()
 }
 
 // OnStreamLost has Stream call fn with the cause when it loses the daemon and starts to
@@ -129,6 +130,12 @@ type streamConfig struct {
 // watcher that fell behind (Stream catches up without a word).
 func OnStreamLost(fn func(err error)) StreamOption {
 	return func(c *streamConfig) { c.onLost = fn }
+}
+
+// OnStreamConnected has Stream call fn each time it has connected to the daemon, the first time
+// and after every reconnect: from then on, events are live again.
+func OnStreamConnected(fn func()) StreamOption {
+	return func(c *streamConfig) { c.onConnected = fn }
 }
 
 // Reconnect backoff while the daemon is unreachable.
@@ -163,7 +170,7 @@ func (c *Client) Stream(ctx context.Context, id string, after uint64, fn func(ap
 	defer transport.CloseIdleConnections()
 	hc := &http.Client{Transport: transport}
 
-	s := &eventStream{c: c, hc: hc, id: id, last: after, fn: fn}
+	s := &eventStream{c: c, hc: hc, id: id, last: after, fn: fn, onConnected: cfg.onConnected}
 	backoff := streamBackoffMin
 	connected := false // a connection has been made: from now on, failures are retried
 	lost := false      // onLost was called for the current outage
@@ -228,6 +235,8 @@ type eventStream struct {
 	id   string
 	last uint64 // seq of the last event given to fn
 	fn   func(api.SessionEvent) error
+	// onConnected is called after each successful handshake (OnStreamConnected).
+	onConnected func()
 
 	badAt    uint64 // seq of the event that last failed to decode
 	badCount int    // how many times in a row it did
@@ -257,6 +266,9 @@ func (s *eventStream) run(ctx context.Context) (_ streamResult, progressed bool,
 		return streamNotConnected, false, err
 	}
 	defer conn.CloseNow()
+	if s.onConnected != nil {
+		s.onConnected()
+	}
 	for {
 		typ, data, err := conn.Read(ctx)
 		if err != nil {

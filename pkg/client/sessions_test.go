@@ -601,6 +601,7 @@ func TestStreamSurvivesDaemonRestart(t *testing.T) {
 	}
 
 	var lost []error
+	var connected atomic.Int32
 	lostCh := make(chan struct{}, 10)
 	done := make(chan error, 1)
 	var seen []uint64
@@ -609,7 +610,7 @@ func TestStreamSurvivesDaemonRestart(t *testing.T) {
 		seen, err = collect(context.Background(), c, "s1", 0, 30, OnStreamLost(func(err error) {
 			lost = append(lost, err)
 			lostCh <- struct{}{}
-		}))
+		}), OnStreamConnected(func() { connected.Add(1) }))
 		done <- err
 	}()
 	waitFor(t, func() bool { return d.streams.Load() == 1 })
@@ -641,6 +642,9 @@ func TestStreamSurvivesDaemonRestart(t *testing.T) {
 	checkOnce(t, seen, 0, 30)
 	if len(lost) != 1 {
 		t.Errorf("OnStreamLost called %d times (%v), want once for one outage", len(lost), lost)
+	}
+	if n := connected.Load(); n != 2 {
+		t.Errorf("OnStreamConnected called %d times, want 2: the first connection and the one after the restart", n)
 	}
 }
 

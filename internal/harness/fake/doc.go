@@ -47,6 +47,10 @@
 //	                             switch_mode, other
 //	tool_update ID STATUS [TEXT] a tool_call_update; STATUS is pending, in_progress, completed or
 //	                             failed; TEXT, when given, becomes its text content
+//	diff ID PATH OLD | NEW       a tool_call_update whose content is an ACP diff of PATH from
+//	                             OLD to NEW, its status unchanged; "\n" in OLD and NEW is a
+//	                             newline; an empty OLD is a new file (no oldText), e.g.
+//	                             "diff c1 /workspace/a.go x := 1 | x := 2\nreturn x"
 //	permission ID                session/request_permission for tool call ID with the options
 //	                             "opt-yes" (allow_once, "Allow"), "opt-always" (allow_always,
 //	                             "Always allow") and "opt-no" (reject_once, "Reject"); the ids

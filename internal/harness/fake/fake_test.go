@@ -59,6 +59,8 @@ plan read the file | edit it |
 tool c1 read Read main.go
 tool_update c1 in_progress
 tool_update c1 completed 42 lines
+diff c1 main.go x := 1 | x := 2\nreturn x
+diff c1 new.go | package a
 tool c2 execute Run tests
 tool_update c2 failed
 message done
@@ -76,6 +78,8 @@ message done
 		"tool:c1:read:pending:Read main.go",
 		"tool_update:c1:in_progress",
 		"tool_update:c1:completed:42 lines",
+		`tool_update:c1:diff main.go "x := 1" -> "x := 2\nreturn x"`,
+		`tool_update:c1:diff new.go "<new file>" -> "package a"`,
 		"tool:c2:execute:pending:Run tests",
 		"tool_update:c2:failed",
 		"message:done",

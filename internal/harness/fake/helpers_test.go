@@ -138,8 +138,19 @@ func describe(u acp.SessionUpdate) string {
 		return fmt.Sprintf("tool:%s:%s:%s:%s", tc.ToolCallId, tc.Kind, tc.Status, tc.Title)
 	case u.ToolCallUpdate != nil:
 		tu := u.ToolCallUpdate
-		s := fmt.Sprintf("tool_update:%s:%s", tu.ToolCallId, *tu.Status)
+		s := fmt.Sprintf("tool_update:%s", tu.ToolCallId)
+		if tu.Status != nil {
+			s += ":" + string(*tu.Status)
+		}
 		for _, c := range tu.Content {
+			if d := c.Diff; d != nil {
+				old := "<new file>"
+				if d.OldText != nil {
+					old = *d.OldText
+				}
+				s += fmt.Sprintf(":diff %s %q -> %q", d.Path, old, d.NewText)
+				continue
+			}
 			s += ":" + text(c.Content.Content)
 		}
 		return s

@@ -19,6 +19,8 @@ type step struct {
 	kind    acp.ToolKind
 	status  acp.ToolCallStatus
 	entries []string
+	path    string  // diff's file
+	old     *string // diff's old text; nil for a new file
 	sleep   time.Duration
 	reason  acp.StopReason
 	code    int
@@ -132,6 +134,18 @@ func parseDirective(pos, line string, canRepeat bool) (step, error) {
 			return fail("unknown status %q: use pending, in_progress, completed or failed", status)
 		}
 		s.id, s.status, s.text = id, st, text
+	case "diff":
+		id, rest := cutWord(args)
+		path, texts := cutWord(rest)
+		oldText, newText, ok := strings.Cut(texts, "|")
+		if path == "" || !ok {
+			return fail("needs ID PATH OLD | NEW")
+		}
+		s.id, s.path, s.text = id, path, unescapeNewlines(strings.TrimSpace(newText))
+		if oldText = strings.TrimSpace(oldText); oldText != "" {
+			old := unescapeNewlines(oldText)
+			s.old = &old
+		}
 	case "permission":
 		if args == "" || strings.ContainsAny(args, " \t") {
 			return fail("needs one tool call ID")
@@ -182,11 +196,16 @@ func parseDirective(pos, line string, canRepeat bool) (step, error) {
 	return s, nil
 }
 
+// unescapeNewlines turns the two characters \n into a newline: a diff's texts span lines, a
+// directive does not.
+func unescapeNewlines(s string) string { return strings.ReplaceAll(s, `\n`, "\n") }
+
 // iteration returns a copy of s with "{i}" replaced by i in its text arguments.
 func (s step) iteration(i int) step {
 	n := strconv.Itoa(i)
 	s.text = strings.ReplaceAll(s.text, "{i}", n)
 	s.id = strings.ReplaceAll(s.id, "{i}", n)
+	s.path = strings.ReplaceAll(s.path, "{i}", n)
 	if s.entries != nil {
 		entries := make([]string, len(s.entries))
 		for j, e := range s.entries {

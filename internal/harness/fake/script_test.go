@@ -19,6 +19,8 @@ func TestParseScriptErrorsNameFileAndLine(t *testing.T) {
 		{"tool c1 hack Hack it", `s.fake:2: tool: unknown tool kind "hack"`},
 		{"tool_update c1 done", `s.fake:2: tool_update: unknown status "done"`},
 		{"permission", "s.fake:2: permission: needs one tool call ID"},
+		{"diff c1 main.go x := 2", "s.fake:2: diff: needs ID PATH OLD | NEW"},
+		{"diff c1", "s.fake:2: diff: needs ID PATH OLD | NEW"},
 		{"sleep soon", `s.fake:2: sleep: needs a duration`},
 		{"repeat 0 message x", "s.fake:2: repeat: needs a count"},
 		{"repeat 2 repeat 2 message x", "s.fake:2: repeat: repeats do not nest"},

@@ -107,6 +107,15 @@ func (t *turn) exec(s step) (acp.StopReason, error) {
 			opts = append(opts, acp.WithUpdateContent([]acp.ToolCallContent{acp.ToolContent(acp.TextBlock(s.text))}))
 		}
 		return t.send(acp.UpdateToolCall(acp.ToolCallId(s.id), opts...))
+	case "diff":
+		if t.denied[s.id] {
+			return "", nil // a refused tool call never runs
+		}
+		var oldText []string
+		if s.old != nil {
+			oldText = []string{*s.old}
+		}
+		return t.send(acp.UpdateToolCall(acp.ToolCallId(s.id), acp.WithUpdateContent([]acp.ToolCallContent{acp.ToolDiffContent(s.path, s.text, oldText...)})))
 	case "permission":
 		return t.permission(s)
 	case "sleep":

@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/hiloop/hiloop/internal/testenv"
+	"github.com/hiloop/hiloop/internal/tui/chat"
+	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
+)
+
+func TestChatNeedsATerminal(t *testing.T) {
+	_, f, out, errOut := newFakeSessions(t, nil)
+	if code := run(f, "chat", "web", "--session", "s1"); code != ExitUsage {
+		t.Fatalf("exit %d, want %d (usage)", code, ExitUsage)
+	}
+	if out.Len() != 0 || !strings.Contains(errOut.String(), "hiloop session prompt") {
+		t.Errorf("stdout %q, stderr %q; want nothing on stdout and a pointer to `hiloop session prompt`", out, errOut)
+	}
+}
+
+func TestDefaultOperator(t *testing.T) {
+	op := defaultOperator()
+	if err := (api.PermissionAnswer{Operator: op}).Validate(); err != nil || !strings.Contains(op, "@") {
+		t.Errorf("defaultOperator() = %q (%v): want user@host that the API accepts", op, err)
+	}
+}
+
+// messages records what a driver sends to the model, and wakes waiters on each.
+type messages struct {
+	mu   sync.Mutex
+	msgs []tea.Msg
+	wake chan struct{}
+}
+
+func (m *messages) send(msg tea.Msg) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.msgs = append(m.msgs, msg)
+	close(m.wake)
+	m.wake = make(chan struct{})
+}
+
+// waitFor waits until cond holds of the messages so far.
+func (m *messages) waitFor(t *testing.T, what string, cond func([]tea.Msg) bool) {
+	t.Helper()
+	deadline := testenv.Deadline(t)
+	for {
+		m.mu.Lock()
+		done, wake := cond(m.msgs), m.wake
+		m.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func (m *messages) all() []tea.Msg {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]tea.Msg(nil), m.msgs...)
+}
+
+func count(msgs []tea.Msg, match func(tea.Msg) bool) int {
+	n := 0
+	for _, m := range msgs {
+		if match(m) {
+			n++
+		}
+	}
+	return n
+}
+
+func connState(s chat.ConnState) func(tea.Msg) bool {
+	return func(m tea.Msg) bool { c, ok := m.(chat.ConnMsg); return ok && c.State == s }
+}
+
+func lastSeq(msgs []tea.Msg) uint64 {
+	var last uint64
+	for _, m := range msgs {
+		if evs, ok := m.(chat.EventsMsg); ok {
+			last = evs[len(evs)-1].Seq
+		}
+	}
+	return last
+}
+
+// startDriver runs a driver on session s1 with short backoffs until the test ends.
+func startDriver(t *testing.T, c *client.Client) *messages {
+	rec := &messages{wake: make(chan struct{})}
+	drv := &chatDriver{c: c, session: "s1", send: rec.send, backoffMin: 5e6, backoffMax: 50e6}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { drv.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return rec
+}
+
+// daemonOnSocket serves d on a unix socket; stop drops every connection, streams included, and
+// removes the socket, as a daemon that dies does.
+func daemonOnSocket(t *testing.T, sock string, d *fakeSessions) (stop func()) {
+	t.Helper()
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := &http.Server{Handler: d.handler(), BaseContext: func(net.Listener) context.Context { return ctx }}
+	go srv.Serve(ln)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel() // ends the stream handlers, which the server does not track
+			srv.Close()
+			os.Remove(sock)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// The driver replays the history by pages, then follows the live stream, and carries on across
+// a daemon restart: every event reaches the model once, in order, with the connection's state.
+func TestChatDriverReplaysThenFollowsAcrossARestart(t *testing.T) {
+	d, _, _, _ := newFakeSessions(t, nil)
+	const stored = api.MaxEventsPage + 1 // two pages
+	for i := range stored {
+		d.update(chunk("agent_message_chunk", strings.Repeat("x", i%7)))
+	}
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	stop := daemonOnSocket(t, sock, d)
+	c, err := client.New("unix://"+sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := startDriver(t, c)
+
+	rec.waitFor(t, "the stream to go live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 1 })
+	msgs := rec.all()
+	if _, ok := msgs[0].(chat.ConnMsg); !ok || msgs[0].(chat.ConnMsg).State != chat.ConnLoading {
+		t.Errorf("first message %#v, want ConnMsg loading", msgs[0])
+	}
+	first, ok1 := msgs[1].(chat.EventsMsg)
+	second, ok2 := msgs[2].(chat.EventsMsg)
+	if !ok1 || !ok2 || len(first) != api.MaxEventsPage || len(second) != 1 {
+		t.Fatalf("history sent as %T, %T; want two EventsMsg pages of %d and 1 events", msgs[1], msgs[2], api.MaxEventsPage)
+	}
+	if _, ok := msgs[3].(chat.HistoryDoneMsg); !ok {
+		t.Fatalf("after the history: %#v, want HistoryDoneMsg", msgs[3])
+	}
+
+	// A live turn's end refreshes the session.
+	d.update(chunk("agent_message_chunk", "live"))
+	d.add(api.EventTurnEnd, turnEnd(api.StopReasonEndTurn))
+	rec.waitFor(t, "the turn's end and a refreshed session", func(m []tea.Msg) bool {
+		return lastSeq(m) == stored+2 && count(m, func(m tea.Msg) bool { _, ok := m.(chat.SessionMsg); return ok }) >= 2
+	})
+
+	// The daemon dies; events are stored while it is away (as a turn's error and end would be).
+	stop()
+	rec.waitFor(t, "reconnecting", func(m []tea.Msg) bool { return count(m, connState(chat.ConnReconnecting)) == 1 })
+	d.update(chunk("agent_message_chunk", "while down"))
+	d.add(api.EventTurnEnd, turnEnd(api.StopReasonError))
+	daemonOnSocket(t, sock, d)
+	rec.waitFor(t, "live again", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 2 })
+	d.update(chunk("agent_message_chunk", "after"))
+	rec.waitFor(t, "every event", func(m []tea.Msg) bool { return lastSeq(m) == stored+5 })
+
+	var seqs []uint64
+	for _, m := range rec.all() {
+		if evs, ok := m.(chat.EventsMsg); ok {
+			for _, ev := range evs {
+				seqs = append(seqs, ev.Seq)
+			}
+		}
+	}
+	for i, seq := range seqs {
+		if seq != uint64(i+1) {
+			t.Fatalf("event %d sent to the model is seq %d: events repeated or missing", i+1, seq)
+		}
+	}
+	if n := count(rec.all(), connState(chat.ConnReconnecting)); n != 1 {
+		t.Errorf("%d reconnecting messages for one outage, want 1", n)
+	}
+}
+
+// A daemon that is down when the chat opens is waited for, visibly.
+func TestChatDriverWaitsForTheDaemon(t *testing.T) {
+	d, _, _, _ := newFakeSessions(t, nil)
+	d.add(api.EventPrompt, api.PromptPost{Text: "hi"})
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	c, err := client.New("unix://"+sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := startDriver(t, c)
+	rec.waitFor(t, "reconnecting", func(m []tea.Msg) bool { return count(m, connState(chat.ConnReconnecting)) == 1 })
+	daemonOnSocket(t, sock, d)
+	rec.waitFor(t, "live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 1 })
+	if got := lastSeq(rec.all()); got != 1 {
+		t.Errorf("last seq sent %d, want 1", got)
+	}
+}
+
+// A session deleted under the chat closes the connection for good.
+func TestChatDriverStopsWhenTheSessionIsGone(t *testing.T) {
+	_, f, _, _ := newFakeSessions(t, nil)
+	c, err := f.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &messages{wake: make(chan struct{})}
+	drv := &chatDriver{c: c, session: "gone", send: rec.send}
+	drv.run(context.Background()) // returns: nothing to retry
+	if n := count(rec.all(), connState(chat.ConnClosed)); n != 1 {
+		t.Errorf("messages %#v; want one ConnMsg closed", rec.all())
+	}
+}

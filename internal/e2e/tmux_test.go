@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// The terminal every tmux pane of a script gets, so that screens are the same on every machine.
+const (
+	tmuxWidth  = "100"
+	tmuxHeight = "30"
+)
+
+// scriptsExpired is closed shortly before the test binary's -timeout (testenv.Deadline), so
+// that a wait on a screen that never comes fails with its own message in every script.
+var scriptsExpired = make(chan struct{})
+
+const tmuxKey = "tmux"
+
+// scriptTmux is the tmux server of one script: its own socket and configuration, killed when the
+// script ends.
+type scriptTmux struct{ socket, conf string }
+
+// cmdTmux drives full-screen programs in a real terminal, tmux:
+//
+//	tmux start NAME CMD ARGS...  runs CMD (looked up in the script's PATH, with its environment,
+//	                             TERM=xterm-256color and NO_COLOR=1) in a new 100x30 pane; the
+//	                             pane stays after CMD exits, showing "Pane is dead (status N, ...)"
+//	tmux send NAME KEYS...       types KEYS as tmux send-keys takes them: text, or key names such
+//	                             as Enter, C-c, C-d, Up, Escape
+//	tmux wait NAME REGEXP        waits until the visible screen matches REGEXP
+//	tmux screen NAME             writes the pane, scrollback and screen, to stdout
+func cmdTmux(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: tmux start NAME CMD ARGS... | send NAME KEYS... | wait NAME REGEXP | screen NAME")
+	}
+	t := tmuxServer(ts)
+	name := args[1]
+	switch args[0] {
+	case "start":
+		if len(args) < 3 {
+			ts.Fatalf("usage: tmux start NAME CMD ARGS...")
+		}
+		bin, err := lookPath(args[2], ts.Getenv("PATH"))
+		ts.Check(err)
+		// -x/-y size a detached session; the window follows the session's size.
+		t.run(ts, append([]string{"new-session", "-d", "-s", name, "-x", tmuxWidth, "-y", tmuxHeight, "--", bin}, args[3:]...)...)
+	case "send":
+		if len(args) < 3 {
+			ts.Fatalf("usage: tmux send NAME KEYS...")
+		}
+		t.run(ts, append([]string{"send-keys", "-t", name}, args[2:]...)...)
+	case "wait":
+		if len(args) != 3 {
+			ts.Fatalf("usage: tmux wait NAME REGEXP")
+		}
+		re, err := regexp.Compile(args[2])
+		ts.Check(err)
+		var screen string
+		// A screen that has not matched within tmuxWaitLimit will not: fail then, not at the
+		// end of the whole run, which would hold CI for minutes.
+		limit := time.After(tmuxWaitLimit)
+		for {
+			screen = t.run(ts, "capture-pane", "-p", "-t", name)
+			if re.MatchString(screen) {
+				return
+			}
+			select {
+			case <-scriptsExpired:
+				ts.Fatalf("tmux wait %s %q: the screen never matched; it shows:\n%s", name, args[2], screen)
+			case <-limit:
+				ts.Fatalf("tmux wait %s %q: the screen did not match within %s; it shows:\n%s", name, args[2], tmuxWaitLimit, screen)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	case "screen":
+		screen := t.run(ts, "capture-pane", "-p", "-S", "-", "-E", "-", "-t", name)
+		_, err := ts.Stdout().Write([]byte(strings.TrimRight(screen, "\n") + "\n"))
+		ts.Check(err)
+	default:
+		ts.Fatalf("usage: tmux start|send|wait|screen NAME ...")
+	}
+}
+
+// tmuxWaitLimit bounds one tmux wait: generous for a loaded machine, short beside a CI run.
+const tmuxWaitLimit = 60 * time.Second
+
+// tmuxServer returns the script's tmux, set up on first use.
+func tmuxServer(ts *testscript.TestScript) *scriptTmux {
+	if t, ok := ts.Value(tmuxKey).(*scriptTmux); ok && t.socket != "" {
+		return t
+	}
+	if _, err := exec.LookPath("tmux"); err != nil {
+		ts.Fatalf("tmux is not installed: `make deps` installs it")
+	}
+	t := ts.Value(tmuxKey).(*scriptTmux)
+	// A short socket path: the script's work directory can be longer than a socket's limit.
+	dir, err := os.MkdirTemp("/tmp", "hltmux")
+	ts.Check(err)
+	t.socket, t.conf = filepath.Join(dir, "s"), filepath.Join(dir, "tmux.conf")
+	ts.Check(os.WriteFile(t.conf, []byte("set -g remain-on-exit on\nset -g history-limit 100000\nset -g status off\n"), 0o644))
+	ts.Defer(func() {
+		_ = exec.Command("tmux", "-S", t.socket, "kill-server").Run()
+		os.RemoveAll(dir)
+	})
+	return t
+}
+
+// run runs a tmux command on the script's server and returns its stdout.
+func (t *scriptTmux) run(ts *testscript.TestScript, args ...string) string {
+	cmd := exec.Command("tmux", append([]string{"-S", t.socket, "-f", t.conf}, args...)...)
+	// The server, started by the first command, passes its environment to every pane.
+	cmd.Env = append(scriptEnv(ts), "TERM=xterm-256color", "NO_COLOR=1", "LANG=C.UTF-8")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		ts.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return string(out)
+}

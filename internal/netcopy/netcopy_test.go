@@ -1,0 +1,61 @@
+package netcopy
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+)
+
+// pair returns both ends of a loopback TCP connection.
+func pair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, <-accepted
+}
+
+// A request, its half-close, then the answer: both directions arrive whole, and each end sees
+// the other's end of sending (a server reading until EOF before it answers still answers).
+func TestJoinCarriesBothWaysWithHalfClose(t *testing.T) {
+	client, proxyIn := pair(t)
+	proxyOut, server := pair(t)
+	done := make(chan [2]int64, 1)
+	go func() {
+		up, down, err := Join(proxyIn, proxyOut)
+		if err != nil {
+			t.Errorf("Join: %v", err)
+		}
+		done <- [2]int64{up, down}
+	}()
+	request := bytes.Repeat([]byte("q"), 3<<20)
+	go func() {
+		client.Write(request)
+		client.(*net.TCPConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(server) // until the client's half-close arrives
+	if err != nil || !bytes.Equal(got, request) {
+		t.Fatalf("server read %d bytes, %v; want %d", len(got), err, len(request))
+	}
+	server.Write([]byte("answer"))
+	server.Close()
+	answer, err := io.ReadAll(client)
+	if err != nil || string(answer) != "answer" {
+		t.Fatalf("client read %q, %v", answer, err)
+	}
+	if n := <-done; n != [2]int64{int64(len(request)), 6} {
+		t.Errorf("Join copied %v, want [%d 6]", n, len(request))
+	}
+}
