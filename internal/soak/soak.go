@@ -40,6 +40,8 @@ type Config struct {
 	Aimed float64
 	// Logf prints progress: operations, kills and violations.
 	Logf func(format string, args ...any)
+	// Trace also prints every call with its outcome, to follow a violation back to its cause.
+	Trace bool
 }
 
 // Report is what a run did and found.

@@ -25,6 +25,7 @@ var (
 	concurrency = flag.Int("soak.concurrency", 2, "clients running operations at once")
 	seed        = flag.Uint64("soak.seed", 0, "seed of the operations and the kills (0: from the clock; printed)")
 	aimed       = flag.Float64("soak.aimed", 0.75, "share of kills aimed 0-200 ms into a single operation")
+	trace       = flag.Bool("soak.trace", false, "print every call and its outcome")
 	floodConns  = flag.Int("flood.conns", 1500, "idle connections the flood opens")
 	floodNoFile = flag.Int("flood.nofile", 2048, "the flooded daemon's descriptor limit (its unix socket holds an eighth)")
 	floodSettle = flag.Duration("flood.settle", 2*time.Second, "how long after the flood the daemon's RSS is read")
@@ -105,7 +106,7 @@ func TestSoak(t *testing.T) {
 	}
 	ctx := context.Background()
 	rep, err := Run(ctx, Config{Daemon: d, Image: testImage, Kills: *kills, Duration: *duration, Concurrency: *concurrency,
-		Seed: s, Aimed: *aimed, Logf: t.Logf})
+		Seed: s, Aimed: *aimed, Logf: t.Logf, Trace: *trace})
 	t.Log(summary(rep))
 	if err != nil {
 		t.Fatalf("soak (seed %d): %v", s, err)

@@ -136,6 +136,9 @@ func (w *worker) send(ctx context.Context, o *op) bool {
 	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	err := o.call(octx, client.WithIdempotencyKey(o.key))
+	if w.s.cfg.Trace {
+		w.s.cfg.Logf("w%d %s (try %d): %v", w.i, o.desc, o.attempts+1, err)
+	}
 	switch {
 	case err == nil:
 		w.pending = nil
@@ -199,7 +202,7 @@ func (w *worker) next() *op {
 	case r < 53:
 		n := pick(names)
 		if w.sbs[n].capGiB >= maxGiB {
-			return w.write(n)
+			return w.use(n)
 		}
 		return w.grow(n)
 	case r < 64:
@@ -234,7 +237,16 @@ func (w *worker) next() *op {
 	case len(snaps) > 0:
 		return w.deleteSnapshot(pick(snaps))
 	}
-	return w.write(pick(names))
+	return w.use(pick(names))
+}
+
+// use writes a marker in a running sandbox and starts a stopped one: an exec in a sandbox the
+// model holds stopped is refused, rightly.
+func (w *worker) use(name string) *op {
+	if w.sbs[name].running {
+		return w.write(name)
+	}
+	return w.start(name)
 }
 
 func (w *worker) name(kind string) string {
