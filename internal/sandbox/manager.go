@@ -135,10 +135,11 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		State:        string(api.StateCreating),
 		CreatedAt:    time.Now().UTC(),
 		Unanswered:   true,
+		Call:         store.CallOf(ctx),
 	}
 	if err := m.store.CreateSandbox(rec); err != nil {
 		if errors.Is(err, store.ErrExists) {
-			return api.Sandbox{}, api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", p.Name)
+			return m.createdBefore(ctx, p.Name)
 		}
 		return api.Sandbox{}, err
 	}
@@ -152,6 +153,16 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil
+}
+
+// createdBefore answers a create whose name is taken: with the sandbox, if this very call (a
+// retry) made it and only its receipt was lost; else sandbox_exists.
+func (m *Manager) createdBefore(ctx context.Context, name string) (api.Sandbox, error) {
+	rec, err := m.store.GetSandbox(name)
+	if err == nil && store.CallOf(ctx).Made(rec.Call) && !rec.Unanswered {
+		return m.view(ctx, rec), nil
+	}
+	return api.Sandbox{}, api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", name)
 }
 
 func (m *Manager) create(ctx context.Context, rec *store.Sandbox, p api.SandboxesPost) error {
@@ -279,6 +290,7 @@ func (m *Manager) Start(ctx context.Context, name string) (api.Sandbox, error) {
 			return m.view(ctx, rec), nil
 		}
 		// The init died under us: clean up and start afresh.
+		m.log.Warn("the sandbox's init does not answer: starting it afresh", "sandbox", name)
 		if err := m.stop(ctx, &rec); err != nil {
 			return api.Sandbox{}, err
 		}

@@ -232,6 +232,13 @@ func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, 
 	if err != nil {
 		return api.Session{}, err
 	}
+	prev, made, err := s.madeBy(store.CallOf(ctx))
+	if err != nil {
+		return api.Session{}, err
+	}
+	if made {
+		return s.view(ctx, prev, &sb)
+	}
 	name, err := s.pickHarness(sb, p.Harness)
 	if err != nil {
 		return api.Session{}, err
@@ -244,11 +251,27 @@ func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, 
 		Cwd:       p.Cwd,
 		Policy:    string(p.PermissionPolicy),
 		CreatedAt: time.Now().UTC(),
+		Call:      store.CallOf(ctx),
 	}
 	if err := s.store.CreateSession(rec); err != nil {
 		return api.Session{}, err
 	}
 	return s.view(ctx, rec, &sb)
+}
+
+// madeBy returns the session that call made: a retry of a create that a crash kept from
+// storing its receipt gets that session rather than a second one.
+func (s *Service) madeBy(call store.Call) (store.Session, bool, error) {
+	if call == "" {
+		return store.Session{}, false, nil
+	}
+	recs, err := s.store.ListSessions()
+	for _, rec := range recs {
+		if call.Made(rec.Call) {
+			return rec, true, nil
+		}
+	}
+	return store.Session{}, false, err
 }
 
 // Get returns a session.
@@ -444,6 +467,11 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	if err != nil {
 		return api.PromptAccepted{}, err
 	}
+	// A retry of a prompt whose event was stored before a crash lost its receipt: the prompt is
+	// not stored twice, and its turn was ended by the restart.
+	if seq, stored, err := s.log.CallSeq(id, string(store.CallOf(ctx))); err != nil || stored {
+		return api.PromptAccepted{Seq: seq}, err
+	}
 	policy, err := s.policy(ctx, rec)
 	if err != nil {
 		return api.PromptAccepted{}, err
@@ -504,7 +532,7 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
 	s.turns[id] = t
 	// Queued under the lock: the prompt lands after the previous turn's turn_end.
-	pending := s.log.Enqueue(id, api.EventPrompt, mustJSON(api.PromptPost{Text: text}))
+	pending := s.log.EnqueueCall(id, api.EventPrompt, mustJSON(api.PromptPost{Text: text}), string(store.CallOf(ctx)))
 	s.mu.Unlock()
 	return t, pending, nil
 }

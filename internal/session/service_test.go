@@ -925,3 +925,48 @@ func TestStopReasonsAreACPs(t *testing.T) {
 		}
 	}
 }
+
+// A create or prompt whose record or event was stored and whose receipt a crash lost is
+// retried with its key (the same store.Call) after the restart: it gets the session and the
+// seq its call made, and nothing is stored twice; another call makes its own.
+func TestRetryOfACallFindsItsSessionAndPrompt(t *testing.T) {
+	e := newEnv(t)
+	call := func(c string) context.Context { return store.WithCall(context.Background(), store.Call(c)) }
+	p := api.SessionsPost{Sandbox: "box", Harness: "fake", Cwd: e.boxes.dir}
+	se, err := e.svc.Create(call("create"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, err := e.svc.Prompt(call("prompt"), se.ID, "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.until(se.ID, acc.Seq-1, isTurnEnd)
+	e.close()
+	e.open()
+
+	again, err := e.svc.Create(call("create"), p)
+	if err != nil || again.ID != se.ID {
+		t.Fatalf("create retried with its call: %s, %v; want session %s", again.ID, err, se.ID)
+	}
+	if list, err := e.svc.List(context.Background(), "box"); err != nil || len(list) != 1 {
+		t.Fatalf("%d sessions (%v) after a retried create, want 1", len(list), err)
+	}
+	accAgain, err := e.svc.Prompt(call("prompt"), se.ID, "once")
+	if err != nil || accAgain.Seq != acc.Seq {
+		t.Fatalf("prompt retried with its call: seq %d, %v; want seq %d", accAgain.Seq, err, acc.Seq)
+	}
+	evs, err := e.svc.Events(se.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, evs, "prompt", "update:agent_message_chunk:echo: once", "turn_end:end_turn")
+
+	other, err := e.svc.Create(call("other"), p)
+	if err != nil || other.ID == se.ID {
+		t.Fatalf("another create: %s, %v; want a new session", other.ID, err)
+	}
+	if next, err := e.svc.Prompt(call("other"), se.ID, "once"); err != nil || next.Seq <= acc.Seq {
+		t.Fatalf("another prompt: seq %d, %v; want one after %d", next.Seq, err, acc.Seq)
+	}
+}
