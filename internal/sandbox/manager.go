@@ -378,6 +378,9 @@ func (m *Manager) Stop(ctx context.Context, name string) (api.Sandbox, error) {
 	if v == already {
 		return m.view(ctx, rec), nil
 	}
+	// The listeners hear of the stop before it begins as well as after: a session turn accepted
+	// before it must not start the sandbox again once it is stopped.
+	m.stopped(name)
 	if err := m.stop(ctx, &rec); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -693,7 +696,7 @@ func (m *Manager) DialLoopback(ctx context.Context, name, addr string) (net.Conn
 }
 
 // OnStop registers fn to be called with a sandbox's name after it stops or is deleted (the SSH
-// endpoint ends that sandbox's sessions then).
+// endpoint ends that sandbox's sessions then), and also before a stop asked through Stop begins.
 func (m *Manager) OnStop(fn func(name string)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -112,6 +112,7 @@ func New(cfg Config) *Service {
 // turn is a session's running turn.
 type turn struct {
 	session string
+	sandbox string // the name of the session's sandbox
 	policy  api.PermissionPolicy
 	ctx     context.Context // ends when the turn is cancelled (or over)
 	cancel  context.CancelFunc
@@ -119,6 +120,7 @@ type turn struct {
 
 	// Guarded by Service.mu.
 	cancelled   bool
+	stopped     bool   // a stop of the sandbox began after the prompt was accepted
 	ending      bool   // turn_end is being recorded: no new permission request, a prompt waits
 	waiting     int    // permission requests waiting for an operator
 	budget      string // the notice of a spent token budget, once the route refused the turn
@@ -476,7 +478,7 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	if err != nil {
 		return api.PromptAccepted{}, err
 	}
-	t, pending, err := s.startTurn(ctx, id, text, policy)
+	t, pending, err := s.startTurn(ctx, rec, text, policy)
 	if err != nil {
 		return api.PromptAccepted{}, err
 	}
@@ -494,8 +496,9 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	return api.PromptAccepted{Seq: ev.Seq}, nil
 }
 
-// startTurn registers a new turn of session id and queues its prompt event.
-func (s *Service) startTurn(ctx context.Context, id, text string, policy api.PermissionPolicy) (*turn, eventlog.Pending, error) {
+// startTurn registers a new turn of session rec and queues its prompt event.
+func (s *Service) startTurn(ctx context.Context, rec store.Session, text string, policy api.PermissionPolicy) (*turn, eventlog.Pending, error) {
+	id := rec.ID
 	s.mu.Lock()
 	for {
 		if s.closing {
@@ -529,7 +532,7 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 		s.mu.Lock()
 	}
 	tctx, cancel := context.WithCancel(context.Background())
-	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
+	t := &turn{session: id, sandbox: rec.Sandbox, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
 	s.turns[id] = t
 	// Queued under the lock: the prompt lands after the previous turn's turn_end.
 	pending := s.log.EnqueueCall(id, api.EventPrompt, mustJSON(api.PromptPost{Text: text}), string(store.CallOf(ctx)))
@@ -592,9 +595,17 @@ func (s *Service) policy(ctx context.Context, rec store.Session) (api.Permission
 	return sb.PermissionPolicy, nil
 }
 
-// SandboxStopped stops the harnesses of a sandbox that stopped; their turns end with an error.
+// SandboxStopped stops the harnesses of a sandbox that stops; their turns end with an error. The
+// sandbox manager calls it as a stop begins, and again once it is done. A turn accepted before
+// then that has not started the sandbox yet does not start it: the stop wins, and the turn ends
+// with an error (a prompt accepted after the stop wakes the sandbox, as ever).
 func (s *Service) SandboxStopped(name string) {
 	s.mu.Lock()
+	for _, t := range s.turns {
+		if t.sandbox == name {
+			t.stopped = true
+		}
+	}
 	var procs []*harnessProc
 	for k, p := range s.procs {
 		if k.sandbox == name {

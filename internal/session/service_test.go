@@ -56,6 +56,7 @@ type localBoxes struct {
 	image  string // the sandbox's image; "" for minimal
 
 	startGate chan struct{} // if set, Start waits for it
+	getGate   chan struct{} // if set, Get waits for it
 
 	mu      sync.Mutex
 	id      string // the sandbox's id when not "id-box": another sandbox named box
@@ -67,6 +68,12 @@ type localBoxes struct {
 }
 
 func (b *localBoxes) Get(_ context.Context, name string) (api.Sandbox, error) {
+	b.mu.Lock()
+	gate := b.getGate
+	b.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if name != "box" || b.gone {
@@ -968,5 +975,38 @@ func TestRetryOfACallFindsItsSessionAndPrompt(t *testing.T) {
 	}
 	if next, err := e.svc.Prompt(call("other"), se.ID, "once"); err != nil || next.Seq <= acc.Seq {
 		t.Fatalf("another prompt: seq %d, %v; want one after %d", next.Seq, err, acc.Seq)
+	}
+}
+
+// A stop that begins after a prompt was accepted and before its turn started the sandbox wins:
+// the turn ends with an error instead of starting the sandbox again once the stop has answered.
+// A prompt accepted after the stop wakes the sandbox.
+func TestStopWinsOverATurnNotStartedYet(t *testing.T) {
+	e := newEnv(t)
+	// Its own policy: the prompt asks nothing of the sandbox before its turn does.
+	id := e.create(api.PolicyAutoApprove)
+	gate := make(chan struct{})
+	e.boxes.mu.Lock()
+	e.boxes.getGate = gate
+	e.boxes.mu.Unlock()
+	seq := e.prompt(id, "too late")
+	// What the sandbox manager does for a stop: tell the service as it begins, stop, tell again.
+	e.svc.SandboxStopped("box")
+	e.boxes.stop()
+	e.svc.SandboxStopped("box")
+	e.boxes.mu.Lock()
+	e.boxes.getGate = nil
+	e.boxes.mu.Unlock()
+	close(gate)
+	expect(t, e.until(id, seq-1, isTurnEnd), "prompt", "error", "turn_end:error")
+	e.boxes.mu.Lock()
+	starts, running := e.boxes.starts, e.boxes.running
+	e.boxes.mu.Unlock()
+	if starts != 0 || running {
+		t.Fatalf("the turn started the stopped sandbox (%d starts, running %v)", starts, running)
+	}
+	expect(t, e.turn(id, "wake up"), "prompt", "update:agent_message_chunk:echo: wake up", "turn_end:end_turn")
+	if e.boxes.starts != 1 {
+		t.Errorf("a prompt after the stop started the sandbox %d times, want 1", e.boxes.starts)
 	}
 }

@@ -570,9 +570,8 @@ func (w *worker) prompt(name string) *op {
 }
 
 // awaitTurn waits (a few seconds at most) for a session's turn to end, as `hiloop session
-// prompt` does: a turn accepted just before a stop would start the sandbox again after the stop
-// was answered (a known bug, see docs/performance.md), which the model cannot foresee. A kill
-// meanwhile ends the wait; the restart ends the turn.
+// prompt` does. A stop that comes sooner wins over the turn if it has not started the harness
+// yet. A kill meanwhile ends the wait; the restart ends the turn.
 func (w *worker) awaitTurn(ctx context.Context, id string) {
 	for range 100 {
 		se, err := w.s.c.GetSession(ctx, id)
