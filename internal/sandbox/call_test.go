@@ -57,3 +57,25 @@ func TestRetryOfACallFindsItsEffect(t *testing.T) {
 	_, err = f.Snapshot(bg, "web", api.SnapshotsPost{Name: "s"})
 	wantCode(t, err, api.CodeSnapshotExists)
 }
+
+// A grow that a crash cut short after the workspace grew and before the record did is finished
+// by its retry, which finds the workspace at the size it asks and answers it; after that, the
+// size is reached for every other call.
+func TestRetryFinishesAGrowCutShortAfterTheWorkspaceGrew(t *testing.T) {
+	f := newFakeManager(t)
+	ctx := store.WithCall(context.Background(), "grow")
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal"})
+	to := int(sb.Workspace.CapacityBytes/gib) + 1
+	if _, err := f.vol.Grow(ctx, sb.ID, to); err != nil {
+		t.Fatal(err)
+	}
+	grown, err := f.Grow(ctx, "web", to)
+	if err != nil || grown.Workspace.CapacityBytes != int64(to)*gib {
+		t.Fatalf("the retried grow: %d bytes, %v; want %d GiB", grown.Workspace.CapacityBytes, err, to)
+	}
+	if rec, err := f.store.GetSandbox("web"); err != nil || rec.WorkspaceGiB != to {
+		t.Fatalf("the record says %d GiB (%v), want %d", rec.WorkspaceGiB, err, to)
+	}
+	_, err = f.Grow(store.WithCall(context.Background(), "other"), "web", to)
+	wantCode(t, err, api.CodeGrowNotLarger)
+}

@@ -548,10 +548,7 @@ func (m *Manager) save(rec *store.Sandbox) error {
 
 // view turns a record into its API form, with the workspace's live capacity.
 func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
-	size := rec.WorkspaceGiB
-	if size == 0 {
-		size = api.DefaultWorkspaceGiB
-	}
+	size := recordedGiB(rec)
 	ws := api.Workspace{
 		StorageClass:  api.StorageClass(rec.StorageClass),
 		Driver:        m.volumes.Name(),
@@ -577,6 +574,14 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		StartedAt:        rec.StartedAt,
 		OOMKills:         m.oomKills(rec),
 	}
+}
+
+// recordedGiB is the workspace size rec records; 0 (not given at create) is the default.
+func recordedGiB(rec store.Sandbox) int {
+	if rec.WorkspaceGiB == 0 {
+		return api.DefaultWorkspaceGiB
+	}
+	return rec.WorkspaceGiB
 }
 
 // oomKills is what the kernel killed for a running sandbox's memory limit since it started; 0

@@ -57,6 +57,11 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 		return m.view(ctx, rec), nil // a retry of this grow, done before a crash lost its receipt
 	}
 	current := m.view(ctx, rec).Workspace.CapacityBytes
+	if int64(sizeGiB)*gib == current && recordedGiB(rec) < sizeGiB {
+		// A grow to this size that a crash cut short after the workspace grew and before the
+		// record did: no call was answered for it, so this one (its retry, likely) finishes it.
+		return m.recordGrowth(ctx, rec, sizeGiB)
+	}
 	if int64(sizeGiB)*gib <= current {
 		return api.Sandbox{}, api.Errorf(api.CodeGrowNotLarger, "the workspace of %q is already %d GiB: growth is one-way, choose more than that", name, current/gib)
 	}
@@ -69,6 +74,11 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 			return api.Sandbox{}, storageError("grow the workspace", err)
 		}
 	}
+	return m.recordGrowth(ctx, rec, sizeGiB)
+}
+
+// recordGrowth records that rec's workspace grew to sizeGiB, by the call in ctx.
+func (m *Manager) recordGrowth(ctx context.Context, rec store.Sandbox, sizeGiB int) (api.Sandbox, error) {
 	rec.WorkspaceGiB = sizeGiB
 	rec.Call = store.CallOf(ctx)
 	if err := m.save(&rec); err != nil {
