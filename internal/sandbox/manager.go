@@ -378,9 +378,6 @@ func (m *Manager) Stop(ctx context.Context, name string) (api.Sandbox, error) {
 	if v == already {
 		return m.view(ctx, rec), nil
 	}
-	// The listeners hear of the stop before it begins as well as after: a session turn accepted
-	// before it must not start the sandbox again once it is stopped.
-	m.stopped(name)
 	if err := m.stop(ctx, &rec); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -388,12 +385,14 @@ func (m *Manager) Stop(ctx context.Context, name string) (api.Sandbox, error) {
 }
 
 func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
+	// The listeners hear of the stop before anyone can see the sandbox other than running: a
+	// session turn accepted before the stop must not start the sandbox again after it. Sessions
+	// into the sandbox end whether or not the teardown finishes.
+	m.stopped(rec.Name)
 	if err := m.setState(rec, api.StateStopping, ""); err != nil {
 		return err
 	}
 	err := m.stopContainer(ctx, rec)
-	// Sessions into the sandbox end whether or not the teardown finished.
-	m.stopped(rec.Name)
 	if err != nil {
 		_ = m.setState(rec, api.StateFailed, err.Error())
 		return fmt.Errorf("stop sandbox %q: %w", rec.Name, err)
@@ -700,8 +699,8 @@ func (m *Manager) DialLoopback(ctx context.Context, name, addr string) (net.Conn
 	return conn, err
 }
 
-// OnStop registers fn to be called with a sandbox's name after it stops or is deleted (the SSH
-// endpoint ends that sandbox's sessions then), and also before a stop asked through Stop begins.
+// OnStop registers fn to be called with a sandbox's name as it begins to stop, and after it is
+// deleted (the SSH endpoint ends that sandbox's sessions then).
 func (m *Manager) OnStop(fn func(name string)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -596,9 +596,9 @@ func (s *Service) policy(ctx context.Context, rec store.Session) (api.Permission
 }
 
 // SandboxStopped stops the harnesses of a sandbox that stops; their turns end with an error. The
-// sandbox manager calls it as a stop begins, and again once it is done. A turn accepted before
-// then that has not started the sandbox yet does not start it: the stop wins, and the turn ends
-// with an error (a prompt accepted after the stop wakes the sandbox, as ever).
+// sandbox manager calls it as a stop begins. A turn accepted before then that has not started
+// the sandbox yet does not start it: the stop wins, and the turn ends with an error (a prompt
+// accepted after the stop wakes the sandbox, as ever).
 func (s *Service) SandboxStopped(name string) {
 	s.mu.Lock()
 	for _, t := range s.turns {

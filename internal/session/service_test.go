@@ -990,10 +990,9 @@ func TestStopWinsOverATurnNotStartedYet(t *testing.T) {
 	e.boxes.getGate = gate
 	e.boxes.mu.Unlock()
 	seq := e.prompt(id, "too late")
-	// What the sandbox manager does for a stop: tell the service as it begins, stop, tell again.
+	// What the sandbox manager does for a stop: tell the service as it begins, then stop.
 	e.svc.SandboxStopped("box")
 	e.boxes.stop()
-	e.svc.SandboxStopped("box")
 	e.boxes.mu.Lock()
 	e.boxes.getGate = nil
 	e.boxes.mu.Unlock()
