@@ -233,22 +233,14 @@ func TestIdempotencyGivesHandlersTheCall(t *testing.T) {
 	routes := []route{{method: "POST", pattern: "/v1/things", idempotent: true, handle: func(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.CodeUnavailable, "call %q", store.CallOf(r.Context()))
 	}}}
-	srv := httptest.NewServer(newMux(routes, newIdempotency(st, log), log))
+	srv := httptest.NewServer(withVersion("test", newMux(routes, newIdempotency(st, log), log)))
 	t.Cleanup(srv.Close)
 	callOf := func(key, body string) string {
 		t.Helper()
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/things", strings.NewReader(body))
-		if key != "" {
-			req.Header.Set(api.IdempotencyKeyHeader, key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		_, b := post(t, srv.URL+"/v1/things", key, body)
 		var e api.ErrorBody
-		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || e.Error == nil {
-			t.Fatalf("not an error body: %v", err)
+		if err := json.Unmarshal([]byte(b), &e); err != nil || e.Error == nil {
+			t.Fatalf("not an error body: %s", b)
 		}
 		return e.Error.Message
 	}
