@@ -110,6 +110,19 @@ test: deps lint ## install what the tests need, then run every test (end-to-end 
 	HILOOP_DEBOOTSTRAP_CACHE=$(TEST_CACHE)/debootstrap HILOOP_TEST_IMAGES=$(TEST_CACHE)/images \
 		$(GO) test -tags '$(DAEMON_TAGS)' -race -count=1 -timeout 30m ./...
 
+# The short soak and flood run inside `make test` (package internal/soak); this is the long one.
+SOAK_KILLS ?= 120
+SOAK_CONCURRENCY ?= 3
+SOAK_SEED ?= 0
+FLOOD_CONNS ?= 10000
+FLOOD_NOFILE ?= 16384
+.PHONY: soak
+soak: deps ## kill sandboxd SOAK_KILLS times under a mixed workload and check every restart, then flood its socket with FLOOD_CONNS idle connections (docs/performance.md)
+	HILOOP_DEBOOTSTRAP_CACHE=$(TEST_CACHE)/debootstrap HILOOP_TEST_IMAGES=$(TEST_CACHE)/images \
+		$(GO) test -tags '$(DAEMON_TAGS)' -count=1 -timeout 3h -v -run '^(TestSoak|TestFlood)$$' ./internal/soak \
+		-args -soak.kills=$(SOAK_KILLS) -soak.concurrency=$(SOAK_CONCURRENCY) -soak.seed=$(SOAK_SEED) \
+		-flood.conns=$(FLOOD_CONNS) -flood.nofile=$(FLOOD_NOFILE) -flood.settle=20s
+
 .PHONY: bench
 bench: build ## measure exec, create, snapshot, fork, grow, SSH, sessions, the chat, egress and the model route against their references (docs/performance.md)
 	bash bench/exec.sh

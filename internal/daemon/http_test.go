@@ -218,3 +218,45 @@ func TestIdempotencyLocksAreReleased(t *testing.T) {
 		t.Fatalf("busy after release: %d", len(idem.busy))
 	}
 }
+
+// The call a handler is given (store.Call, which the records it makes carry) is the same for a
+// retry of a request with its key, whose first answer left no receipt (a server fault, here; a
+// crash, in life), and another for another key or another request; a request without a key
+// has none.
+func TestIdempotencyGivesHandlersTheCall(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	routes := []route{{method: "POST", pattern: "/v1/things", idempotent: true, handle: func(w http.ResponseWriter, r *http.Request) error {
+		return api.Errorf(api.CodeUnavailable, "call %q", store.CallOf(r.Context()))
+	}}}
+	srv := httptest.NewServer(withVersion("test", newMux(routes, newIdempotency(st, log), log)))
+	t.Cleanup(srv.Close)
+	callOf := func(key, body string) string {
+		t.Helper()
+		_, b := post(t, srv.URL+"/v1/things", key, body)
+		var e api.ErrorBody
+		if err := json.Unmarshal([]byte(b), &e); err != nil || e.Error == nil {
+			t.Fatalf("not an error body: %s", b)
+		}
+		return e.Error.Message
+	}
+	first := callOf("k", `{"name":"a"}`)
+	if first == `call ""` {
+		t.Fatal("a request with a key was given no call")
+	}
+	if again := callOf("k", `{"name":"a"}`); again != first {
+		t.Errorf("the retry was given %s, the first try %s", again, first)
+	}
+	for _, other := range [][2]string{{"k2", `{"name":"a"}`}, {"k", `{"name":"b"}`}} {
+		if got := callOf(other[0], other[1]); got == first {
+			t.Errorf("key %s with %s was given the call of key k with name a", other[0], other[1])
+		}
+	}
+	if got := callOf("", `{"name":"a"}`); got != `call ""` {
+		t.Errorf("a request without a key was given %s", got)
+	}
+}

@@ -20,6 +20,13 @@ const maxKeyLen = 255
 
 // idempotency replays the stored answer to a repeated mutating request. Receipts live in the
 // store, so a repeat after a daemon restart gets the same answer.
+//
+// A receipt is stored once the handler has answered, so a crash can come after a call's effect
+// is durable and before its receipt is. Storing the receipt in the transaction of the call's last
+// record instead would make every manager render HTTP answers (a create's answer is only known
+// after its secrets and budget are attached); so the call itself (store.Call, a digest of the key
+// and the request) goes down to the handlers in the request's context, the records a call makes
+// carry it, and a retry that finds no receipt finds its effect there and answers from it.
 type idempotency struct {
 	store *store.Store
 	log   *slog.Logger
@@ -91,6 +98,8 @@ func (i *idempotency) wrap(next handlerFunc) handlerFunc {
 		}
 
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		call := sha256.Sum256([]byte(key + "\n" + fingerprint))
+		r = r.WithContext(store.WithCall(r.Context(), store.Call(hex.EncodeToString(call[:]))))
 		rw := &recorder{header: http.Header{}, status: http.StatusOK}
 		if err := next(rw, r); err != nil {
 			writeError(rw, i.log, err)

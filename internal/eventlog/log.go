@@ -1,7 +1,7 @@
 // Package eventlog owns the durable, sequenced event log of every session: it stores events (the
 // API's api.SessionEvent, encoded as the API sends them) in the "events" bucket of the daemon's
 // bbolt file and streams them to watchers. It knows nothing of ACP, harnesses or HTTP, and must
-// not touch any other bucket.
+// not touch any other bucket than those and "event_calls".
 //
 // internal/session (the session service) is its only writer and decides which sessions exist.
 package eventlog
@@ -22,7 +22,10 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-var bucketEvents = []byte("events") // session id → nested bucket: big-endian seq → api.SessionEvent JSON
+var (
+	bucketEvents = []byte("events")      // session id → nested bucket: big-endian seq → api.SessionEvent JSON
+	bucketCalls  = []byte("event_calls") // session id → the session's last call: call, NUL, big-endian seq
+)
 
 const (
 	// maxBatch bounds how many appends share one transaction and fsync.
@@ -68,7 +71,8 @@ type appendReq struct {
 	session string
 	typ     api.EventType
 	data    json.RawMessage
-	del     bool // delete the session's events instead of appending
+	call    string // the API call that makes the event, if any
+	del     bool   // delete the session's events instead of appending
 	ev      Entry
 	err     error
 	done    chan struct{}
@@ -85,8 +89,12 @@ type Entry struct {
 // Open opens the event log kept in db, creating its bucket if needed, and starts its writer.
 func Open(db *bolt.DB) (*Log, error) {
 	err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketEvents)
-		return err
+		for _, b := range [][]byte{bucketEvents, bucketCalls} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("init events bucket: %w", err)
@@ -154,6 +162,14 @@ func (p Pending) Wait() (api.SessionEvent, error) {
 // goroutine are stored, and published, in the order they were queued. It blocks only while the
 // queue is full. Bad input and a closed log fail at once, in the returned Pending.
 func (l *Log) Enqueue(session string, typ api.EventType, data json.RawMessage) Pending {
+	return l.EnqueueCall(session, typ, data, "")
+}
+
+// EnqueueCall is Enqueue for an event that an API call makes (a prompt), call being an id of that
+// call (its idempotency key and request): the log keeps it, in the event's own transaction, as
+// the session's last call, so that a retry of the call after a crash finds with CallSeq that its
+// event is stored rather than storing it again. "" is no call.
+func (l *Log) EnqueueCall(session string, typ api.EventType, data json.RawMessage, call string) Pending {
 	if session == "" {
 		return Pending{err: errors.New("append event: session id is empty")}
 	}
@@ -163,7 +179,7 @@ func (l *Log) Enqueue(session string, typ api.EventType, data json.RawMessage) P
 	if len(data) > 0 && !json.Valid(data) {
 		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
 	}
-	r := &appendReq{session: session, typ: typ, data: data, done: make(chan struct{})}
+	r := &appendReq{session: session, typ: typ, data: data, call: call, done: make(chan struct{})}
 	return Pending{r: r, err: l.send(r)}
 }
 
@@ -241,12 +257,15 @@ func (l *Log) write() {
 
 func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 	return l.db.Update(func(tx *bolt.Tx) error {
-		root := tx.Bucket(bucketEvents)
+		root, calls := tx.Bucket(bucketEvents), tx.Bucket(bucketCalls)
 		now := time.Now().UTC()
 		for _, r := range batch {
 			if r.del {
 				delete(next, r.session)
 				if err := root.DeleteBucket([]byte(r.session)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+					return err
+				}
+				if err := calls.Delete([]byte(r.session)); err != nil {
 					return err
 				}
 				continue
@@ -272,9 +291,32 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 			if err := b.Put(seqKey(seq), v); err != nil {
 				return err
 			}
+			if r.call != "" {
+				if err := calls.Put([]byte(r.session), append([]byte(r.call+"\x00"), seqKey(seq)...)); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
+}
+
+// CallSeq returns the seq of the event that call made in session, if call is the last call that
+// made one there (EnqueueCall).
+func (l *Log) CallSeq(session, call string) (uint64, bool, error) {
+	if call == "" {
+		return 0, false, nil
+	}
+	var seq uint64
+	var found bool
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketCalls).Get([]byte(session))
+		if c, s, ok := bytes.Cut(v, []byte{0}); ok && string(c) == call && len(s) == 8 {
+			seq, found = binary.BigEndian.Uint64(s), true
+		}
+		return nil
+	})
+	return seq, found, err
 }
 
 // fail remembers, per session, the first commit that failed, for TakeFailure.

@@ -565,3 +565,57 @@ func TestTakeFailureReportsAFailedCommitOnce(t *testing.T) {
 		t.Fatalf("TakeFailure of an untouched session = %v", err)
 	}
 }
+
+// The call that made a session's last called event is found with that event's seq, across a
+// reopen, until another call makes one or the session is deleted.
+func TestCallSeq(t *testing.T) {
+	l, db, _ := openTestLog(t, false)
+	seq := func(call string) (uint64, bool) {
+		t.Helper()
+		s, ok, err := l.CallSeq("s1", call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, ok
+	}
+	if _, err := l.Append("s1", api.EventNotice, data(0)); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := l.EnqueueCall("s1", api.EventPrompt, data(1), "c1").Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append("s1", api.EventTurnEnd, data(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = Open(db); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if s, ok := seq("c1"); !ok || s != ev.Seq {
+		t.Fatalf("CallSeq(c1) = %d, %v; want %d", s, ok, ev.Seq)
+	}
+	for _, c := range []string{"", "c2"} {
+		if s, ok := seq(c); ok {
+			t.Errorf("CallSeq(%q) = %d: found a call never made", c, s)
+		}
+	}
+	if _, err := l.EnqueueCall("s1", api.EventPrompt, data(3), "c2").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := seq("c1"); ok {
+		t.Errorf("c1 is still found after c2 made an event")
+	}
+	if _, ok := seq("c2"); !ok {
+		t.Errorf("c2 is not found")
+	}
+	if err := l.DeleteSession("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := seq("c2"); ok {
+		t.Errorf("c2 is still found after the session was deleted")
+	}
+}

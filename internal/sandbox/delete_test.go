@@ -59,3 +59,24 @@ func TestDeleteNotifiesOutsideTheLock(t *testing.T) {
 		t.Fatalf("listeners heard %q, want %q", heard, want)
 	}
 }
+
+// Stop tells its listeners as it begins, while the sandbox is still running: a session turn
+// accepted before the stop learns of it before it could see the sandbox stopped, and so never
+// starts it again.
+func TestStopNotifiesAsItBegins(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeManager(t)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal"})
+	f.takeStopped()
+	var states []string
+	f.OnStop(func(name string) {
+		rec, err := f.store.GetSandbox(name)
+		states = append(states, fmt.Sprintf("%s %v", rec.State, err))
+	})
+	if _, err := f.Stop(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"running <nil>"}; !slices.Equal(states, want) {
+		t.Fatalf("the listener saw the sandbox %q, want %q", states, want)
+	}
+}

@@ -134,18 +134,35 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Egress:       storeEgress(p.Egress),
 		State:        string(api.StateCreating),
 		CreatedAt:    time.Now().UTC(),
+		Unanswered:   true,
+		Call:         store.CallOf(ctx),
 	}
 	if err := m.store.CreateSandbox(rec); err != nil {
 		if errors.Is(err, store.ErrExists) {
-			return api.Sandbox{}, api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", p.Name)
+			return m.createdBefore(ctx, p.Name)
 		}
 		return api.Sandbox{}, err
 	}
-	if err := m.create(ctx, &rec, p); err != nil {
+	err := m.create(ctx, &rec, p)
+	if err == nil {
+		rec.Unanswered = false
+		err = m.save(&rec)
+	}
+	if err != nil {
 		m.undoCreate(ctx, rec)
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil
+}
+
+// createdBefore answers a create whose name is taken: with the sandbox, if this very call (a
+// retry) made it and only its receipt was lost; else sandbox_exists.
+func (m *Manager) createdBefore(ctx context.Context, name string) (api.Sandbox, error) {
+	rec, err := m.store.GetSandbox(name)
+	if err == nil && store.CallOf(ctx).Made(rec.Call) && !rec.Unanswered {
+		return m.view(ctx, rec), nil
+	}
+	return api.Sandbox{}, api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", name)
 }
 
 func (m *Manager) create(ctx context.Context, rec *store.Sandbox, p api.SandboxesPost) error {
@@ -273,6 +290,7 @@ func (m *Manager) Start(ctx context.Context, name string) (api.Sandbox, error) {
 			return m.view(ctx, rec), nil
 		}
 		// The init died under us: clean up and start afresh.
+		m.log.Warn("the sandbox's init does not answer: starting it afresh", "sandbox", name)
 		if err := m.stop(ctx, &rec); err != nil {
 			return api.Sandbox{}, err
 		}
@@ -367,12 +385,14 @@ func (m *Manager) Stop(ctx context.Context, name string) (api.Sandbox, error) {
 }
 
 func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
+	// The listeners hear of the stop before anyone can see the sandbox other than running: a
+	// session turn accepted before the stop must not start the sandbox again after it. Sessions
+	// into the sandbox end whether or not the teardown finishes.
+	m.stopped(rec.Name)
 	if err := m.setState(rec, api.StateStopping, ""); err != nil {
 		return err
 	}
 	err := m.stopContainer(ctx, rec)
-	// Sessions into the sandbox end whether or not the teardown finished.
-	m.stopped(rec.Name)
 	if err != nil {
 		_ = m.setState(rec, api.StateFailed, err.Error())
 		return fmt.Errorf("stop sandbox %q: %w", rec.Name, err)
@@ -527,10 +547,7 @@ func (m *Manager) save(rec *store.Sandbox) error {
 
 // view turns a record into its API form, with the workspace's live capacity.
 func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
-	size := rec.WorkspaceGiB
-	if size == 0 {
-		size = api.DefaultWorkspaceGiB
-	}
+	size := recordedGiB(rec)
 	ws := api.Workspace{
 		StorageClass:  api.StorageClass(rec.StorageClass),
 		Driver:        m.volumes.Name(),
@@ -556,6 +573,14 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		StartedAt:        rec.StartedAt,
 		OOMKills:         m.oomKills(rec),
 	}
+}
+
+// recordedGiB is the workspace size rec records; 0 (not given at create) is the default.
+func recordedGiB(rec store.Sandbox) int {
+	if rec.WorkspaceGiB == 0 {
+		return api.DefaultWorkspaceGiB
+	}
+	return rec.WorkspaceGiB
 }
 
 // oomKills is what the kernel killed for a running sandbox's memory limit since it started; 0
@@ -674,8 +699,8 @@ func (m *Manager) DialLoopback(ctx context.Context, name, addr string) (net.Conn
 	return conn, err
 }
 
-// OnStop registers fn to be called with a sandbox's name after it stops or is deleted (the SSH
-// endpoint ends that sandbox's sessions then).
+// OnStop registers fn to be called with a sandbox's name as it begins to stop, and after it is
+// deleted (the SSH endpoint ends that sandbox's sessions then).
 func (m *Manager) OnStop(fn func(name string)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

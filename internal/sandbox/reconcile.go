@@ -66,6 +66,10 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 	log := m.log.With("sandbox", rec.Name, "state", rec.State)
 	plan := ruleOf(api.SandboxState(rec.State)).recover
+	if rec.Unanswered && plan != reconcileFinishDelete {
+		// Its create never answered (the crash came during its start): its client retries it.
+		plan = reconcileUndoCreate
+	}
 	var err error
 	switch plan {
 	case reconcileUndoCreate:

@@ -53,7 +53,15 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 	if rec, err = m.record(name); err != nil {
 		return api.Sandbox{}, err
 	}
+	if store.CallOf(ctx).Made(rec.Call) {
+		return m.view(ctx, rec), nil // a retry of this grow, done before a crash lost its receipt
+	}
 	current := m.view(ctx, rec).Workspace.CapacityBytes
+	if int64(sizeGiB)*gib == current && recordedGiB(rec) < sizeGiB {
+		// A grow to this size that a crash cut short after the workspace grew and before the
+		// record did: no call was answered for it, so this one (its retry, likely) finishes it.
+		return m.recordGrowth(ctx, rec, sizeGiB)
+	}
 	if int64(sizeGiB)*gib <= current {
 		return api.Sandbox{}, api.Errorf(api.CodeGrowNotLarger, "the workspace of %q is already %d GiB: growth is one-way, choose more than that", name, current/gib)
 	}
@@ -66,7 +74,13 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 			return api.Sandbox{}, storageError("grow the workspace", err)
 		}
 	}
+	return m.recordGrowth(ctx, rec, sizeGiB)
+}
+
+// recordGrowth records that rec's workspace grew to sizeGiB, by the call in ctx.
+func (m *Manager) recordGrowth(ctx context.Context, rec store.Sandbox, sizeGiB int) (api.Sandbox, error) {
 	rec.WorkspaceGiB = sizeGiB
+	rec.Call = store.CallOf(ctx)
 	if err := m.save(&rec); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -105,10 +119,15 @@ func (m *Manager) Snapshot(ctx context.Context, name string, p api.SnapshotsPost
 		SandboxID: rec.ID,
 		State:     string(api.SnapshotSealing),
 		CreatedAt: time.Now().UTC(),
+		Call:      store.CallOf(ctx),
 	}
 	// The record comes first: a crash mid-copy leaves it "sealing", and Reconcile removes both.
 	if err := m.store.CreateSnapshot(sn); err != nil {
 		if errors.Is(err, store.ErrExists) {
+			// A retry of this very call, sealed before a crash lost its receipt, gets the snapshot.
+			if old, err := m.store.GetSnapshot(p.Name); err == nil && sn.Call.Made(old.Call) && old.State == string(api.SnapshotReady) {
+				return snapshotView(old, nil), nil
+			}
 			return api.Snapshot{}, api.Errorf(api.CodeSnapshotExists, "snapshot %q already exists", p.Name)
 		}
 		return api.Snapshot{}, err

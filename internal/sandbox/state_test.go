@@ -470,6 +470,32 @@ func TestReconcileEveryState(t *testing.T) {
 	}
 }
 
+// A create whose client never got an answer is undone by a restart in whatever state it reached,
+// so that the client's retry with its idempotency key makes the sandbox instead of finding its
+// name taken; a create that returned leaves nothing marked.
+func TestReconcileUndoesAnUnansweredCreate(t *testing.T) {
+	teardown := map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1}
+	for _, state := range []api.SandboxState{api.StateStopped, api.StateStarting, api.StateRunning} {
+		t.Run(string(state), func(t *testing.T) {
+			f := newFakeManager(t)
+			rec := f.boxIn(t, state)
+			if rec.Unanswered {
+				t.Fatal("a create that returned left its record marked unanswered")
+			}
+			if _, err := f.store.UpdateSandbox("box", func(s *store.Sandbox) error { s.Unanswered = true; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Reconcile(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			wantCalls(t, f.calls.take(), teardown)
+			if got := f.stateOf(t); got != gone {
+				t.Errorf("left the sandbox %s, want it gone", got)
+			}
+		})
+	}
+}
+
 // setState writes only a state the machine reaches from the current one.
 func TestSetStateRefusesAnEdgeOutsideTheMachine(t *testing.T) {
 	f := newFakeManager(t)

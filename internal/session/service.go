@@ -112,6 +112,7 @@ func New(cfg Config) *Service {
 // turn is a session's running turn.
 type turn struct {
 	session string
+	sandbox string // the name of the session's sandbox
 	policy  api.PermissionPolicy
 	ctx     context.Context // ends when the turn is cancelled (or over)
 	cancel  context.CancelFunc
@@ -119,6 +120,7 @@ type turn struct {
 
 	// Guarded by Service.mu.
 	cancelled   bool
+	stopped     bool   // a stop of the sandbox began after the prompt was accepted
 	ending      bool   // turn_end is being recorded: no new permission request, a prompt waits
 	waiting     int    // permission requests waiting for an operator
 	budget      string // the notice of a spent token budget, once the route refused the turn
@@ -232,6 +234,13 @@ func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, 
 	if err != nil {
 		return api.Session{}, err
 	}
+	prev, made, err := s.madeBy(store.CallOf(ctx))
+	if err != nil {
+		return api.Session{}, err
+	}
+	if made {
+		return s.view(ctx, prev, &sb)
+	}
 	name, err := s.pickHarness(sb, p.Harness)
 	if err != nil {
 		return api.Session{}, err
@@ -244,11 +253,27 @@ func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, 
 		Cwd:       p.Cwd,
 		Policy:    string(p.PermissionPolicy),
 		CreatedAt: time.Now().UTC(),
+		Call:      store.CallOf(ctx),
 	}
 	if err := s.store.CreateSession(rec); err != nil {
 		return api.Session{}, err
 	}
 	return s.view(ctx, rec, &sb)
+}
+
+// madeBy returns the session that call made: a retry of a create that a crash kept from
+// storing its receipt gets that session rather than a second one.
+func (s *Service) madeBy(call store.Call) (store.Session, bool, error) {
+	if call == "" {
+		return store.Session{}, false, nil
+	}
+	recs, err := s.store.ListSessions()
+	for _, rec := range recs {
+		if call.Made(rec.Call) {
+			return rec, true, nil
+		}
+	}
+	return store.Session{}, false, err
 }
 
 // Get returns a session.
@@ -444,11 +469,16 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	if err != nil {
 		return api.PromptAccepted{}, err
 	}
+	// A retry of a prompt whose event was stored before a crash lost its receipt: the prompt is
+	// not stored twice, and its turn was ended by the restart.
+	if seq, stored, err := s.log.CallSeq(id, string(store.CallOf(ctx))); err != nil || stored {
+		return api.PromptAccepted{Seq: seq}, err
+	}
 	policy, err := s.policy(ctx, rec)
 	if err != nil {
 		return api.PromptAccepted{}, err
 	}
-	t, pending, err := s.startTurn(ctx, id, text, policy)
+	t, pending, err := s.startTurn(ctx, rec, text, policy)
 	if err != nil {
 		return api.PromptAccepted{}, err
 	}
@@ -466,8 +496,9 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	return api.PromptAccepted{Seq: ev.Seq}, nil
 }
 
-// startTurn registers a new turn of session id and queues its prompt event.
-func (s *Service) startTurn(ctx context.Context, id, text string, policy api.PermissionPolicy) (*turn, eventlog.Pending, error) {
+// startTurn registers a new turn of session rec and queues its prompt event.
+func (s *Service) startTurn(ctx context.Context, rec store.Session, text string, policy api.PermissionPolicy) (*turn, eventlog.Pending, error) {
+	id := rec.ID
 	s.mu.Lock()
 	for {
 		if s.closing {
@@ -501,10 +532,10 @@ func (s *Service) startTurn(ctx context.Context, id, text string, policy api.Per
 		s.mu.Lock()
 	}
 	tctx, cancel := context.WithCancel(context.Background())
-	t := &turn{session: id, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
+	t := &turn{session: id, sandbox: rec.Sandbox, policy: policy, ctx: tctx, cancel: cancel, done: make(chan struct{})}
 	s.turns[id] = t
 	// Queued under the lock: the prompt lands after the previous turn's turn_end.
-	pending := s.log.Enqueue(id, api.EventPrompt, mustJSON(api.PromptPost{Text: text}))
+	pending := s.log.EnqueueCall(id, api.EventPrompt, mustJSON(api.PromptPost{Text: text}), string(store.CallOf(ctx)))
 	s.mu.Unlock()
 	return t, pending, nil
 }
@@ -564,9 +595,17 @@ func (s *Service) policy(ctx context.Context, rec store.Session) (api.Permission
 	return sb.PermissionPolicy, nil
 }
 
-// SandboxStopped stops the harnesses of a sandbox that stopped; their turns end with an error.
+// SandboxStopped stops the harnesses of a sandbox that stops; their turns end with an error. The
+// sandbox manager calls it as a stop begins. A turn accepted before then that has not started
+// the sandbox yet does not start it: the stop wins, and the turn ends with an error (a prompt
+// accepted after the stop wakes the sandbox, as ever).
 func (s *Service) SandboxStopped(name string) {
 	s.mu.Lock()
+	for _, t := range s.turns {
+		if t.sandbox == name {
+			t.stopped = true
+		}
+	}
 	var procs []*harnessProc
 	for k, p := range s.procs {
 		if k.sandbox == name {

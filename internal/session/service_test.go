@@ -56,6 +56,7 @@ type localBoxes struct {
 	image  string // the sandbox's image; "" for minimal
 
 	startGate chan struct{} // if set, Start waits for it
+	getGate   chan struct{} // if set, Get waits for it
 
 	mu      sync.Mutex
 	id      string // the sandbox's id when not "id-box": another sandbox named box
@@ -67,6 +68,12 @@ type localBoxes struct {
 }
 
 func (b *localBoxes) Get(_ context.Context, name string) (api.Sandbox, error) {
+	b.mu.Lock()
+	gate := b.getGate
+	b.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if name != "box" || b.gone {
@@ -923,5 +930,82 @@ func TestStopReasonsAreACPs(t *testing.T) {
 		if string(acp) != string(ours) {
 			t.Errorf("ACP's stop reason %q is %q in pkg/api", acp, ours)
 		}
+	}
+}
+
+// A create or prompt whose record or event was stored and whose receipt a crash lost is
+// retried with its key (the same store.Call) after the restart: it gets the session and the
+// seq its call made, and nothing is stored twice; another call makes its own.
+func TestRetryOfACallFindsItsSessionAndPrompt(t *testing.T) {
+	e := newEnv(t)
+	call := func(c string) context.Context { return store.WithCall(context.Background(), store.Call(c)) }
+	p := api.SessionsPost{Sandbox: "box", Harness: "fake", Cwd: e.boxes.dir}
+	se, err := e.svc.Create(call("create"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, err := e.svc.Prompt(call("prompt"), se.ID, "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.until(se.ID, acc.Seq-1, isTurnEnd)
+	e.close()
+	e.open()
+
+	again, err := e.svc.Create(call("create"), p)
+	if err != nil || again.ID != se.ID {
+		t.Fatalf("create retried with its call: %s, %v; want session %s", again.ID, err, se.ID)
+	}
+	if list, err := e.svc.List(context.Background(), "box"); err != nil || len(list) != 1 {
+		t.Fatalf("%d sessions (%v) after a retried create, want 1", len(list), err)
+	}
+	accAgain, err := e.svc.Prompt(call("prompt"), se.ID, "once")
+	if err != nil || accAgain.Seq != acc.Seq {
+		t.Fatalf("prompt retried with its call: seq %d, %v; want seq %d", accAgain.Seq, err, acc.Seq)
+	}
+	evs, err := e.svc.Events(se.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, evs, "prompt", "update:agent_message_chunk:echo: once", "turn_end:end_turn")
+
+	other, err := e.svc.Create(call("other"), p)
+	if err != nil || other.ID == se.ID {
+		t.Fatalf("another create: %s, %v; want a new session", other.ID, err)
+	}
+	if next, err := e.svc.Prompt(call("other"), se.ID, "once"); err != nil || next.Seq <= acc.Seq {
+		t.Fatalf("another prompt: seq %d, %v; want one after %d", next.Seq, err, acc.Seq)
+	}
+}
+
+// A stop that begins after a prompt was accepted and before its turn started the sandbox wins:
+// the turn ends with an error instead of starting the sandbox again once the stop has answered.
+// A prompt accepted after the stop wakes the sandbox.
+func TestStopWinsOverATurnNotStartedYet(t *testing.T) {
+	e := newEnv(t)
+	// Its own policy: the prompt asks nothing of the sandbox before its turn does.
+	id := e.create(api.PolicyAutoApprove)
+	gate := make(chan struct{})
+	e.boxes.mu.Lock()
+	e.boxes.getGate = gate
+	e.boxes.mu.Unlock()
+	seq := e.prompt(id, "too late")
+	// What the sandbox manager does for a stop: tell the service as it begins, then stop.
+	e.svc.SandboxStopped("box")
+	e.boxes.stop()
+	e.boxes.mu.Lock()
+	e.boxes.getGate = nil
+	e.boxes.mu.Unlock()
+	close(gate)
+	expect(t, e.until(id, seq-1, isTurnEnd), "prompt", "error", "turn_end:error")
+	e.boxes.mu.Lock()
+	starts, running := e.boxes.starts, e.boxes.running
+	e.boxes.mu.Unlock()
+	if starts != 0 || running {
+		t.Fatalf("the turn started the stopped sandbox (%d starts, running %v)", starts, running)
+	}
+	expect(t, e.turn(id, "wake up"), "prompt", "update:agent_message_chunk:echo: wake up", "turn_end:end_turn")
+	if e.boxes.starts != 1 {
+		t.Errorf("a prompt after the stop started the sandbox %d times, want 1", e.boxes.starts)
 	}
 }

@@ -41,7 +41,9 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (api.StopReason
 		// is another sandbox under the same name.
 		err = api.Errorf(api.CodeSandboxNotFound, "sandbox %s that this session ran in was deleted", rec.Sandbox)
 	}
-	if err == nil && sb.State != api.StateRunning {
+	if err == nil && sb.State != api.StateRunning && s.stoppedSince(t) {
+		err = fmt.Errorf("sandbox %s was stopped after this prompt was accepted: prompt again to start it", rec.Sandbox)
+	} else if err == nil && sb.State != api.StateRunning {
 		s.lg.Info("starting the sandbox for a prompt", "sandbox", rec.Sandbox, "session", rec.ID)
 		// Not cut short by a cancel: a sandbox start runs to its end either way.
 		if _, err = s.boxes.Start(context.WithoutCancel(ctx), rec.Sandbox); err != nil {
@@ -104,6 +106,13 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (api.StopReason
 }
 
 func cancelled(ctx context.Context) bool { return ctx.Err() != nil }
+
+// stoppedSince says whether a stop of the turn's sandbox began after its prompt was accepted.
+func (s *Service) stoppedSince(t *turn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.stopped
+}
 
 // endTurn records the turn's end: permission requests still waiting end cancelled, an error event
 // says what failed, then turn_end. The session takes a new prompt once turn_end is durable.

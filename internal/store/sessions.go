@@ -26,6 +26,9 @@ type Session struct {
 	// ACPSessionID is the harness's id of the session, once a harness has served it.
 	ACPSessionID string    `json:"acp_session_id,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
+	// Call is the call (with an idempotency key) that made the session, so that its retry
+	// finds it made although a crash lost its receipt.
+	Call Call `json:"call,omitempty"`
 }
 
 // CreateSession stores a new session; ErrExists if the id is taken.

@@ -94,6 +94,13 @@ type Sandbox struct {
 	// DeleteSnapshots records, with the state deleting, that the delete also removes the
 	// sandbox's snapshots, so that a delete interrupted by a crash is finished whole.
 	DeleteSnapshots bool `json:"delete_snapshots,omitempty"`
+	// Unanswered is set while the create that made the sandbox has not returned: a restart undoes
+	// such a create whatever state it reached, so that the client's retry with its idempotency
+	// key makes the sandbox afresh instead of finding its name taken.
+	Unanswered bool `json:"unanswered,omitempty"`
+	// Call is the call (with an idempotency key) that made the sandbox or last grew it, so that
+	// its retry finds it done although a crash lost its receipt.
+	Call Call `json:"call,omitempty"`
 }
 
 // Egress is a sandbox's stored egress policy, as pkg/api's Egress validated it.
@@ -174,6 +181,9 @@ type Snapshot struct {
 	AllocatedBytes int64     `json:"allocated_bytes"`
 	Reflinked      bool      `json:"reflinked"`
 	CreatedAt      time.Time `json:"created_at"`
+	// Call is the call (with an idempotency key) that made the snapshot, so that its retry
+	// finds it made although a crash lost its receipt.
+	Call Call `json:"call,omitempty"`
 }
 
 // CreateSnapshot stores a new snapshot record; ErrExists if the name is taken.

@@ -30,7 +30,7 @@ import (
 //	<dir>.pool.img                   the pool image, when the host filesystem lacks reflink
 //	<dir>/<id>.img                   the volume's image file
 //	<dir>/<id>.img.creating          an image being formatted, copied or restored; a leftover
-//	                                 from a crash is removed by Delete
+//	                                 from a crash is removed by Delete and by NewXFS
 //	<dir>/mnt/<id>                   the mount point while mounted
 //	<dir>/snapshots/<snap>.img       a sealed snapshot: a copy of a frozen volume image
 //	<dir>/snapshots/<snap>.img.sealing  a snapshot being copied
@@ -110,7 +110,35 @@ func NewXFS(dir string) (*XFS, error) {
 	}
 	thawAll(mnt)
 	cleanSealMounts(mnt)
+	x.cleanCreating()
 	return x, nil
+}
+
+// cleanCreating removes the images a daemon killed while making them left behind: a format, a
+// fork's copy, or a restore's copy beside the image it was to replace, which no later Delete
+// removes since the volume lives on. The copy a restore was growing is mounted at the volume's
+// mount point; that mount goes with it, and only that one: a volume still mounted there for its
+// running sandbox stays. Nothing is being made while the driver starts.
+func (x *XFS) cleanCreating() {
+	ctx := context.Background()
+	files, _ := filepath.Glob(filepath.Join(x.dir, "*.img.creating"))
+	for _, f := range files {
+		id, ok := x.imageID(f)
+		if !ok {
+			continue
+		}
+		mnt := x.mountpoint(id)
+		devs, _ := loopDevicesFor(f, false)
+		if m, mounted, err := mountinfo.At(mnt); err == nil && mounted && slices.Contains(devs, m.Source) {
+			if err := x.unmountImage(ctx, id, f, mnt); err != nil {
+				continue // Delete tries again
+			}
+		} else if err := releaseLoops(ctx, "volume "+id, f); err != nil {
+			continue
+		}
+		_ = removeImage(f)
+	}
+	syncDir(x.dir)
 }
 
 // makeShared makes dir a mount point of its own in a shared peer group (as Docker does for its

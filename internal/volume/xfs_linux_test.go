@@ -665,3 +665,54 @@ func hasDeletedLoop(t *testing.T, image string) bool {
 	}
 	return false
 }
+
+// A daemon killed during a restore leaves the copy beside the image it was to replace, mounted
+// if the restore was growing it, and the volume lives on, so no Delete removes the copy: the
+// next start of the driver does, and leaves the volume of a running sandbox mounted.
+func TestXFSRestartRemovesInterruptedCopies(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const running, restored = "sb-running", "sb-restored"
+	for _, id := range []string{running, restored} {
+		if _, err := x.Create(ctx, id, 1, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mnt, err := x.Mount(ctx, running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A format cut short beside a mounted volume, and a restore's copy mounted for its growth.
+	if err := os.WriteFile(x.image(running)+".creating", []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tmp := x.image(restored) + ".creating"
+	if _, err := x.copyImage(ctx, x.image(restored), tmp, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.mountImage(restored, tmp, x.mountpoint(restored)); err != nil {
+		t.Fatal(err)
+	}
+
+	x2, err := NewXFS(x.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{running, restored} {
+		if _, err := os.Stat(x.image(id) + ".creating"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s.img.creating survived the restart: %v", id, err)
+		}
+		if _, err := x2.Info(ctx, id); err != nil {
+			t.Errorf("volume %s after the restart: %v", id, err)
+		}
+	}
+	if n := countMounts(t, x.mountpoint(restored)); n != 0 {
+		t.Errorf("the restore's copy is still mounted %d times", n)
+	}
+	if devs, err := loopDevicesFor(tmp, false); err != nil || len(devs) != 0 {
+		t.Errorf("loop devices on the restore's copy: %v, %v", devs, err)
+	}
+	if n := countMounts(t, mnt); n != 1 {
+		t.Errorf("the running sandbox's volume is mounted %d times after the restart, want 1", n)
+	}
+}

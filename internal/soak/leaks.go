@@ -1,0 +1,141 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// finish forks every snapshot once (each must give a sandbox holding its writes), deletes
+// everything, checks the data dir holds nothing of it, stops the daemon and checks that nothing
+// is left on the host.
+func (s *soak) finish(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	for _, w := range s.workers {
+		for _, sn := range w.snaps {
+			name := fmt.Sprintf("fk-%s", sn.name)
+			sb, err := s.c.CreateSandbox(ctx, api.SandboxesPost{Name: name, Image: s.cfg.Image, FromSnapshot: sn.name})
+			s.count("fork")
+			if err != nil {
+				s.violate("fork", "snapshot %s cannot be forked: %v", sn.name, err)
+				continue
+			}
+			m := &sandboxModel{name: name, markers: sn.markers, maybe: sn.maybe}
+			if found, err := s.markers(ctx, name); err != nil {
+				s.violate("fork", "exec in %s forked from %s: %v", name, sn.name, err)
+			} else {
+				s.compareMarkers(fmt.Sprintf("%s forked from %s", name, sn.name), m, found)
+			}
+			if sb.Workspace.CapacityBytes != int64(sn.capGiB)*gib {
+				s.violate("size", "%s forked from %s has %d bytes, want %d GiB", name, sn.name, sb.Workspace.CapacityBytes, sn.capGiB)
+			}
+		}
+	}
+	if list, err := s.c.ListSandboxes(ctx); err != nil {
+		s.violate("end", "sandbox list: %v", err)
+	} else {
+		for _, sb := range list {
+			s.count("delete")
+			if err := s.c.DeleteSandbox(ctx, sb.Name, true); err != nil {
+				s.violate("end", "delete %s: %v", sb.Name, err)
+			}
+		}
+	}
+	if snaps, err := s.c.ListSnapshots(ctx, ""); err != nil {
+		s.violate("end", "snapshot list: %v", err)
+	} else {
+		for _, sn := range snaps {
+			s.count("snapshot-delete")
+			if err := s.c.DeleteSnapshot(ctx, sn.Name); err != nil {
+				s.violate("end", "delete snapshot %s: %v", sn.Name, err)
+			}
+		}
+	}
+	// The pool is mounted while the daemon runs: look into it before stopping.
+	data := s.cfg.Daemon.DataDir()
+	for _, pattern := range []string{"volumes/*.img", "volumes/snapshots/*", "volumes/mnt/*", "volumes/mnt/.*", "harness/*", "sandboxes/*", "runtime/*", "run/*"} {
+		files, _ := filepath.Glob(filepath.Join(data, pattern))
+		for _, f := range files {
+			s.violate("stray file", "%s is left after every sandbox and snapshot was deleted", f)
+		}
+	}
+	s.cfg.Daemon.Stop()
+	// A killed sandbox's last processes may still be on their way out (zombies until reaped).
+	leaks := Leaks(data)
+	for i := 0; len(leaks) > 0 && i < 100; i++ {
+		time.Sleep(100 * time.Millisecond)
+		leaks = Leaks(data)
+	}
+	for _, l := range leaks {
+		s.violate("leak", "%s", l)
+	}
+}
+
+// Leaks lists what a stopped daemon with data dir dataDir left on the host: mounts under it,
+// loop devices backed by files in it, its sandboxes' cgroups and processes, and container state.
+func Leaks(dataDir string) []string {
+	var leaks []string
+	mounts, err := mountinfo.Under(dataDir)
+	if err != nil {
+		leaks = append(leaks, "read mounts: "+err.Error())
+	}
+	for _, t := range mounts {
+		if t != dataDir {
+			leaks = append(leaks, "mount "+t)
+		}
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, b := range backing {
+		data, err := os.ReadFile(b)
+		if f := strings.TrimSpace(string(data)); err == nil && strings.HasPrefix(f, dataDir+"/") {
+			leaks = append(leaks, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(b)))+" backed by "+f)
+		}
+	}
+	// Sandbox cgroups are named after the runtime's state dir; so are its processes' cgroups.
+	prefix := runtime.CgroupPrefix(filepath.Join(dataDir, "runtime"))
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), prefix) {
+			leaks = append(leaks, "cgroup "+p)
+			return fs.SkipDir
+		}
+		return nil
+	})
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		cg, _ := os.ReadFile(filepath.Join(p, "cgroup"))
+		root, _ := os.Readlink(filepath.Join(p, "root"))
+		if strings.Contains(string(cg), "/"+prefix) || strings.HasPrefix(root, dataDir+"/") {
+			status, _ := os.ReadFile(filepath.Join(p, "status"))
+			name, state := statusField(string(status), "Name"), statusField(string(status), "State")
+			leaks = append(leaks, fmt.Sprintf("process %s (%s, %s)", filepath.Base(p), name, state))
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(dataDir, "runtime")); err == nil {
+		for _, e := range entries {
+			leaks = append(leaks, "container state "+e.Name())
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		leaks = append(leaks, "read runtime state: "+err.Error())
+	}
+	return leaks
+}
+
+// statusField is one field of /proc/PID/status ("" if it has none).
+func statusField(status, name string) string {
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
