@@ -152,13 +152,6 @@ func chatRun(ctx context.Context, f *Factory, opts *ChatOptions) error {
 			}
 		}
 	}
-	if box.State == api.StateStopped {
-		// The first prompt would start it too, but silently and only then: start it now, in view.
-		fmt.Fprintf(f.IO.ErrOut, "starting sandbox %s…\n", opts.Sandbox)
-		if box, err = c.StartSandbox(ctx, opts.Sandbox); err != nil {
-			return err
-		}
-	}
 	if se.ID == "" {
 		se, err = c.CreateSession(ctx, api.SessionsPost{Sandbox: opts.Sandbox, Harness: opts.Harness, PermissionPolicy: opts.Policy})
 		if err != nil {
@@ -244,6 +237,9 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(f.IO.In), tea.WithOutput(out))
 
 	d := &chatDriver{c: c, session: se.ID, known: se.LastSeq, send: p.Send, trace: trace}
+	if sandboxState == string(api.StateStopped) {
+		d.start = opts.Sandbox
+	}
 	var driverErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -299,6 +295,7 @@ type chatDriver struct {
 	c       *client.Client
 	session string
 	known   uint64        // the session's last seq when the chat opened: its history to fetch ahead
+	start   string        // a stopped sandbox to start, in view, before the history is read
 	send    func(tea.Msg) // tea.Program.Send
 	trace   *chatTrace    // nil unless tracing
 
@@ -311,6 +308,17 @@ func (d *chatDriver) run(ctx context.Context) {
 	d.backoffMin = cmp.Or(d.backoffMin, 100*time.Millisecond)
 	d.backoffMax = cmp.Or(d.backoffMax, 2*time.Second)
 	d.send(chat.ConnMsg{State: chat.ConnLoading})
+	if d.start != "" {
+		// The first prompt would start it too, but silently and only then: start it now, on
+		// the status line. A start that fails is shown; the history can be read all the same.
+		d.send(chat.SandboxMsg{State: string(api.StateStarting)})
+		box, err := d.c.StartSandbox(ctx, d.start)
+		if err != nil {
+			d.send(chat.SandboxMsg{State: string(api.StateStopped), Err: err})
+		} else {
+			d.send(chat.SandboxMsg{State: string(box.State)})
+		}
+	}
 	last, ok := d.replay(ctx)
 	if !ok {
 		return

@@ -77,7 +77,10 @@ type ConnMsg struct {
 type SessionMsg api.Session
 
 // SandboxMsg is a change of the sandbox's state, e.g. "starting", "running".
-type SandboxMsg struct{ State string }
+type SandboxMsg struct {
+	State string
+	Err   error // why a change asked for did not happen (a start that failed), shown as a note
+}
 
 // Internal messages.
 type (
@@ -254,6 +257,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.session = api.Session(msg)
 	case SandboxMsg:
 		m.sandboxState = msg.State
+		if msg.Err != nil {
+			cmds = append(cmds, m.setNote("sandbox did not start: "+errText(msg.Err)))
+		}
 	case backendDoneMsg:
 		cmds = append(cmds, m.backendDone(msg))
 	case noteExpiredMsg:
