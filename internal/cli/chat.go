@@ -152,13 +152,6 @@ func chatRun(ctx context.Context, f *Factory, opts *ChatOptions) error {
 			}
 		}
 	}
-	if box.State == api.StateStopped {
-		// The first prompt would start it too, but silently and only then: start it now, in view.
-		fmt.Fprintf(f.IO.ErrOut, "starting sandbox %s…\n", opts.Sandbox)
-		if box, err = c.StartSandbox(ctx, opts.Sandbox); err != nil {
-			return err
-		}
-	}
 	if se.ID == "" {
 		se, err = c.CreateSession(ctx, api.SessionsPost{Sandbox: opts.Sandbox, Harness: opts.Harness, PermissionPolicy: opts.Policy})
 		if err != nil {
@@ -243,7 +236,10 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 	})
 	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(f.IO.In), tea.WithOutput(out))
 
-	d := &chatDriver{c: c, session: se.ID, send: p.Send, trace: trace}
+	d := &chatDriver{c: c, session: se.ID, known: se.LastSeq, send: p.Send, trace: trace}
+	if sandboxState == string(api.StateStopped) {
+		d.start = opts.Sandbox
+	}
 	var driverErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -298,6 +294,8 @@ func (b *chatBackend) Answer(ctx context.Context, toolCallID, kind string) error
 type chatDriver struct {
 	c       *client.Client
 	session string
+	known   uint64        // the session's last seq when the chat opened: its history to fetch ahead
+	start   string        // a stopped sandbox to start, in view, before the history is read
 	send    func(tea.Msg) // tea.Program.Send
 	trace   *chatTrace    // nil unless tracing
 
@@ -310,6 +308,17 @@ func (d *chatDriver) run(ctx context.Context) {
 	d.backoffMin = cmp.Or(d.backoffMin, 100*time.Millisecond)
 	d.backoffMax = cmp.Or(d.backoffMax, 2*time.Second)
 	d.send(chat.ConnMsg{State: chat.ConnLoading})
+	if d.start != "" {
+		// The first prompt would start it too, but silently and only then: start it now, on
+		// the status line. A start that fails is shown; the history can be read all the same.
+		d.send(chat.SandboxMsg{State: string(api.StateStarting)})
+		box, err := d.c.StartSandbox(ctx, d.start)
+		if err != nil {
+			d.send(chat.SandboxMsg{State: string(api.StateStopped), Err: err})
+		} else {
+			d.send(chat.SandboxMsg{State: string(box.State)})
+		}
+	}
 	last, ok := d.replay(ctx)
 	if !ok {
 		return
@@ -343,8 +352,10 @@ func (d *chatDriver) retry(ctx context.Context, err error, backoff *time.Duratio
 	return true
 }
 
-// replay sends the stored events a page at a time and returns the last seq sent.
+// replay sends the stored events a page at a time and returns the last seq sent: the known
+// history fetched ahead, then a page at a time what came since (or what fetching ahead missed).
 func (d *chatDriver) replay(ctx context.Context) (last uint64, ok bool) {
+	last = d.fetchAhead(ctx)
 	backoff, reported := d.backoffMin, false
 	for {
 		page, err := d.c.Events(ctx, d.session, last, api.MaxEventsPage)
@@ -368,6 +379,54 @@ func (d *chatDriver) replay(ctx context.Context) (last uint64, ok bool) {
 			return last, true
 		}
 	}
+}
+
+// pagesAhead is how many pages of history are fetched while the model takes the one before.
+const pagesAhead = 2
+
+// fetchAhead sends the pages of the known history and returns the last seq sent. A session's
+// events are numbered without holes, so where each page starts is known before the page before
+// it arrives: pages are fetched and decoded pagesAhead at a time while the model takes the
+// previous one, which keeps a second core busy on a long session. A failed or surprising page
+// ends it early and replay's page-at-a-time loop, with its retries, carries on from there.
+func (d *chatDriver) fetchAhead(ctx context.Context) (last uint64) {
+	type result struct {
+		page []api.SessionEvent
+		err  error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // before Wait: it frees a fetcher blocked on a full queue
+	queue := make(chan chan result, pagesAhead-1)
+	wg.Go(func() {
+		defer close(queue)
+		for after := uint64(0); after < d.known; after += api.MaxEventsPage {
+			r := make(chan result, 1)
+			select {
+			case queue <- r:
+			case <-ctx.Done():
+				return
+			}
+			wg.Go(func() {
+				page, err := d.c.Events(ctx, d.session, after, api.MaxEventsPage)
+				r <- result{page, err}
+			})
+		}
+	})
+	for r := range queue {
+		res := <-r
+		if res.err != nil || len(res.page) == 0 || res.page[0].Seq != last+1 {
+			return last
+		}
+		d.send(chat.EventsMsg(res.page))
+		d.trace.events(res.page)
+		last = res.page[len(res.page)-1].Seq
+		if len(res.page) < api.MaxEventsPage {
+			return last
+		}
+	}
+	return last
 }
 
 // follow streams live events after last until ctx ends or the session is gone. Events are sent

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,10 +100,11 @@ func lastSeq(msgs []tea.Msg) uint64 {
 	return last
 }
 
-// startDriver runs a driver on session s1 with short backoffs until the test ends.
-func startDriver(t *testing.T, c *client.Client) *messages {
+// startDriver runs a driver on session s1 with short backoffs until the test ends; known is the
+// session's last seq as the chat opened it (0: not known).
+func startDriver(t *testing.T, c *client.Client, known uint64) *messages {
 	rec := &messages{wake: make(chan struct{})}
-	drv := &chatDriver{c: c, session: "s1", send: rec.send, backoffMin: 5e6, backoffMax: 50e6}
+	drv := &chatDriver{c: c, session: "s1", known: known, send: rec.send, backoffMin: 5e6, backoffMax: 50e6}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { drv.run(ctx); close(done) }()
@@ -147,7 +149,7 @@ func TestChatDriverReplaysThenFollowsAcrossARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := startDriver(t, c)
+	rec := startDriver(t, c, 0)
 
 	rec.waitFor(t, "the stream to go live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 1 })
 	msgs := rec.all()
@@ -198,6 +200,47 @@ func TestChatDriverReplaysThenFollowsAcrossARestart(t *testing.T) {
 	}
 }
 
+// The known history is fetched pages ahead of the model and still reaches it once, in order, a
+// page at a time; pages ahead that find nothing (the known seq was wrong) change nothing.
+func TestChatDriverFetchesTheHistoryAhead(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		known uint64
+	}{{"known", 3 * api.MaxEventsPage}, {"overstated", 6 * api.MaxEventsPage}, {"understated", api.MaxEventsPage / 2}} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, f, _, _ := newFakeSessions(t, nil)
+			const stored = 3*api.MaxEventsPage - 5
+			for range stored {
+				d.update(chunk("agent_message_chunk", "x"))
+			}
+			c, err := f.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := startDriver(t, c, tt.known)
+			rec.waitFor(t, "the stream to go live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 1 })
+			var sizes []int
+			next := uint64(1)
+			for _, m := range rec.all() {
+				evs, ok := m.(chat.EventsMsg)
+				if !ok {
+					continue
+				}
+				sizes = append(sizes, len(evs))
+				for _, ev := range evs {
+					if ev.Seq != next {
+						t.Fatalf("seq %d sent to the model where %d was due", ev.Seq, next)
+					}
+					next++
+				}
+			}
+			if next != stored+1 || !slices.Equal(sizes, []int{api.MaxEventsPage, api.MaxEventsPage, api.MaxEventsPage - 5}) {
+				t.Errorf("history sent in pages of %v, up to seq %d; want 3 pages up to %d", sizes, next-1, stored)
+			}
+		})
+	}
+}
+
 // A daemon that is down when the chat opens is waited for, visibly.
 func TestChatDriverWaitsForTheDaemon(t *testing.T) {
 	d, _, _, _ := newFakeSessions(t, nil)
@@ -207,7 +250,7 @@ func TestChatDriverWaitsForTheDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := startDriver(t, c)
+	rec := startDriver(t, c, 1)
 	rec.waitFor(t, "reconnecting", func(m []tea.Msg) bool { return count(m, connState(chat.ConnReconnecting)) == 1 })
 	daemonOnSocket(t, sock, d)
 	rec.waitFor(t, "live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) == 1 })

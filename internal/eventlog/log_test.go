@@ -150,6 +150,46 @@ func TestSinceLimit(t *testing.T) {
 	}
 }
 
+// TestAppendStoredIsSinceAsAnArray: the stored bytes of a window, put in brackets, are a JSON
+// array of exactly the events Since returns for it, and they extend what dst held.
+func TestAppendStoredIsSinceAsAnArray(t *testing.T) {
+	l, _, _ := openTestLog(t, true)
+	appendN(t, l, "s", 10, 1)
+	for _, w := range []struct {
+		after uint64
+		limit int
+	}{{0, 0}, {3, 4}, {8, 100}, {10, 5}, {50, 0}} {
+		t.Run(fmt.Sprintf("after=%d,limit=%d", w.after, w.limit), func(t *testing.T) {
+			want, err := l.Since("s", w.after, w.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, n, err := l.AppendStored([]byte("x["), "s", w.after, w.limit)
+			if err != nil || n != len(want) {
+				t.Fatalf("AppendStored = %d events, %v; want %d", n, err, len(want))
+			}
+			if !bytes.HasPrefix(b, []byte("x[")) {
+				t.Fatalf("AppendStored lost what dst held: %.10s", b)
+			}
+			var got []api.SessionEvent
+			if err := json.Unmarshal(append(b[1:], ']'), &got); err != nil {
+				t.Fatalf("not a JSON array: %v: %s", err, b)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("decoded %d events; want %d", len(got), len(want))
+			}
+			for i := range got {
+				if got[i].Seq != want[i].Seq || !got[i].Time.Equal(want[i].Time) || !bytes.Equal(got[i].Data, want[i].Data) {
+					t.Errorf("event %d = %+v; want %+v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+	if b, n, err := l.AppendStored(nil, "nobody", 0, 0); err != nil || n != 0 || len(b) != 0 {
+		t.Fatalf("unknown session: %q, %d, %v", b, n, err)
+	}
+}
+
 func TestDurableAcrossReopen(t *testing.T) {
 	l, db, path := openTestLog(t, false)
 	appendN(t, l, "s", 25, 4)

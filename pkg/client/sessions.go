@@ -81,9 +81,21 @@ func (c *Client) Events(ctx context.Context, id string, after uint64, limit int)
 	if limit > 0 && limit < api.MaxEventsPage {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var l api.SessionEventList
-	err := c.do(ctx, http.MethodGet, sessionPath(id)+"/events?"+q.Encode(), nil, &l)
-	return l.Events, err
+	path := sessionPath(id) + "/events?" + q.Encode()
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, c.transportError(err)
+	}
+	evs, err := decodeEventPage(body)
+	if err != nil {
+		return nil, fmt.Errorf("decode GET %s answer: %w", path, err)
+	}
+	return evs, nil
 }
 
 // AllEvents yields every stored event of a session with seq > after, in order, fetching them a

@@ -77,7 +77,10 @@ type ConnMsg struct {
 type SessionMsg api.Session
 
 // SandboxMsg is a change of the sandbox's state, e.g. "starting", "running".
-type SandboxMsg struct{ State string }
+type SandboxMsg struct {
+	State string
+	Err   error // why a change asked for did not happen (a start that failed), shown as a note
+}
 
 // Internal messages.
 type (
@@ -94,6 +97,9 @@ type (
 
 // quitWindow is how soon a second Ctrl-C must follow the first to quit.
 const quitWindow = 2 * time.Second
+
+// historyFrame is how often the screen is redrawn while the stored history loads.
+const historyFrame = 250 * time.Millisecond
 
 // noteTTL is how long a transient note stays.
 const noteTTL = 5 * time.Second
@@ -230,11 +236,17 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.input.SetWidth(max(1, m.width))
 	case EventsMsg:
 		m.applyEvents(msg)
-		if m.frame > 0 && m.viewValid && m.now().Sub(m.lastView) < m.frame {
+		every := m.frame
+		if !m.historyDone {
+			// The screen shows where the history has got to, not each page of it: drawing
+			// the bottom of a half-loaded transcript ten times was a tenth of opening one.
+			every = historyFrame
+		}
+		if m.frame > 0 && m.viewValid && m.now().Sub(m.lastView) < every {
 			m.deferred = true
 			if !m.frameTick {
 				m.frameTick = true
-				cmds = append(cmds, m.after(m.frame, func(time.Time) tea.Msg { return frameMsg{} }))
+				cmds = append(cmds, m.after(every, func(time.Time) tea.Msg { return frameMsg{} }))
 			}
 		}
 	case HistoryDoneMsg:
@@ -245,6 +257,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.session = api.Session(msg)
 	case SandboxMsg:
 		m.sandboxState = msg.State
+		if msg.Err != nil {
+			cmds = append(cmds, m.setNote("sandbox did not start: "+errText(msg.Err)))
+		}
 	case backendDoneMsg:
 		cmds = append(cmds, m.backendDone(msg))
 	case noteExpiredMsg:

@@ -207,3 +207,16 @@ func TestUnknownAndUnreadableEvents(t *testing.T) {
 		}
 	}
 }
+
+// The sandbox's start shows on the status line; a start that fails says why.
+func TestSandboxStartShows(t *testing.T) {
+	h := newHarness(t, 100, 12, false)
+	h.send(SandboxMsg{State: "starting"})
+	if s := h.screen(); !strings.Contains(s, "web starting") {
+		t.Errorf("status line does not show the start:\n%s", s)
+	}
+	h.send(SandboxMsg{State: "stopped", Err: errors.New("sandbox web is deleting")})
+	if s := h.screen(); !strings.Contains(s, "web stopped") || !strings.Contains(s, "sandbox did not start: sandbox web is deleting") {
+		t.Errorf("a failed start does not show:\n%s", s)
+	}
+}

@@ -236,6 +236,12 @@ func (m *Model) ruleLine() string {
 	switch {
 	case m.note != "":
 		text = m.note
+	case m.conn.Err != nil && (m.conn.State == ConnReconnecting || m.conn.State == ConnClosed):
+		// The status line says that the connection is down; this says why.
+		text = "connection lost: " + errText(m.conn.Err)
+		if m.conn.State == ConnClosed {
+			text = "disconnected: " + errText(m.conn.Err)
+		}
 	case m.unseen && !m.follow:
 		text, style = "↓ new output below · ctrl+end", m.st.Muted
 	}
