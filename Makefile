@@ -70,6 +70,8 @@ FUZZ_TARGETS := \
 	./pkg/api:FuzzSandboxesPostNormalize \
 	./pkg/api:FuzzSessionsPostNormalize \
 	./pkg/api:FuzzExecRequestValidate \
+	./pkg/api:FuzzPermissionAnswerValidate \
+	./pkg/client:FuzzEventPage \
 	./pkg/api:FuzzNormalizeEgressRule \
 	./internal/daemon:FuzzDecodeBody \
 	./internal/runtime/initproc:FuzzRecv \
