@@ -130,3 +130,24 @@ func extractEntry(root *os.Root, p string, hdr *tar.Header, tr io.Reader, st *ex
 	}
 	return root.Chtimes(p, hdr.AccessTime, hdr.ModTime)
 }
+
+// writeRootFile writes r to the new file p under root (replacing what is there), with mode.
+func writeRootFile(root *os.Root, p string, r io.Reader, mode fs.FileMode) error {
+	if dir := path.Dir(p); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, readErrorOf(r)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -188,41 +187,16 @@ func tarNames(archive string) (map[string]bool, error) {
 	}
 }
 
-// openLayout unpacks the OCI layout tar archive into dir (regular files and directories only)
-// and returns its image for this host's platform, or its only image.
+// openLayout unpacks the OCI layout tar archive into dir (as a root filesystem is: nothing
+// reaches outside dir) and returns its image for this host's platform, or its only image.
 func openLayout(archive, dir string) (v1.Image, error) {
 	f, err := os.Open(archive)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	root, err := os.OpenRoot(dir)
-	if err != nil {
+	if _, err := extractTar(context.Background(), f, dir); err != nil {
 		return nil, err
-	}
-	defer root.Close()
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		p := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
-		switch {
-		case p == "":
-		case hdr.Typeflag == tar.TypeDir:
-			err = root.MkdirAll(p, 0o755)
-		case hdr.Typeflag == tar.TypeReg:
-			err = writeRootFile(root, p, tr, 0o644)
-		default:
-			return nil, fmt.Errorf("%s: an OCI layout holds only files and directories", p)
-		}
-		if err != nil {
-			return nil, err
-		}
 	}
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
@@ -246,25 +220,4 @@ func openLayout(archive, dir string) (v1.Image, error) {
 		return nil, fmt.Errorf("index.json names no image for linux/%s", goruntime.GOARCH)
 	}
 	return idx.Image(pick.Digest)
-}
-
-// writeRootFile writes r to the new file p under root (replacing what is there), with mode.
-func writeRootFile(root *os.Root, p string, r io.Reader, mode fs.FileMode) error {
-	if dir := path.Dir(p); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, readErrorOf(r)); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
