@@ -42,7 +42,7 @@ type layerFile struct {
 }
 
 // tarLayer writes entries as an uncompressed tar.
-func tarLayer(t *testing.T, entries []layerFile) []byte {
+func tarLayer(t testing.TB, entries []layerFile) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -414,4 +414,34 @@ func TestPullFromLocalRegistry(t *testing.T) {
 	if !errors.Is(err, ErrRegistry) {
 		t.Errorf("pull of a missing image: %v, want ErrRegistry", err)
 	}
+}
+
+// FuzzExtractTar feeds archives from outside the daemon's trust to the extraction: whatever the
+// bytes, nothing is written outside the rootfs, and nothing panics.
+func FuzzExtractTar(f *testing.F) {
+	seed := func(entries []layerFile) { f.Add(tarLayer(f, entries)) }
+	seed([]layerFile{{name: "etc/", typ: tar.TypeDir, mode: 0o755}, {name: "etc/passwd", body: "root:x:0:0::/root:/bin/sh\n", typ: tar.TypeReg, mode: 0o644}})
+	seed([]layerFile{{name: "../../escape", body: "x", typ: tar.TypeReg, mode: 0o644}})
+	seed([]layerFile{{name: "up", link: "../..", typ: tar.TypeSymlink}, {name: "up/escape", body: "x", typ: tar.TypeReg, mode: 0o644}})
+	seed([]layerFile{{name: "abs", link: "/", typ: tar.TypeSymlink}, {name: "abs/tmp/escape", body: "x", typ: tar.TypeReg, mode: 0o644}})
+	seed([]layerFile{{name: "a", body: "x", typ: tar.TypeReg, mode: 0o4755}, {name: "b", link: "../a", typ: tar.TypeLink}})
+	f.Add([]byte("not a tar"))
+	f.Fuzz(func(t *testing.T, archive []byte) {
+		dir := t.TempDir()
+		rootfs := filepath.Join(dir, "rootfs")
+		if err := os.Mkdir(rootfs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = extractTar(context.Background(), bytes.NewReader(archive), rootfs)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 1 {
+			t.Fatalf("the extraction wrote beside the rootfs: %v", entries)
+		}
+		if _, err := os.Lstat("/tmp/escape"); err == nil {
+			t.Fatal("the extraction wrote /tmp/escape")
+		}
+	})
 }
