@@ -1,8 +1,7 @@
 # Shared steps of every image definition; build.sh sources this file. POSIX sh.
 #
-# Runs as root on the host, in the daemon's own mount namespace (a namespace of its own would
-# hold copies of every mounted workspace for the minutes a build takes): the daemon unmounts what
-# debootstrap mounts inside the rootfs (/proc, /sys) after the script, however it ended.
+# Runs as root on the host. The daemon runs build.sh in a private mount namespace, so the
+# /proc and /sys mounts debootstrap makes inside the rootfs never reach the host's mount table.
 
 set -eu
 

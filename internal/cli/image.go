@@ -49,7 +49,8 @@ func newCmdImageBuild(f *Factory, runF func(*ImageBuildOptions) error) *cobra.Co
 derive image NAME from another image: each --script file (or --run command) runs in order, as
 root with sh -e, in a copy of the other image's root filesystem, with the host's network. The
 new image records its parent and steps (see hiloop image get) and keeps the parent's exec
-environment; it does not change when the parent is rebuilt or deleted.
+environment; it does not change when the parent is rebuilt or deleted. Without --from, a derived
+image builds again from what it recorded.
 
 A terminal shows where the build is; --verbose (or a stderr that is not a terminal) shows every
 line of its output. Rebuilding an image whose definition (or parent and steps) has not changed
