@@ -8,7 +8,7 @@ LDFLAGS := -X github.com/hiloop/hiloop/internal/cli.Version=$(VERSION) -X github
 # sandboxd needs cgo (libcontainer's nsenter) and libseccomp for the seccomp filter.
 DAEMON_TAGS := seccomp
 # Debian packages the daemon and the tests need (nodejs: the claude-code launcher test).
-DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs tmux time
+DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs tmux time docker-registry
 # Where the tests keep the built test image and debootstrap's downloads between runs.
 TEST_CACHE ?= /var/cache/hiloop-test
 

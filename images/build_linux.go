@@ -32,17 +32,15 @@ func (s *Store) Build(ctx context.Context, name string, progress io.Writer) (Ima
 
 // BuildWith builds image name: it writes the definition to a temporary directory, runs its
 // build.sh (as root) into a new rootfs generation, installs the harnesses its manifest lists
-// (harness/install.sh runs their Install scripts in the rootfs), and switches image.json to it. Each Write to progress is one line of the script's combined output, ending
-// in "\n". When the built image's digest equals the definition's, it returns the built image
-// without building, unless opts.Force. A failed or cancelled build leaves the previous image as
-// it was and no temporary directory. Concurrent builds of one name (in any process) run one
-// after the other.
+// (harness/install.sh runs their Install scripts in the rootfs), and switches image.json to it.
+// Each Write to progress is one line of the script's combined output, ending in "\n"; the
+// store's own lines go to its Stage method when progress is a Stager. When the built image's
+// digest equals the definition's, it returns the built image without building, unless
+// opts.Force. A failed or cancelled build leaves the previous image as it was and no temporary
+// directory. Concurrent builds of one name (in any process) run one after the other.
 func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, opts BuildOptions) (Image, error) {
 	if !validName(name) || !s.known(name) {
 		return Image{}, fmt.Errorf("image %q: no definition: %w", name, ErrUnknown)
-	}
-	if progress == nil {
-		progress = io.Discard
 	}
 	hs, err := s.harnesses(name)
 	if err != nil {
@@ -51,6 +49,47 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 	dg, err := digest(s.defs(), name, hs)
 	if err != nil {
 		return Image{}, err
+	}
+	return s.make(ctx, job{name: name, digest: dg, force: opts.Force, fill: func(ctx context.Context, build, rootfs string, lock *os.File, progress io.Writer) (meta, error) {
+		defDir := filepath.Join(build, "definition")
+		if err := writeDefinition(s.defs(), sources(name, hs), defDir); err != nil {
+			return meta{}, err
+		}
+		mirror := s.Mirror
+		if mirror == "" {
+			mirror = HostMirror()
+		}
+		stage(progress, "building image %s (%s) from %s", name, dg, mirror)
+		if err := runScript(ctx, filepath.Join(defDir, name, "build.sh"), []string{rootfs, mirror}, lock, progress); err != nil {
+			return meta{}, err
+		}
+		carried, err := installHarnesses(ctx, build, defDir, rootfs, hs, lock, progress)
+		if err != nil {
+			return meta{}, err
+		}
+		return meta{Kind: KindDefinition, Mirror: mirror, Harnesses: carried}, nil
+	}}, progress)
+}
+
+// job is what one kind of build does beyond what every build shares (see Store.make).
+type job struct {
+	name   string
+	digest string
+	force  bool
+	// fill writes the new root filesystem into rootfs (an empty directory under build, the
+	// build's own temporary directory) and returns what image.json records besides the name,
+	// digest, time, size and generation.
+	fill func(ctx context.Context, build, rootfs string, lock *os.File, progress io.Writer) (meta, error)
+}
+
+// make runs j under the image's build lock: it returns the built image unchanged when its digest
+// is j's (unless j.force), else fills a new rootfs generation in a temporary directory, switches
+// image.json to it and prunes old generations. A failed or cancelled build leaves the previous
+// image as it was and no temporary directory.
+func (s *Store) make(ctx context.Context, j job, progress io.Writer) (Image, error) {
+	name := j.name
+	if progress == nil {
+		progress = io.Discard
 	}
 	dir := s.imageDir(name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -69,10 +108,10 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(progress, "W: ignoring the unreadable built image: %v\n", err)
 	}
-	if hasOld && old.Digest == dg && !opts.Force {
+	if hasOld && old.Digest == j.digest && !j.force {
 		img := old.image(dir)
 		if _, err := os.Stat(img.Path); err == nil {
-			fmt.Fprintf(progress, "image %s is up to date (%s)\n", name, dg)
+			stage(progress, "image %s is up to date (%s)", name, j.digest)
 			return img, nil
 		}
 	}
@@ -89,37 +128,28 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 			fmt.Fprintf(progress, "W: %v\n", err)
 		}
 	}()
-	defDir := filepath.Join(build, "definition")
-	if err := writeDefinition(s.defs(), sources(name, hs), defDir); err != nil {
-		return Image{}, fmt.Errorf("image %s: %w", name, err)
-	}
 	rootfs := filepath.Join(build, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
-	mirror := s.Mirror
-	if mirror == "" {
-		mirror = HostMirror()
-	}
-	fmt.Fprintf(progress, "building image %s (%s) from %s\n", name, dg, mirror)
-	if err := runScript(ctx, filepath.Join(defDir, name, "build.sh"), []string{rootfs, mirror}, lock, progress); err != nil {
-		return Image{}, fmt.Errorf("image %s: %w", name, err)
-	}
-	carried, err := installHarnesses(ctx, build, defDir, rootfs, hs, lock, progress)
+	m, err := j.fill(ctx, build, rootfs, lock, progress)
 	if err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
-
+	// What fill mounted (a derived build's /proc and /dev) must be gone before the rename.
+	if err := unmountUnder(rootfs); err != nil {
+		return Image{}, fmt.Errorf("image %s: %w", name, err)
+	}
 	size, err := diskUsage(rootfs)
 	if err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
-	gen := generationName(dg, rand.Uint32())
+	gen := generationName(j.digest, rand.Uint32())
 	if err := os.Rename(rootfs, filepath.Join(dir, gen)); err != nil {
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
-	m := meta{Name: name, Digest: dg, Built: time.Now().UTC().Truncate(time.Second), SizeBytes: size, Rootfs: gen, Mirror: mirror,
-		Harnesses: carried}
+	m.Name, m.Digest, m.SizeBytes, m.Rootfs = name, j.digest, size, gen
+	m.Built = time.Now().UTC().Truncate(time.Second)
 	if hasOld {
 		m.Previous = old.Rootfs
 	}
@@ -127,9 +157,52 @@ func (s *Store) BuildWith(ctx context.Context, name string, progress io.Writer, 
 		_ = removeTree(filepath.Join(dir, gen))
 		return Image{}, fmt.Errorf("image %s: %w", name, err)
 	}
-	fmt.Fprintf(progress, "built image %s: %d MiB\n", name, size>>20)
+	stage(progress, "built image %s: %d MiB", name, size>>20)
 	s.prune(name, m, progress)
 	return m.image(dir), nil
+}
+
+// Delete removes built image name: image.json first (so it is gone for every reader at once),
+// then its rootfs generations, then its directory. A generation a mount on the host still uses is
+// kept (and named in the error). A definition stays: its image can be built again. Whether a
+// sandbox uses the image is the caller's to check.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if _, err := s.Get(name); err != nil {
+		return err
+	}
+	lock, err := s.lock(ctx, name, io.Discard)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := os.Remove(s.metaPath(name)); err != nil {
+		return fmt.Errorf("image %s: %w", name, err)
+	}
+	entries, err := os.ReadDir(s.imageDir(name))
+	if err != nil {
+		return fmt.Errorf("image %s: %w", name, err)
+	}
+	inUse := mountedPaths()
+	var errs []error
+	for _, e := range entries {
+		p := filepath.Join(s.imageDir(name), e.Name())
+		if inUse(p) {
+			errs = append(errs, fmt.Errorf("%s is still mounted: it is removed with the next build of %s", p, name))
+			continue
+		}
+		if err := removeTree(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(s.imageDir(name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("image %s deleted, but: %w", name, errors.Join(errs...))
+	}
+	return nil
 }
 
 // Prune removes the rootfs generations of image name other than the current and the previous
@@ -295,23 +368,30 @@ func installHarnesses(ctx context.Context, build, defDir, rootfs string, hs []ad
 }
 
 // runScript runs a build script (build.sh ROOTFS MIRROR, harness/install.sh ROOTFS SCRIPT...),
-// streaming its output to progress line by line. The script inherits the build lock, so a build
-// orphaned by a daemon crash keeps holding it until it ends and the next build cannot remove the
-// directory it is writing to.
+// streaming its output to progress line by line. In the daemon's own mount namespace: a
+// namespace of its own would hold copies of every workspace and volume pool mounted when it was
+// made, keeping them busy for the minutes a build takes. The mounts debootstrap makes inside the
+// rootfs are removed after the script instead, however it ended (see unmountUnder).
 func runScript(ctx context.Context, script string, args []string, lock *os.File, progress io.Writer) error {
-	lw := &lineWriter{w: progress}
-	// In the daemon's own mount namespace: a namespace of its own would hold copies of every
-	// workspace and volume pool mounted when it was made, keeping them busy for the minutes a
-	// build takes. The mounts debootstrap makes inside the rootfs are removed after the script
-	// instead, however it ended (see unmountUnder).
 	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{script}, args...)...)
 	cmd.Dir = filepath.Dir(script)
 	cmd.Env = buildEnv()
+	return runBuildCmd(ctx, cmd, path.Base(script), lock, progress)
+}
+
+// runBuildCmd runs cmd, a step of a build, streaming its combined output to progress line by
+// line. It inherits the build lock, so a build orphaned by a daemon crash keeps holding it until
+// it ends and the next build cannot remove the directory it is writing to.
+func runBuildCmd(ctx context.Context, cmd *exec.Cmd, what string, lock *os.File, progress io.Writer) error {
+	lw := &lineWriter{w: progress}
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.ExtraFiles = []*os.File{lock}
 	// Its own process group, so a cancel kills debootstrap and dpkg too, not just the shell.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
@@ -322,7 +402,7 @@ func runScript(ctx context.Context, script string, args []string, lock *os.File,
 	if ctx.Err() != nil {
 		return fmt.Errorf("build cancelled: %w", ctx.Err())
 	}
-	return fmt.Errorf("%s failed: %w; last output:\n%s", path.Base(script), err, strings.Join(lw.tail, "\n"))
+	return fmt.Errorf("%s failed: %w; last output:\n%s", what, err, strings.Join(lw.tail, "\n"))
 }
 
 func buildEnv() []string {

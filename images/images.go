@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -25,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
 
 	"github.com/hiloop/hiloop/internal/atomicfile"
 	"github.com/hiloop/hiloop/internal/harness"
@@ -41,6 +44,20 @@ var ErrUnknown = errors.New("unknown image")
 
 // ErrNotBuilt is returned for an image that has a definition but has not been built.
 var ErrNotBuilt = errors.New("image not built")
+
+// ErrDefinitionName is returned when a derived, imported or pulled image would take the name of a
+// definition: that name belongs to the image its definition builds.
+var ErrDefinitionName = errors.New("the name of an image definition")
+
+// ErrStepFailed is returned when a step of a derived image's build exits non-zero.
+var ErrStepFailed = errors.New("build step failed")
+
+// ErrInvalidImage is returned for a container image that cannot become a sandbox image: an
+// unreadable archive, no image in it, no /bin/sh.
+var ErrInvalidImage = errors.New("invalid container image")
+
+// ErrRegistry is returned when a registry refuses or fails a pull.
+var ErrRegistry = errors.New("registry")
 
 // sharedDir holds what every definition may source; it is part of every digest.
 const sharedDir = "lib"
@@ -150,7 +167,32 @@ type Harness struct {
 	Version string `json:"version"`
 }
 
-// Image is a built image.// Image is a built image.
+// Image is a built image.// How an image was made (Image.Kind).
+const (
+	KindDefinition = "definition" // built from an embedded definition
+	KindDerived    = "derived"    // steps run in a copy of another image
+	KindImported   = "imported"   // a container image from a docker save or OCI layout archive
+	KindPulled     = "pulled"     // a container image from a registry
+)
+
+// Stager is a progress writer that also takes stages: the few lines saying where a long build is
+// ("step 2 of 3", "extracting layers"), which a terminal shows while the rest is detail.
+type Stager interface {
+	io.Writer
+	Stage(line string)
+}
+
+// stage reports one stage of a build to w: to its Stage method, else as a line.
+func stage(w io.Writer, format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	if s, ok := w.(Stager); ok {
+		s.Stage(line)
+		return
+	}
+	fmt.Fprintln(w, line)
+}
+
+// Image is a built image.
 type Image struct {
 	// Name is the definition it was built from, e.g. "base".
 	Name string
@@ -164,6 +206,22 @@ type Image struct {
 	Path string
 	// Harnesses are the harnesses the build installed, in the order it installed them.
 	Harnesses []Harness
+	// Kind says how the image was made: KindDefinition, KindDerived, KindImported or KindPulled.
+	Kind string
+	// From is the image a derived image was made from, and FromDigest its digest then.
+	From, FromDigest string
+	// Steps are the shell scripts a derived image's build ran, in order, as root.
+	Steps []string
+	// Ref is the registry reference a pulled image came from, e.g. "ghcr.io/org/img:1".
+	Ref string
+	// ConfigDigest is the digest of an imported or pulled image's config (its image id).
+	ConfigDigest string
+	// Env ("KEY=value") and WorkDir are the defaults every exec in a sandbox of the image gets,
+	// from a container image's ENV and WORKDIR (inherited by images derived from it).
+	Env     []string
+	WorkDir string
+	// Added says what turning a container image into a sandbox image added, e.g. "user agent".
+	Added []string
 }
 
 // meta is image.json.
@@ -180,12 +238,57 @@ type meta struct {
 	Mirror string `json:"mirror,omitempty"`
 	// Harnesses are the harnesses the build installed.
 	Harnesses []Harness `json:"harnesses,omitempty"`
+	// The fields below are Image's; Kind is empty in files written before images had kinds.
+	Kind         string   `json:"kind,omitempty"`
+	From         string   `json:"from,omitempty"`
+	FromDigest   string   `json:"from_digest,omitempty"`
+	Steps        []string `json:"steps,omitempty"`
+	Ref          string   `json:"ref,omitempty"`
+	ConfigDigest string   `json:"config_digest,omitempty"`
+	Env          []string `json:"env,omitempty"`
+	WorkDir      string   `json:"workdir,omitempty"`
+	Added        []string `json:"added,omitempty"`
 }
 
 // BuildOptions changes what Store.BuildWith does.
 type BuildOptions struct {
 	// Force rebuilds even when the built image matches its definition.
 	Force bool
+}
+
+// DeriveOptions says how Store.Derive makes an image.
+type DeriveOptions struct {
+	// From is the image the new one starts as a copy of.
+	From string
+	// Steps are shell scripts run in order, as root, with sh -e; the first to fail fails the build.
+	Steps []string
+	// Force rebuilds even when the built image has the same parent digest and steps.
+	Force bool
+}
+
+// derivedDigest identifies a derived image by what makes it: its parent's digest and its steps.
+func derivedDigest(parent string, steps []string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "derived\x00%d:%s\x00%d\x00", len(parent), parent, len(steps))
+	for _, st := range steps {
+		fmt.Fprintf(h, "%d:", len(st))
+		h.Write([]byte(st))
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// ImportOptions changes what Store.Import does.
+type ImportOptions struct {
+	// Force converts again even when the built image is of the same container image.
+	Force bool
+}
+
+// PullOptions changes what Store.Pull does.
+type PullOptions struct {
+	// Force pulls and converts again even when the built image is of the same container image.
+	Force bool
+	// Auth logs in to the registry; nil pulls anonymously.
+	Auth authn.Authenticator
 }
 
 // Store holds built images as <Dir>/<name>/image.json plus the rootfs directory it names.
@@ -308,8 +411,13 @@ func (s *Store) Get(name string) (Image, error) {
 }
 
 func (m meta) image(dir string) Image {
+	kind := m.Kind
+	if kind == "" {
+		kind = KindDefinition
+	}
 	return Image{Name: m.Name, Built: m.Built, SizeBytes: m.SizeBytes, Digest: m.Digest, Path: filepath.Join(dir, m.Rootfs),
-		Harnesses: slices.Clone(m.Harnesses)}
+		Harnesses: slices.Clone(m.Harnesses), Kind: kind, From: m.From, FromDigest: m.FromDigest, Steps: slices.Clone(m.Steps),
+		Ref: m.Ref, ConfigDigest: m.ConfigDigest, Env: slices.Clone(m.Env), WorkDir: m.WorkDir, Added: slices.Clone(m.Added)}
 }
 
 func (s *Store) imageDir(name string) string { return filepath.Join(s.Dir, name) }

@@ -53,7 +53,7 @@ var defaultCreate = api.SandboxesPost{Image: api.DefaultImage, StorageClass: api
 
 func withName(p api.SandboxesPost, name string) api.SandboxesPost { p.Name = name; return p }
 
-var defaultExec = api.ExecRequest{WorkDir: api.DefaultExecWorkDir, User: api.DefaultExecUser}
+var defaultExec = api.ExecRequest{User: api.DefaultExecUser}
 
 func withCommand(r api.ExecRequest, cmd ...string) api.ExecRequest { r.Command = cmd; return r }
 
@@ -431,7 +431,32 @@ var commandFlagCases = []struct {
 	{"hiloop image build", parser(newCmdImageBuild), []flagCase{
 		ok(&ImageBuildOptions{Name: "base", Output: "table"}, "base"),
 		ok(&ImageBuildOptions{Name: "base", Post: api.ImageBuildPost{Force: true}, Output: "json"}, "base", "--force", "-o", "json"),
+		ok(&ImageBuildOptions{Name: "tools", Post: api.ImageBuildPost{From: "base", Steps: []string{"apt-get install -y jq", "make"}},
+			Runs: []string{"apt-get install -y jq", "make"}, Verbose: true, Output: "table"},
+			"tools", "--from", "base", "--run", "apt-get install -y jq", "--run", "make", "-v"),
 		refused(ExitUsage),
+		refused(ExitUsage, "tools", "--from", "base"),
+		refused(ExitUsage, "tools", "--run", "make"),
+		refused(ExitUsage, "tools", "--from", "base", "--run", "make", "--script", "x.sh"),
+		refused(ExitUsage, "tools", "--from", "base", "--script", "/nonexistent/x.sh"),
+		refused(ExitUsage, "tools", "--from", "base", "--run", " "),
+	}},
+	{"hiloop image get", parser(newCmdImageGet), []flagCase{
+		ok(&ImageGetOptions{Name: "tools", Output: "json"}, "tools", "-o", "json"),
+		refused(ExitUsage),
+	}},
+	{"hiloop image delete", parser(newCmdImageDelete), []flagCase{
+		ok(&ImageDeleteOptions{Name: "tools"}, "tools"),
+		refused(ExitUsage, "a", "b"),
+	}},
+	{"hiloop image import", parser(newCmdImageImport), []flagCase{
+		ok(&ImageImportOptions{Name: "tools", File: "tools.tar", Force: true, Output: "table"}, "tools", "tools.tar", "--force"),
+		refused(ExitUsage, "tools"),
+	}},
+	{"hiloop image pull", parser(newCmdImagePull), []flagCase{
+		ok(&ImagePullOptions{Name: "py", Post: api.ImagePullPost{Ref: "localhost:5000/py:1"}, Output: "table"}, "py", "localhost:5000/py:1"),
+		refused(ExitUsage, "py"),
+		refused(ExitUsage, "py", "not a ref"),
 	}},
 	{"hiloop image list", parser(newCmdImageList), []flagCase{
 		ok(&ImageListOptions{Output: "table"}),

@@ -58,7 +58,7 @@ The command runs as agent in /workspace with a login environment unless told oth
 	fl := cmd.Flags()
 	fl.DurationVar(&opts.Timeout, "timeout", 0, "kill the command's process tree after this long (e.g. 30s, 10m) and exit 124")
 	fl.StringArrayVarP(&opts.Request.Env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable)")
-	fl.StringVarP(&opts.Request.WorkDir, "workdir", "w", api.DefaultExecWorkDir, "working directory")
+	fl.StringVarP(&opts.Request.WorkDir, "workdir", "w", "", "working directory (default: the image's WORKDIR, else /workspace)")
 	fl.StringVarP(&opts.Request.User, "user", "u", api.DefaultExecUser, "user to run as")
 	fl.BoolVarP(&opts.Request.Stdin, "interactive", "i", false, "forward stdin to the command")
 	fl.BoolVarP(&opts.Request.TTY, "tty", "t", false, "give the command a pseudo-terminal")

@@ -1,14 +1,9 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
-	"errors"
-	"io"
 	"net/http"
-	"sync"
 
-	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -64,7 +59,13 @@ func (d *Daemon) routes() []route {
 		{method: "GET", pattern: "/v1/audit", handle: d.auditRecords},
 		{method: "DELETE", pattern: "/v1/sandboxes/{name}/secrets/{secret}", handle: d.detachSandboxSecret, idempotent: true, noBody: true},
 		{method: "GET", pattern: "/v1/images", handle: d.listImages},
+		{method: "GET", pattern: "/v1/images/{name}", handle: d.getImage},
+		{method: "DELETE", pattern: "/v1/images/{name}", handle: d.deleteImage, idempotent: true, noBody: true},
 		{method: "POST", pattern: "/v1/images/{name}/build", handle: d.buildImage},
+		// Import and pull honour no Idempotency-Key: an archive is too large to hash again, and
+		// a pull's body may hold a registry login the bbolt file must not keep a trace of.
+		{method: "POST", pattern: "/v1/images/{name}/import", handle: d.importImage},
+		{method: "POST", pattern: "/v1/images/{name}/pull", handle: d.pullImage},
 	}
 }
 
@@ -290,91 +291,4 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-func (d *Daemon) listImages(w http.ResponseWriter, r *http.Request) error {
-	built, err := d.images.List()
-	if err != nil {
-		return err
-	}
-	out := api.ImageList{Images: []api.Image{}, Definitions: images.Names()}
-	for _, img := range built {
-		out.Images = append(out.Images, imageView(img))
-	}
-	return writeJSON(w, http.StatusOK, out)
-}
-
-func imageView(img images.Image) api.Image {
-	v := api.Image{Name: img.Name, Digest: img.Digest, SizeBytes: img.SizeBytes, BuiltAt: img.Built}
-	for _, h := range img.Harnesses {
-		v.Harnesses = append(v.Harnesses, api.ImageHarness{Name: h.Name, Version: h.Version})
-	}
-	return v
-}
-
-// buildImage streams the build's progress as newline-delimited ImageBuildEvent values.
-func (d *Daemon) buildImage(w http.ResponseWriter, r *http.Request) error {
-	name := r.PathValue("name")
-	if err := api.ValidateName("image", name); err != nil {
-		return err
-	}
-	var p api.ImageBuildPost
-	if err := decodeBody(w, r, &p); err != nil {
-		return err
-	}
-	known := false
-	for _, n := range images.Names() {
-		known = known || n == name
-	}
-	if !known {
-		return api.Errorf(api.CodeImageNotFound, "no image definition named %q: `hiloop image list` shows the definitions", name)
-	}
-
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	ev := &eventWriter{w: w}
-	ev.send(api.ImageBuildEvent{Progress: "building image " + name})
-
-	pr, pw := io.Pipe()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			ev.send(api.ImageBuildEvent{Progress: sc.Text()})
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	// The build outlives a client that hangs up: another client may be waiting for the image.
-	img, err := d.images.BuildWith(context.WithoutCancel(r.Context()), name, pw, images.BuildOptions{Force: p.Force})
-	pw.Close()
-	<-done
-	if err != nil {
-		var apiErr *api.Error
-		if !errors.As(err, &apiErr) {
-			d.log.Error("image build", "image", name, "err", err)
-			apiErr = api.Errorf(api.CodeInternal, "build image %q: %v", name, err)
-		}
-		ev.send(api.ImageBuildEvent{Error: apiErr})
-		return nil
-	}
-	view := imageView(img)
-	ev.send(api.ImageBuildEvent{Image: &view})
-	return nil
-}
-
-// eventWriter writes one JSON line per event and flushes it.
-type eventWriter struct {
-	mu sync.Mutex
-	w  http.ResponseWriter
-}
-
-func (e *eventWriter) send(v api.ImageBuildEvent) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, _ = io.WriteString(e.w, mustJSON(v)+"\n")
-	if f, ok := e.w.(http.Flusher); ok {
-		f.Flush()
-	}
 }

@@ -126,6 +126,9 @@ func TestScripts(t *testing.T) {
 			"opengate":    cmdOpenGate,
 			"daemonfds":   cmdDaemonFDs,
 			"tmux":        cmdTmux,
+			"shapeimages": cmdShapeImages,
+			"ociimage":    cmdOCIImage,
+			"registry":    cmdRegistry,
 
 			"fakeprovider":          cmdFakeProvider,
 			"fakeprovider-requests": cmdFakeProviderRequests,

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -468,6 +469,7 @@ func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) 
 	if err != nil {
 		return nil, err
 	}
+	spec = m.imageDefaults(rec, spec)
 	if m.egress != nil {
 		// The caller's variables come last, so they win over the egress's.
 		spec.Env = append(m.egress.Env(rec.ID), spec.Env...)
@@ -477,6 +479,28 @@ func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) 
 		return nil, notRunning(rec)
 	}
 	return p, err
+}
+
+// imageDefaults gives spec the sandbox image's environment (a container image's ENV) first, so
+// that the egress's variables and the caller's win over it.
+func (m *Manager) imageDefaults(rec store.Sandbox, spec runtime.ExecSpec) runtime.ExecSpec {
+	img, err := m.images.Get(rec.Image)
+	if err != nil || len(img.Env) == 0 {
+		return spec // a deleted image's sandbox has no defaults left; the rootfs it runs on stays
+	}
+	spec.Env = append(slices.Clone(img.Env), spec.Env...)
+	return spec
+}
+
+// ExecWorkDir is where an exec in sandbox name starts when the caller names no directory: its
+// image's WORKDIR (from a container image), else /workspace.
+func (m *Manager) ExecWorkDir(name string) string {
+	if rec, err := m.record(name); err == nil {
+		if img, err := m.images.Get(rec.Image); err == nil && img.WorkDir != "" {
+			return img.WorkDir
+		}
+	}
+	return api.DefaultExecWorkDir
 }
 
 // detach ends the sandbox id's egress, if it has one.

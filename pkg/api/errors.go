@@ -41,6 +41,11 @@ const (
 	CodePortNotListening     ErrorCode = "port_not_listening"     // nothing accepts on that port in the sandbox
 	CodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused" // same key, different request
 	CodeBuildInProgress      ErrorCode = "build_in_progress"      // the image is being built
+	CodeImageExists          ErrorCode = "image_exists"           // the name belongs to an image definition
+	CodeImageInUse           ErrorCode = "image_in_use"           // sandboxes use the image
+	CodeImageBuildFailed     ErrorCode = "image_build_failed"     // a step of a derived image's build failed
+	CodeInvalidImage         ErrorCode = "invalid_image"          // the container image cannot become a sandbox image
+	CodeRegistryError        ErrorCode = "registry_error"         // the registry refused or failed the pull
 	CodeBodyTooLarge         ErrorCode = "body_too_large"         // a body over MaxBodyBytes
 	CodeInsufficientStorage  ErrorCode = "insufficient_storage"   // the host has no room for it
 	CodeUnsupported          ErrorCode = "unsupported_capability" // this deployment cannot do that
@@ -104,6 +109,11 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodePortNotListening:     {http.StatusBadGateway, ExitCodeConflict},
 	CodeIdempotencyKeyReused: {http.StatusConflict, ExitCodeConflict},
 	CodeBuildInProgress:      {http.StatusConflict, ExitCodeConflict},
+	CodeImageExists:          {http.StatusConflict, ExitCodeConflict},
+	CodeImageInUse:           {http.StatusConflict, ExitCodeConflict},
+	CodeImageBuildFailed:     {http.StatusUnprocessableEntity, ExitCodeError},
+	CodeInvalidImage:         {http.StatusUnprocessableEntity, ExitCodeUsage},
+	CodeRegistryError:        {http.StatusBadGateway, ExitCodeError},
 	CodeBodyTooLarge:         {http.StatusRequestEntityTooLarge, ExitCodeUsage},
 	CodeInsufficientStorage:  {http.StatusInsufficientStorage, ExitCodeNoCapacity},
 	CodeUnsupported:          {http.StatusNotImplemented, ExitCodeUnsupported},

@@ -37,7 +37,7 @@ type ExecRequest struct {
 	Command []string `json:"command"`
 	// Env holds extra KEY=VALUE pairs on top of the login environment.
 	Env []string `json:"env,omitempty"`
-	// WorkDir is the working directory (default /workspace).
+	// WorkDir is the working directory; empty means the image's WORKDIR, else /workspace.
 	WorkDir string `json:"workdir,omitempty"`
 	// User is the user to run as (default agent).
 	User string `json:"user,omitempty"`
@@ -73,9 +73,8 @@ func (r *ExecRequest) Validate() error {
 			return Errorf(CodeInvalidArgument, "invalid env %q: use KEY=VALUE", kv)
 		}
 	}
-	if r.WorkDir == "" {
-		r.WorkDir = DefaultExecWorkDir
-	} else if !strings.HasPrefix(r.WorkDir, "/") {
+	// An empty WorkDir stays empty: the sandbox's image decides (sandbox.Manager.ExecWorkDir).
+	if r.WorkDir != "" && !strings.HasPrefix(r.WorkDir, "/") {
 		return Errorf(CodeInvalidArgument, "invalid workdir %q: use an absolute path", r.WorkDir)
 	}
 	if r.User == "" {

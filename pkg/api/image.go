@@ -1,6 +1,11 @@
 package api
 
-import "time"
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
 
 // Image is a built root filesystem image sandboxes start from.
 type Image struct {
@@ -15,6 +20,23 @@ type Image struct {
 	// Harnesses are the coding-agent harnesses the image carries, in the order a session without
 	// a harness named prefers them; none for an image without harnesses.
 	Harnesses []ImageHarness `json:"harnesses,omitempty"`
+	// Kind says how the image was made: "definition", "derived", "imported" or "pulled".
+	Kind string `json:"kind,omitempty"`
+	// From is the image a derived image was made from, e.g. "base"; FromDigest its digest then.
+	From       string `json:"from,omitempty"`
+	FromDigest string `json:"from_digest,omitempty"`
+	// Steps are the shell scripts a derived image's build ran as root, in order.
+	Steps []string `json:"steps,omitempty"`
+	// Ref is the registry reference a pulled image came from, e.g. "ghcr.io/org/tools:1".
+	Ref string `json:"ref,omitempty"`
+	// ConfigDigest is an imported or pulled image's config digest (its image id), e.g. "sha256:9a0b…".
+	ConfigDigest string `json:"config_digest,omitempty"`
+	// Env ("KEY=value") and WorkDir are what every exec in a sandbox of the image starts with,
+	// unless the exec sets them: a container image's ENV and WORKDIR.
+	Env     []string `json:"env,omitempty"`
+	WorkDir string   `json:"workdir,omitempty"`
+	// Added says what turning a container image into a sandbox image added, e.g. "user agent (uid 1000)".
+	Added []string `json:"added,omitempty"`
 }
 
 // ImageHarness is a harness an image carries.
@@ -32,18 +54,106 @@ type ImageList struct {
 	Definitions []string `json:"definitions"`
 }
 
+// Limits of a derived image's steps.
+const (
+	MaxImageSteps     = 64
+	MaxImageStepBytes = 64 << 10
+)
+
 // ImageBuildPost is the body of POST /v1/images/{name}/build.
 type ImageBuildPost struct {
-	// Force rebuilds even when the built image matches its definition.
+	// Force rebuilds even when the built image matches its definition (or parent and steps).
 	Force bool `json:"force,omitempty"`
+	// From derives the image from another one instead of building a definition, e.g. "base".
+	From string `json:"from,omitempty"`
+	// Steps are the shell scripts a derived image's build runs as root (sh -e), in order, each a
+	// script's text, e.g. "apt-get update && apt-get install -y jq". Only with From.
+	Steps []string `json:"steps,omitempty"`
 }
 
-// ImageBuildEvent is one line of the newline-delimited JSON stream POST /v1/images/{name}/build
-// answers with: progress lines, then exactly one Image or Error.
+// Validate checks a build request: steps only with From, at least one, each within bounds.
+func (p ImageBuildPost) Validate() error {
+	if p.From == "" {
+		if len(p.Steps) > 0 {
+			return Errorf(CodeInvalidArgument, "steps need from: name the image to derive from")
+		}
+		return nil
+	}
+	if err := ValidateName("image", p.From); err != nil {
+		return err
+	}
+	if len(p.Steps) == 0 || len(p.Steps) > MaxImageSteps {
+		return Errorf(CodeInvalidArgument, "a derived image needs 1 to %d steps, got %d", MaxImageSteps, len(p.Steps))
+	}
+	for i, st := range p.Steps {
+		switch {
+		case strings.TrimSpace(st) == "":
+			return Errorf(CodeInvalidArgument, "step %d is empty", i+1)
+		case len(st) > MaxImageStepBytes:
+			return Errorf(CodeInvalidArgument, "step %d is %d bytes: at most %d", i+1, len(st), MaxImageStepBytes)
+		case strings.ContainsRune(st, 0):
+			return Errorf(CodeInvalidArgument, "step %d contains a NUL byte", i+1)
+		}
+	}
+	return nil
+}
+
+// ImageBuildEvent is one line of the newline-delimited JSON stream the image build, import and
+// pull routes answer with: stages and progress lines, then exactly one Image or Error.
 type ImageBuildEvent struct {
+	// Stage is one of the few lines saying where the build is, e.g. "step 2 of 3: make install".
+	Stage string `json:"stage,omitempty"`
+	// Progress is one line of detail (a build script's output).
 	Progress string `json:"progress,omitempty"`
 	Image    *Image `json:"image,omitempty"`
 	Error    *Error `json:"error,omitempty"`
+}
+
+// MaxImportBytes bounds the archive POST /v1/images/{name}/import takes.
+const MaxImportBytes int64 = 32 << 30
+
+// ImagePullPost is the body of POST /v1/images/{name}/pull.
+type ImagePullPost struct {
+	// Ref names the image in its registry, e.g. "ghcr.io/org/tools:1.2" or "debian@sha256:…".
+	Ref string `json:"ref"`
+	// Force pulls and converts again even when the image is up to date.
+	Force bool `json:"force,omitempty"`
+	// Auth is the registry login to pull with; none pulls anonymously. The daemon uses it for
+	// this pull only and keeps it nowhere.
+	Auth *RegistryAuth `json:"auth,omitempty"`
+}
+
+// RegistryAuth is a registry login, as a Docker config file holds one.
+type RegistryAuth struct {
+	Username      string `json:"username,omitempty"`
+	Password      string `json:"password,omitempty"`
+	IdentityToken string `json:"identity_token,omitempty"`
+	RegistryToken string `json:"registry_token,omitempty"`
+}
+
+// MaxImageRefLen bounds an image reference.
+const MaxImageRefLen = 512
+
+// imageRefRE is what an image reference may hold: registry host[:port], path, :tag, @digest.
+var imageRefRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$`)
+
+// Validate checks a pull request's reference (its grammar is the registry library's to check).
+func (p ImagePullPost) Validate() error {
+	if p.Ref == "" {
+		return Errorf(CodeInvalidArgument, "ref is empty: name an image, e.g. ghcr.io/org/tools:1")
+	}
+	if len(p.Ref) > MaxImageRefLen || !imageRefRE.MatchString(p.Ref) {
+		return Errorf(CodeInvalidArgument, "invalid image reference %s", shortQuote(p.Ref))
+	}
+	return nil
+}
+
+// shortQuote quotes s for a message, cut to a readable length.
+func shortQuote(s string) string {
+	if len(s) > 80 {
+		s = s[:80] + "…"
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // VersionInfo is the body of GET /v1/version.

@@ -98,8 +98,9 @@ func TestExecRequestValidate(t *testing.T) {
 	if err := r.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if r.User != DefaultExecUser || r.WorkDir != DefaultExecWorkDir {
-		t.Errorf("defaults not filled: %+v", r)
+	// The work directory stays empty: the sandbox's image decides it.
+	if r.User != DefaultExecUser || r.WorkDir != "" {
+		t.Errorf("defaults not filled as documented: %+v", r)
 	}
 	for _, tc := range []struct {
 		r    ExecRequest

@@ -179,7 +179,7 @@ func FuzzExecRequestValidate(f *testing.F) {
 				t.Fatalf("accepted env %q", kv)
 			}
 		}
-		if !strings.HasPrefix(r.WorkDir, "/") || r.User == "" {
+		if r.WorkDir != "" && !strings.HasPrefix(r.WorkDir, "/") || r.User == "" {
 			t.Fatalf("accepted workdir %q user %q", r.WorkDir, r.User)
 		}
 		if r.TimeoutMS < 0 || r.TimeoutMS > MaxExecTimeout.Milliseconds() {

@@ -1,10 +1,7 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 
@@ -113,42 +110,6 @@ func (c *Client) GetSnapshot(ctx context.Context, name string) (api.Snapshot, er
 // DeleteSnapshot deletes a snapshot.
 func (c *Client) DeleteSnapshot(ctx context.Context, name string, opts ...CallOption) error {
 	return c.do(ctx, http.MethodDelete, "/v1/snapshots/"+url.PathEscape(name), nil, nil, opts...)
-}
-
-// ListImages returns the built images and the definitions the daemon can build.
-func (c *Client) ListImages(ctx context.Context) (api.ImageList, error) {
-	var l api.ImageList
-	err := c.do(ctx, http.MethodGet, "/v1/images", nil, &l)
-	return l, err
-}
-
-// BuildImage builds an image, calling progress with each line of build output.
-func (c *Client) BuildImage(ctx context.Context, name string, p api.ImageBuildPost, progress func(string)) (api.Image, error) {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/images/"+url.PathEscape(name)+"/build", p)
-	if err != nil {
-		return api.Image{}, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), api.MaxBodyBytes)
-	for sc.Scan() {
-		var ev api.ImageBuildEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return api.Image{}, fmt.Errorf("decode build progress: %w", err)
-		}
-		switch {
-		case ev.Error != nil:
-			return api.Image{}, ev.Error
-		case ev.Image != nil:
-			return *ev.Image, nil
-		case progress != nil:
-			progress(ev.Progress)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return api.Image{}, fmt.Errorf("image build stream: %w", err)
-	}
-	return api.Image{}, fmt.Errorf("image build of %q ended without a result: see the sandboxd log", name)
 }
 
 // SSHInfo returns how to reach a sandbox over the SSH endpoint (unsupported_capability while
