@@ -72,6 +72,7 @@ FUZZ_TARGETS := \
 	./pkg/api:FuzzExecRequestValidate \
 	./pkg/api:FuzzPermissionAnswerValidate \
 	./pkg/client:FuzzEventPage \
+	./images:FuzzExtractTar \
 	./pkg/api:FuzzNormalizeEgressRule \
 	./internal/daemon:FuzzDecodeBody \
 	./internal/runtime/initproc:FuzzRecv \
