@@ -8,6 +8,6 @@
 . "$(dirname "$0")/../lib/rootfs.sh"
 
 # The base image's packages (images/base/build.sh).
-bootstrap "$1" "$2" sudo,bash,coreutils,git,curl,ca-certificates,procps,iproute2,python3,less,openssh-sftp-server,rsync
+bootstrap "$1" "$2" sudo,bash,coreutils,git,curl,ca-certificates,procps,iproute2,python3,less,openssh-sftp-server,rsync,make,gcc,libc6-dev,unzip,jq,openssh-client,nano,vim-tiny
 add_agent "$1"
 finish "$1"
