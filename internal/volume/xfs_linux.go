@@ -327,7 +327,7 @@ func (x *XFS) mountImage(id, img, mnt string) (string, error) {
 	}
 	// nouuid: a fork or a restored copy has the UUID of the volume it came from. nosuid and
 	// nodev: a setuid binary or a device node a sandbox wrote must not work for a host user
-	// who reaches the mount; the sandbox's /workspace, a bind of it, keeps both flags.
+	// who reaches the mount. The sandbox's /workspace is a bind remounted with flags of its own.
 	if err := unix.Mount(dev, mnt, "xfs", unix.MS_NOSUID|unix.MS_NODEV, "nouuid"); err != nil {
 		return "", fmt.Errorf("volume %s: mount %s at %s: %w", id, dev, mnt, err)
 	}
