@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hiloop/hiloop/images"
@@ -117,6 +118,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
+	if err := checkDataDir(cfg.DataDir, cfg.Log); err != nil {
+		return nil, err
+	}
 	if cfg.ImagesDir == "" {
 		cfg.ImagesDir = filepath.Join(cfg.DataDir, "images")
 	}
@@ -162,6 +166,29 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// checkDataDir makes sure no host user but root can reach into the data dir: the images,
+// every sandbox's root filesystem and the workspaces sit under it, with whatever setuid files
+// and device nodes sandboxes wrote. A looser mode is fixed, and said so; a directory owned by
+// another user is refused, as its owner could loosen it again.
+func checkDataDir(dir string, log *slog.Logger) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("data dir %s is owned by uid %d, not by sandboxd's uid %d: its owner could reach every sandbox's files; chown it to root or choose another --data-dir", dir, st.Uid, os.Geteuid())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		if log != nil {
+			log.Warn("data dir was open to other users; set its mode to 0700", "dir", dir, "mode", fmt.Sprintf("%04o", perm))
+		}
+	}
+	return nil
 }
 
 func (d *Daemon) open(ctx context.Context) error {

@@ -55,8 +55,8 @@ var (
 	prepErr   error
 )
 
-// prepare builds hiloop-init, hiloop-fake-agent (next to it, where sandboxd finds it) and the
-// test image once (the image is cached across runs).
+// prepare builds hiloop-init, hiloop-fake-agent (next to it, where sandboxd finds it), the
+// isolation suite's syscall probe and the test image once (the image is cached across runs).
 func prepare(t *testing.T) {
 	prepOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "hiloop-e2e-bin")
@@ -65,11 +65,20 @@ func prepare(t *testing.T) {
 			return
 		}
 		initPath = filepath.Join(dir, "hiloop-init")
-		for _, bin := range []string{"hiloop-init", "hiloop-fake-agent"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, bin), "github.com/hiloop/hiloop/cmd/"+bin)
+		for _, b := range []struct{ out, pkg, goarch string }{
+			{"hiloop-init", "cmd/hiloop-init", ""},
+			{"hiloop-fake-agent", "cmd/hiloop-fake-agent", ""},
+			// isolation_syscalls.txtar copies it into a sandbox; the i386 build must not run there.
+			{"syscallprobe", "internal/e2e/syscallprobe", ""},
+			{"syscallprobe-386", "internal/e2e/syscallprobe", "386"},
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), "github.com/hiloop/hiloop/"+b.pkg)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if b.goarch != "" {
+				cmd.Env = append(cmd.Env, "GOARCH="+b.goarch)
+			}
 			if out, err := cmd.CombinedOutput(); err != nil {
-				prepErr = fmt.Errorf("build %s: %v\n%s", bin, err, out)
+				prepErr = fmt.Errorf("build %s: %v\n%s", b.out, err, out)
 				return
 			}
 		}
@@ -167,6 +176,8 @@ func setupScript(env *testscript.Env) error {
 	env.Setenv("SOCKET", d.socket)
 	env.Setenv("IMAGE", testImage)
 	env.Setenv("INIT_PATH", initPath)
+	env.Setenv("PROBE", filepath.Join(filepath.Dir(initPath), "syscallprobe"))
+	env.Setenv("PROBE386", filepath.Join(filepath.Dir(initPath), "syscallprobe-386"))
 	// The CLI keeps its SSH key and known_hosts per script; ssh wants a home.
 	env.Setenv("HOME", env.WorkDir)
 	env.Setenv("HILOOP_CONFIG_DIR", filepath.Join(env.WorkDir, ".hiloop"))

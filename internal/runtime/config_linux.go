@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,15 +25,17 @@ const initPathInSandbox = "/.hiloop/init"
 // ToolsDirInSandbox is where Config.Tools are bind-mounted read-only, one file each.
 const ToolsDirInSandbox = "/.hiloop/bin"
 
-// defaultCaps is Docker's default capability set: enough for sudo, apt and chown, not enough
-// to mount, load modules, trace across the host or change the clock.
+// defaultCaps is Docker's default capability set without CAP_NET_RAW and CAP_AUDIT_WRITE:
+// enough for sudo, apt and chown, not enough to mount, load modules, trace across the host or
+// change the clock. Raw sockets are not needed for ping (ICMP datagram sockets, see
+// pingGroupRange), and CAP_AUDIT_WRITE let a sandbox write records into the host's audit log.
+// capabilitySyscalls (seccomp_linux.go) follows this list.
 var defaultCaps = []string{
 	"CAP_CHOWN",
 	"CAP_DAC_OVERRIDE",
 	"CAP_FSETID",
 	"CAP_FOWNER",
 	"CAP_MKNOD",
-	"CAP_NET_RAW",
 	"CAP_SETGID",
 	"CAP_SETUID",
 	"CAP_SETFCAP",
@@ -42,12 +43,17 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE",
 	"CAP_SYS_CHROOT",
 	"CAP_KILL",
-	"CAP_AUDIT_WRITE",
 }
 
-// Docker's masked and read-only paths.
+// pingGroupRange lets every group of the sandbox open ICMP datagram sockets (ping without
+// CAP_NET_RAW), in the sandbox's own network namespace, as Docker does.
+const pingGroupRange = "0 2147483647"
+
+// Masked paths (a file reads as empty, a directory as an empty read-only tmpfs) and read-only
+// paths: Docker's and runc's, plus the kernel state a sandbox has no business reading.
 var (
 	maskedPaths = []string{
+		// Docker's and runc's defaults.
 		"/proc/asound",
 		"/proc/acpi",
 		"/proc/interrupts",
@@ -60,6 +66,18 @@ var (
 		"/proc/scsi",
 		"/sys/firmware",
 		"/sys/devices/virtual/powercap",
+		// Physical page, slab and vmalloc state: the raw material of memory-layout attacks.
+		"/proc/kpageflags",
+		"/proc/kpagecount",
+		"/proc/kpagecgroup",
+		"/proc/slabinfo",
+		"/proc/vmallocinfo",
+		"/proc/pagetypeinfo",
+		// The kernel's build configuration tells an attacker which bugs it has.
+		"/proc/config.gz",
+		// Loop, device-mapper and other virtual block devices: a loop device's backing_file names
+		// host paths, other sandboxes' volume ids among them. A sandbox has no block devices.
+		"/sys/devices/virtual/block",
 	}
 	readonlyPaths = []string{
 		"/proc/bus",
@@ -140,6 +158,7 @@ func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,
 			Seccomp:       seccompProfile(),
+			Sysctl:        map[string]string{"net.ipv4.ping_group_range": pingGroupRange},
 		},
 	}
 	if canLowerOOMScore() {
@@ -201,68 +220,6 @@ func swapLimitSupported(cfg *configs.Config) bool {
 		return false
 	}
 	return fileExists(mnt + "/memory.memsw.limit_in_bytes")
-}
-
-// seccompProfile is a deny-list: everything is allowed except the syscalls below, which fail
-// with EPERM (the namespace-creating ones as Docker does it, clone3 with ENOSYS so libc falls
-// back to clone, whose flags a filter can inspect). Docker's allow-list is stricter but large;
-// the capability bounding set already blocks most of what it adds (mount, module loading, raw
-// I/O), and this list closes what capabilities alone leave open to root or to any user.
-func seccompProfile() *specs.LinuxSeccomp {
-	eperm := uint(unix.EPERM)
-	enosys := uint(unix.ENOSYS)
-	denied := []string{
-		// kernel and module control
-		"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-		"create_module", "get_kernel_syms", "query_module", "reboot", "swapon", "swapoff",
-		"acct", "syslog", "iopl", "ioperm", "vm86", "vm86old", "uselib", "ustat", "sysfs",
-		"_sysctl", "nfsservctl", "lookup_dcookie", "quotactl", "quotactl_fd",
-		// the clock
-		"settimeofday", "stime", "clock_settime", "clock_settime64", "clock_adjtime", "clock_adjtime64",
-		// kernel keyring (not namespaced)
-		"add_key", "keyctl", "request_key",
-		// large attack surface, not needed by dev tools
-		"bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-		// file handles bypass path checks
-		"open_by_handle_at",
-		// mounts and namespaces (capabilities block most; these also close the userns route)
-		"pivot_root", "umount", "umount2", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount",
-		"open_tree", "mount_setattr", "unshare", "setns",
-	}
-	rules := []specs.LinuxSyscall{
-		{Names: denied, Action: specs.ActErrno, ErrnoRet: &eperm},
-		{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
-	}
-	// clone with any namespace flag fails, one rule per flag.
-	for _, flag := range []uint64{
-		unix.CLONE_NEWNS, unix.CLONE_NEWUTS, unix.CLONE_NEWIPC, unix.CLONE_NEWUSER,
-		unix.CLONE_NEWPID, unix.CLONE_NEWNET, unix.CLONE_NEWCGROUP,
-	} {
-		rules = append(rules, specs.LinuxSyscall{
-			Names:    []string{"clone"},
-			Action:   specs.ActErrno,
-			ErrnoRet: &eperm,
-			Args:     []specs.LinuxSeccompArg{{Index: 0, Value: flag, ValueTwo: flag, Op: specs.OpMaskedEqual}},
-		})
-	}
-	return &specs.LinuxSeccomp{
-		DefaultAction: specs.ActAllow,
-		Architectures: seccompArches(),
-		Syscalls:      rules,
-	}
-}
-
-// seccompArches lists every ABI a process of this machine can call the kernel through, so the
-// deny-list cannot be sidestepped with 32-bit syscalls.
-func seccompArches() []specs.Arch {
-	switch goruntime.GOARCH {
-	case "amd64":
-		return []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32}
-	case "arm64":
-		return []specs.Arch{specs.ArchAARCH64, specs.ArchARM}
-	default:
-		return nil
-	}
 }
 
 // canLowerOOMScore reports whether this process holds CAP_SYS_RESOURCE, without which no

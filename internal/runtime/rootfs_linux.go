@@ -81,6 +81,18 @@ func mountRootfs(imageDir, layerDir, hostname, nameserver string, cas []byte) (s
 	return merged, nil
 }
 
+// restrictHostView makes the host's view of a started sandbox's root filesystem nosuid and
+// nodev, so that a setuid binary or a device node written in the sandbox does nothing for a
+// host user who reaches layerDir/merged. It must run once the sandbox's mount namespace exists:
+// the sandbox's root is a copy of the mount as it was then, and it keeps setuid (sudo) working
+// inside. Before that the merged directory holds only the image and the files writeEtc wrote.
+func restrictHostView(merged string) error {
+	if err := unix.Mount("", merged, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount %s nosuid,nodev: %w", merged, err)
+	}
+	return nil
+}
+
 // wipeLayer moves the old upper and work dirs aside and deletes them in the background, so a
 // large upper layer does not slow the start down.
 func wipeLayer(layerDir, upper, work string) error {

@@ -184,6 +184,9 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	// Reap the init when it exits while this process lives; after a daemon restart it is
 	// somebody else's child and nobody here needs to.
 	go func() { _, _ = p.Wait() }()
+	if err := restrictHostView(merged); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
 	// The init holds the listener now; ours must go, or dials would queue on a dead socket later.
 	listener.Close()
 

@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -812,5 +813,39 @@ func TestNewValidates(t *testing.T) {
 	}
 	if err := r.Stop(context.Background(), "never-started", time.Second); err != nil {
 		t.Errorf("stop unknown sandbox: %v", err)
+	}
+}
+
+// A setuid-root program written in a sandbox is setuid there (sudo is one) but not through the
+// host's view of the sandbox's root: a host user who reaches the layer dir runs it as himself.
+func TestSetuidOnlyInsideTheSandbox(t *testing.T) {
+	r := newRuntime(t)
+	s := testSpec("suid")
+	startSandbox(t, r, s)
+	id, err := os.ReadFile("/usr/bin/id") // the host's: it must run on the host too
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prog = "/usr/local/bin/suid-id"
+	if res := run(t, r, s.ID, ExecSpec{Argv: sh("cat > " + prog + " && chmod 4755 " + prog)}, string(id)); res.status.ExitCode() != 0 {
+		t.Fatalf("write %s: %+v", prog, res)
+	}
+	if res := run(t, r, s.ID, ExecSpec{Argv: []string{prog, "-u"}, User: "agent"}, ""); res.stdout != "0\n" {
+		t.Errorf("in the sandbox as agent: euid %q, want 0", res.stdout)
+	}
+	// As if the data dir had been left open to other users.
+	for d := s.LayerDir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(s.LayerDir, mergedName, prog), "-u")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("run it through the host's view as nobody: %v", err)
+	}
+	if string(out) != "65534\n" {
+		t.Errorf("through the host's view as nobody: euid %q, want 65534 (nosuid)", out)
 	}
 }

@@ -301,8 +301,8 @@ func (x *XFS) format(ctx context.Context, image string, uid, gid int) error {
 	return nil
 }
 
-// Mount attaches the image to a free loop device and mounts it (nodev) at <dir>/mnt/<id>. A
-// mounted volume is left as it is.
+// Mount attaches the image to a free loop device and mounts it (nosuid, nodev) at
+// <dir>/mnt/<id>. A mounted volume is left as it is.
 func (x *XFS) Mount(ctx context.Context, id string) (string, error) {
 	if err := validID(id); err != nil {
 		return "", err
@@ -353,8 +353,10 @@ func (x *XFS) mountImage(id, img, mnt string) (string, error) {
 		// Once mounted the mount holds the device; if the mount fails this close frees it.
 		defer unix.Close(fd)
 	}
-	// nouuid: a fork or a restored copy has the UUID of the volume it came from.
-	if err := unix.Mount(dev, mnt, "xfs", unix.MS_NODEV, "nouuid"); err != nil {
+	// nouuid: a fork or a restored copy has the UUID of the volume it came from. nosuid and
+	// nodev: a setuid binary or a device node a sandbox wrote must not work for a host user
+	// who reaches the mount. The sandbox's /workspace is a bind remounted with flags of its own.
+	if err := unix.Mount(dev, mnt, "xfs", unix.MS_NOSUID|unix.MS_NODEV, "nouuid"); err != nil {
 		return "", fmt.Errorf("volume %s: mount %s at %s: %w", id, dev, mnt, err)
 	}
 	return mnt, nil
