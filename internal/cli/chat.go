@@ -254,7 +254,14 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 	})
 	_, err := p.Run()
 	cancel()
-	wg.Wait()
+	// The user has quit: give the driver a moment to end its calls, but never let one that
+	// does not hold the terminal after the screen is gone.
+	driverDone := make(chan struct{})
+	go func() { wg.Wait(); close(driverDone) }()
+	select {
+	case <-driverDone:
+	case <-time.After(driverGrace):
+	}
 	switch {
 	case driverErr != nil:
 		return driverErr
@@ -265,6 +272,9 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 	}
 	return nil
 }
+
+// driverGrace bounds how long a chat that the user quit waits for its driver's calls.
+const driverGrace = 2 * time.Second
 
 // chatBackend does what the user asks of the session in the chat, through the API.
 type chatBackend struct {
