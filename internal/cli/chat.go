@@ -19,7 +19,9 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
+	"github.com/hiloop/hiloop/internal/tui"
 	"github.com/hiloop/hiloop/internal/tui/chat"
 	"github.com/hiloop/hiloop/internal/tui/picker"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -183,7 +185,7 @@ func pickSession(ctx context.Context, f *Factory, c *client.Client, sandbox stri
 		items[i] = r.item
 	}
 	m := picker.New(sandbox, items)
-	if _, err := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(f.IO.In), tea.WithOutput(f.IO.Out)).Run(); err != nil {
+	if _, err := runTUI(f, tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(f.IO.In), tea.WithOutput(f.IO.Out)), m.Quitter()); err != nil {
 		return "", false, fmt.Errorf("session picker: %w", err)
 	}
 	ch := m.Choice()
@@ -252,7 +254,7 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 		}()
 		d.run(ctx)
 	})
-	_, err := p.Run()
+	_, err := runTUI(f, p, m.Quitter())
 	cancel()
 	// The user has quit: give the driver a moment to end its calls, but never let one that
 	// does not hold the terminal after the screen is gone.
@@ -271,6 +273,27 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 		return fmt.Errorf("chat: %w", err)
 	}
 	return nil
+}
+
+// runTUI runs a full-screen program on the terminal of f. If the program does not end once its
+// model quit (tui.ErrStuck), it gives the terminal back itself: the mode it found, the main
+// screen, a visible cursor.
+func runTUI(f *Factory, p *tea.Program, q *tui.Quitter) (tea.Model, error) {
+	var restore func()
+	if in, ok := f.IO.In.(interface{ Fd() uintptr }); ok {
+		if state, err := term.GetState(int(in.Fd())); err == nil {
+			restore = func() { _ = term.Restore(int(in.Fd()), state) }
+		}
+	}
+	m, err := tui.Run(p, q, tui.QuitGrace)
+	if errors.Is(err, tui.ErrStuck) {
+		if restore != nil {
+			restore()
+		}
+		_, _ = io.WriteString(f.IO.Out, "\x1b[?1049l\x1b[?25h")
+		return m, nil
+	}
+	return m, err
 }
 
 // driverGrace bounds how long a chat that the user quit waits for its driver's calls.

@@ -11,6 +11,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/hiloop/hiloop/internal/styles"
+	"github.com/hiloop/hiloop/internal/tui"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -113,6 +114,7 @@ var spinFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧"
 type Model struct {
 	opts         Options
 	st           styles.Chat
+	quitter      *tui.Quitter
 	r            renderer
 	t            transcript
 	lastSeq      uint64
@@ -167,6 +169,7 @@ func New(o Options) *Model {
 	m := &Model{
 		opts:         o,
 		st:           styles.NewChat(o.Colour),
+		quitter:      tui.NewQuitter(),
 		t:            newTranscript(),
 		session:      o.Session,
 		sandboxState: o.SandboxState,
@@ -392,4 +395,7 @@ func errText(err error) string {
 }
 
 // quit ends the program; a turn that runs goes on in the daemon.
-func (m *Model) quit() tea.Cmd { return tea.Quit }
+func (m *Model) quit() tea.Cmd { return m.quitter.Quit() }
+
+// Quitter says when the user quit, for tui.Run.
+func (m *Model) Quitter() *tui.Quitter { return m.quitter }

@@ -9,6 +9,8 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/hiloop/hiloop/internal/tui"
 )
 
 // Item is one session the picker offers, its cells formatted by the caller.
@@ -36,12 +38,16 @@ type Model struct {
 	cursor        int
 	width, height int
 	choice        Choice
+	quitter       *tui.Quitter
 }
 
 // New returns a picker over items, in the order given, for the sessions of sandbox.
 func New(sandbox string, items []Item) *Model {
-	return &Model{sandbox: sandbox, items: items, width: 80, height: 24, choice: Choice{Quit: true}}
+	return &Model{sandbox: sandbox, items: items, width: 80, height: 24, choice: Choice{Quit: true}, quitter: tui.NewQuitter()}
 }
+
+// Quitter says when the picker quit, for tui.Run.
+func (m *Model) Quitter() *tui.Quitter { return m.quitter }
 
 // Choice returns what the user picked once the program ended; Quit until then.
 func (m *Model) Choice() Choice { return m.choice }
@@ -68,17 +74,17 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		case "n":
 			m.cursor = rows - 1
 			m.choice = Choice{New: true}
-			return m, tea.Quit
+			return m, m.quitter.Quit()
 		case "enter":
 			if m.cursor == len(m.items) {
 				m.choice = Choice{New: true}
 			} else {
 				m.choice = Choice{Session: m.items[m.cursor].ID}
 			}
-			return m, tea.Quit
+			return m, m.quitter.Quit()
 		case "q", "esc", "ctrl+c", "ctrl+d":
 			m.choice = Choice{Quit: true}
-			return m, tea.Quit
+			return m, m.quitter.Quit()
 		}
 	}
 	return m, nil
