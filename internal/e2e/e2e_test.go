@@ -115,8 +115,22 @@ func TestScripts(t *testing.T) {
 			close(scriptsExpired)
 		}
 	}()
-	testscript.Run(t, testscript.Params{
-		Dir:                 filepath.Join("..", "..", "testdata", "script"),
+	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "script")))
+}
+
+// TestTerminalScripts runs the scripts that drive full-screen programs in a real terminal
+// (tmux), after TestScripts and on their own: under the CPU of the whole suite at once, a
+// terminal program was seen to take longer to end after a quit than a script can wait.
+func TestTerminalScripts(t *testing.T) {
+	testenv.RequireRoot(t)
+	prepare(t)
+	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "terminal")))
+}
+
+// scriptParams are the parameters every script directory runs with: the commands of this file.
+func scriptParams(dir string) testscript.Params {
+	return testscript.Params{
+		Dir:                 dir,
 		RequireExplicitExec: true,
 		Setup:               setupScript,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -143,7 +157,7 @@ func TestScripts(t *testing.T) {
 			"fakeprovider-requests": cmdFakeProviderRequests,
 			"meteringcheck":         cmdMeteringCheck,
 		},
-	})
+	}
 }
 
 // scriptDaemon is the sandboxd one script runs.

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,7 +77,7 @@ func cmdTmux(ts *testscript.TestScript, neg bool, args []string) {
 			case <-scriptsExpired:
 				ts.Fatalf("tmux wait %s %q: the screen never matched; it shows:\n%s", name, args[2], screen)
 			case <-limit:
-				ts.Fatalf("tmux wait %s %q: the screen did not match within %s; it shows:\n%s", name, args[2], tmuxWaitLimit, screen)
+				ts.Fatalf("tmux wait %s %q: the screen did not match within %s; it shows:\n%s\n%s", name, args[2], tmuxWaitLimit, screen, t.paneState(ts, name))
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -126,4 +128,35 @@ func (t *scriptTmux) run(ts *testscript.TestScript, args ...string) string {
 		ts.Fatalf("tmux %s: %v\n%s", strings.Join(args, " "), err, stderr)
 	}
 	return string(out)
+}
+
+// paneState says, for a failed wait, whether the pane's program still runs and where it waits:
+// tmux's view of the pane, then the process's state and kernel wait channel, and its threads'.
+func (t *scriptTmux) paneState(ts *testscript.TestScript, name string) string {
+	out := t.run(ts, "list-panes", "-t", name, "-F", "dead=#{pane_dead} status=#{pane_dead_status} pid=#{pane_pid}")
+	var pid int
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, "pid="); ok {
+			pid, _ = strconv.Atoi(v)
+		}
+	}
+	if pid == 0 {
+		return "pane: " + out
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pane: %s", out)
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for line := range strings.Lines(string(st)) {
+			if strings.HasPrefix(line, "State:") || strings.HasPrefix(line, "Threads:") {
+				b.WriteString(line)
+			}
+		}
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", pid))
+	for _, w := range tasks {
+		if c, err := os.ReadFile(w); err == nil {
+			fmt.Fprintf(&b, "%s: %s\n", filepath.Base(filepath.Dir(w)), c)
+		}
+	}
+	return b.String()
 }
