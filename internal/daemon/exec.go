@@ -74,9 +74,6 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	if err := req.Validate(); err != nil {
 		return api.ExecControl{}, err
 	}
-	if req.WorkDir == "" {
-		req.WorkDir = d.sandboxes.ExecWorkDir(name)
-	}
 	oomBefore, oomErr := d.sandboxes.OOMKills(name)
 	proc, err := d.sandboxes.Exec(ctx, name, runtime.ExecSpec{
 		Argv: req.Command,

@@ -481,26 +481,21 @@ func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) 
 	return p, err
 }
 
-// imageDefaults gives spec the sandbox image's environment (a container image's ENV) first, so
-// that the egress's variables and the caller's win over it.
+// imageDefaults gives spec the sandbox image's defaults, read once: its environment (a
+// container image's ENV) first, so that the egress's variables and the caller's win over it,
+// and, when spec names no directory, its WORKDIR, else /workspace.
 func (m *Manager) imageDefaults(rec store.Sandbox, spec runtime.ExecSpec) runtime.ExecSpec {
-	img, err := m.images.Get(rec.Image)
-	if err != nil || len(img.Env) == 0 {
-		return spec // a deleted image's sandbox has no defaults left; the rootfs it runs on stays
+	img, err := m.images.Get(rec.Image) // a deleted image's sandbox has no defaults left
+	if err == nil && len(img.Env) > 0 {
+		spec.Env = append(slices.Clone(img.Env), spec.Env...)
 	}
-	spec.Env = append(slices.Clone(img.Env), spec.Env...)
-	return spec
-}
-
-// ExecWorkDir is where an exec in sandbox name starts when the caller names no directory: its
-// image's WORKDIR (from a container image), else /workspace.
-func (m *Manager) ExecWorkDir(name string) string {
-	if rec, err := m.record(name); err == nil {
-		if img, err := m.images.Get(rec.Image); err == nil && img.WorkDir != "" {
-			return img.WorkDir
+	if spec.Dir == "" {
+		spec.Dir = api.DefaultExecWorkDir
+		if err == nil && img.WorkDir != "" {
+			spec.Dir = img.WorkDir
 		}
 	}
-	return api.DefaultExecWorkDir
+	return spec
 }
 
 // detach ends the sandbox id's egress, if it has one.
