@@ -408,6 +408,10 @@ type turnPrinter struct {
 	// them left unfinished is ended (on stderr) before the other writes.
 	shared         bool
 	outMid, errMid bool              // the last byte written to stdout / stderr was not a newline
+	// cut says a line on stderr came after text stdout left unfinished: where stdout is not the
+	// terminal stderr draws on, the agent's next message starts on a line of its own there too,
+	// not glued to the one before the tool call.
+	cut bool
 	titles         map[string]string // tool call id → title, for permission lines
 
 	ended      bool
@@ -580,6 +584,10 @@ func (p *turnPrinter) writeOut(s string) {
 		io.WriteString(p.errOut, "\n")
 		p.errMid = false
 	}
+	if p.cut && p.outMid && !p.shared {
+		io.WriteString(p.out, "\n")
+	}
+	p.cut = false
 	io.WriteString(p.out, s)
 	p.outMid = !strings.HasSuffix(s, "\n")
 }
@@ -599,6 +607,7 @@ func (p *turnPrinter) writeErr(s string) {
 
 // line writes a whole line to stderr, on a line of its own.
 func (p *turnPrinter) line(s string) {
+	p.cut = true
 	if p.errMid {
 		io.WriteString(p.errOut, "\n")
 		p.errMid = false

@@ -275,8 +275,10 @@ func TestSessionPromptHuman(t *testing.T) {
 	if code := run(f, "session", "prompt", "s1", "say", "hello"); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errOut)
 	}
-	if out.String() != "Hello, world\n" {
-		t.Errorf("stdout %q, want the agent's text and a final newline", out.String())
+	// The text after the tool activity starts a line of its own: stdout is not the terminal
+	// stderr writes on, so nothing else separates the two messages there.
+	if out.String() != "Hello\n, world\n" {
+		t.Errorf("stdout %q, want the agent's two messages on lines of their own and a final newline", out.String())
 	}
 	if d.events[3].Type != api.EventPrompt || !strings.Contains(string(d.events[3].Data), `"say hello"`) {
 		t.Errorf("prompt stored as %s", d.events[3].Data)
@@ -313,7 +315,7 @@ func TestSessionPromptThoughtsAndStopReason(t *testing.T) {
 	if !strings.HasSuffix(errOut.String(), "hiloop: the turn stopped: max_tokens\n") {
 		t.Errorf("stderr does not end with the stop reason:\n%s", errOut)
 	}
-	if out.String() != "Hello, world\n" {
+	if out.String() != "Hello\n, world\n" {
 		t.Errorf("stdout %q", out.String())
 	}
 }
@@ -600,8 +602,9 @@ func TestTurnPrinterKeepsLinesApart(t *testing.T) {
 		// One screen: the tool line must not land after "Hello", nor the text after a thought.
 		{"shared screen", true, true, "", "Hello\nhmm\n▸ tool Run make [t'1]\n▸ auto-approved Run make [t'1] (allow_once)\n world\ndone?\n"},
 		{"shared screen without thoughts", true, false, "", "Hello\n▸ tool Run make [t'1]\n▸ auto-approved Run make [t'1] (allow_once)\n world\n"},
-		// Separate streams: stdout carries the text alone, with one final newline.
-		{"separate", false, true, "Hello world\n", "hmm\n▸ tool Run make [t'1]\n▸ auto-approved Run make [t'1] (allow_once)\ndone?\n"},
+		// Separate streams: stdout carries the text alone, with one final newline; the message
+		// after the tool call starts a line of its own.
+		{"separate", false, true, "Hello\n world\n", "hmm\n▸ tool Run make [t'1]\n▸ auto-approved Run make [t'1] (allow_once)\ndone?\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
