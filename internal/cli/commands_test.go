@@ -82,6 +82,26 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "web", "x:80"),
 		refused(ExitUsage, "web", "host.example:80:80"),
 	}},
+	{"hiloop sandbox expose", parser(newCmdSandboxExpose), []flagCase{
+		ok(&SandboxExposeOptions{Name: "web", Post: api.ExposurePost{Port: 8642, HostAddr: "127.0.0.1", HostPort: ptrTo(8642)}, Output: "table"}, "web", "8642"),
+		ok(&SandboxExposeOptions{Name: "web", Post: api.ExposurePost{Port: 3000, HostAddr: "::1", HostPort: ptrTo(0)}, Output: "json"},
+			"web", "3000", "--host-addr", "::1", "--host-port", "0", "-o", "json"),
+		ok(&SandboxExposeOptions{Name: "web", Post: api.ExposurePost{Port: 80, HostAddr: "0.0.0.0", HostPort: ptrTo(8080), AllowNonLoopback: true}, Output: "table"},
+			"web", "80", "--host-addr", "0.0.0.0", "--host-port", "8080", "--allow-non-loopback"),
+		refused(ExitUsage),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "0"),
+		refused(ExitUsage, "web", "http"),
+		refused(ExitUsage, "web", "80", "--host-port", "70000"),
+		refused(ExitUsage, "web", "80", "--host-addr", "example.com"),
+		// Reachable from other machines only when said so.
+		refused(ExitUsage, "web", "80", "--host-addr", "0.0.0.0"),
+	}},
+	{"hiloop sandbox unexpose", parser(newCmdSandboxUnexpose), []flagCase{
+		ok(&SandboxUnexposeOptions{Name: "web", Port: 8642}, "web", "8642"),
+		refused(ExitUsage, "web"),
+		refused(ExitUsage, "web", "65536"),
+	}},
 	{"hiloop sandbox create", parser(newCmdSandboxCreate), []flagCase{
 		ok(&SandboxCreateOptions{Post: withName(defaultCreate, "web"), Output: "table"}, "web"),
 		ok(&SandboxCreateOptions{Post: api.SandboxesPost{Name: "web", Image: "dev", StorageClass: api.StorageEphemeral,
@@ -547,3 +567,5 @@ func TestEveryCommandHasFlagCases(t *testing.T) {
 		t.Errorf("commandFlagCases has %q, which is no command", path)
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }

@@ -72,6 +72,8 @@ var argListers = map[string][]lister{
 	"sandbox budget":          {sandboxNames},
 	"sandbox ssh":             {sandboxNames},
 	"sandbox port-forward":    {sandboxNames},
+	"sandbox expose":          {sandboxNames},
+	"sandbox unexpose":        {sandboxNames},
 	"sandbox secret attach":   {sandboxNames, secretNames},
 	"sandbox secret detach":   {sandboxNames, secretNames},
 	"sandbox snapshot create": {sandboxNames},

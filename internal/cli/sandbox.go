@@ -29,6 +29,8 @@ func newCmdSandbox(f *Factory) *cobra.Command {
 		newCmdSandboxExec(f, nil),
 		newCmdSandboxSSH(f, nil),
 		newCmdSandboxPortForward(f, nil),
+		newCmdSandboxExpose(f, nil),
+		newCmdSandboxUnexpose(f, nil),
 		newCmdSandboxGrow(f, nil),
 		newCmdSandboxRestore(f, nil),
 		newCmdSandboxEgress(f, nil),
@@ -205,6 +207,13 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 			t.row("secrets:", strings.Join(list, ", "))
 		}
 		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
+		for i, e := range sb.Exposures {
+			label := ""
+			if i == 0 {
+				label = "exposed:"
+			}
+			t.row(label, exposureLine(e))
+		}
 		modelUsageRows(t, sb.ModelUsage)
 		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
 		if sb.StartedAt != nil {

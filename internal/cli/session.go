@@ -407,12 +407,12 @@ type turnPrinter struct {
 	// shared says stdout and stderr are both terminals, presumably one screen: a line one of
 	// them left unfinished is ended (on stderr) before the other writes.
 	shared         bool
-	outMid, errMid bool              // the last byte written to stdout / stderr was not a newline
+	outMid, errMid bool // the last byte written to stdout / stderr was not a newline
 	// cut says a line on stderr came after text stdout left unfinished: where stdout is not the
 	// terminal stderr draws on, the agent's next message starts on a line of its own there too,
 	// not glued to the one before the tool call.
-	cut bool
-	titles         map[string]string // tool call id → title, for permission lines
+	cut    bool
+	titles map[string]string // tool call id → title, for permission lines
 
 	ended      bool
 	stopReason api.StopReason

@@ -97,6 +97,7 @@ type Daemon struct {
 	volumes   volume.Driver
 	images    *images.Store
 	sandboxes *sandbox.Manager
+	exposures *exposer
 	events    *eventlog.Log
 	sessions  *session.Service
 	gateway   *gateway.Gateway
@@ -300,12 +301,19 @@ func (d *Daemon) open(ctx context.Context) error {
 		}
 		d.sandboxes.OnStop(d.ssh.CloseSandbox)
 	}
+	if d.exposures, err = newExposer(d.store, d.sandboxes, d.log.With("component", "expose")); err != nil {
+		return err
+	}
+	d.sandboxes.OnDelete(d.exposures.sandboxDeleted)
 	return nil
 }
 
 // Close stops the harnesses and releases the store. Sandboxes keep running; the next daemon
 // picks them up.
 func (d *Daemon) Close() error {
+	if d.exposures != nil {
+		d.exposures.close() // the records stay: the next daemon listens again
+	}
 	if d.sessions != nil {
 		d.sessions.Close()
 	}

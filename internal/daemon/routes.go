@@ -19,6 +19,9 @@ func (d *Daemon) routes() []route {
 		{method: "POST", pattern: "/v1/sandboxes/{name}/stop", handle: d.stopSandbox, idempotent: true, noBody: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/exec", handle: d.execSandbox},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/ports/{port}", handle: d.portStream},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/exposures", handle: d.postExposure, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/exposures", handle: d.listExposures},
+		{method: "DELETE", pattern: "/v1/sandboxes/{name}/exposures/{port}", handle: d.deleteExposure, idempotent: true, noBody: true},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/grow", handle: d.growSandbox, idempotent: true},
 		{method: "GET", pattern: "/v1/sandboxes/{name}/egress/log", handle: d.sandboxEgressLog},
 		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", handle: d.restoreSandbox, idempotent: true},
@@ -90,6 +93,7 @@ func (d *Daemon) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		if list[i], err = d.withSandboxUsage(list[i]); err != nil {
 			return err
 		}
+		list[i] = d.withExposures(list[i])
 	}
 	return writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: list})
 }

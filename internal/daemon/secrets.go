@@ -196,7 +196,7 @@ func (d *Daemon) writeSandbox(w http.ResponseWriter, status int, sb api.Sandbox)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, status, sb)
+	return writeJSON(w, status, d.withExposures(sb))
 }
 
 // secretsDeleted detaches every secret of a deleted sandbox.

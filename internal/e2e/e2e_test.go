@@ -145,6 +145,8 @@ func scriptParams(dir string) testscript.Params {
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
 			"testserver":  cmdTestServer,
+			"gitserver":   cmdGitServer,
+			"tcpsend":     cmdTCPSend,
 			"acpinit":     cmdACPInit,
 			"opengate":    cmdOpenGate,
 			"daemonfds":   cmdDaemonFDs,

@@ -3,10 +3,13 @@ package e2e
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/cgi"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -189,4 +192,80 @@ func (g *gates) open(key string) {
 	default:
 		close(c)
 	}
+}
+
+// cmdGitServer: gitserver NAME HOST REPO serves a git repository at https://HOST/REPO (git's
+// smart HTTP, through git http-backend) holding one commit that adds a README, with the
+// certificate the egress gateway's CA (in $DATADIR, made if the daemon has not made it yet)
+// gives HOST; it sets NAME_TLS_PORT. Run it before the daemon starts.
+func cmdGitServer(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: gitserver NAME HOST REPO")
+	}
+	name, host, repo := args[0], args[1], args[2]
+	root := ts.MkAbs(name + "-repos")
+	src := ts.MkAbs(name + "-src")
+	git := func(dir string, a ...string) {
+		cmd := exec.Command("git", a...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=tour", "GIT_AUTHOR_EMAIL=tour@example.test",
+			"GIT_COMMITTER_NAME=tour", "GIT_COMMITTER_EMAIL=tour@example.test")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			ts.Fatalf("git %s: %v\n%s", strings.Join(a, " "), err, out)
+		}
+	}
+	ts.Check(os.MkdirAll(src, 0o755))
+	git(src, "init", "-q", "-b", "master")
+	ts.Check(os.WriteFile(filepath.Join(src, "README"), []byte("Hello World!\n"), 0o644))
+	git(src, "add", "README")
+	git(src, "commit", "-q", "-m", "first commit")
+	ts.Check(os.MkdirAll(filepath.Dir(filepath.Join(root, repo)), 0o755))
+	git(root, "clone", "-q", "--bare", src, filepath.Join(root, repo))
+
+	out, err := exec.Command("git", "--exec-path").Output()
+	ts.Check(err)
+	backend := filepath.Join(strings.TrimSpace(string(out)), "git-http-backend")
+	handler := &cgi.Handler{
+		Path: backend,
+		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
+	}
+	// The gateway tunnels HTTPS to a host with no secret bound to it byte for byte: the sandbox
+	// checks the certificate itself, and it trusts the gateway's CA.
+	ts.Check(os.MkdirAll(ts.Getenv("DATADIR"), 0o700))
+	ca, err := gateway.LoadOrCreateCA(ts.Getenv("DATADIR"))
+	ts.Check(err)
+	leaf, err := ca.Leaf(host)
+	ts.Check(err)
+	srv := httptest.NewUnstartedServer(handler)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	srv.StartTLS()
+	ts.Defer(srv.Close)
+	ts.Setenv(name+"_TLS_PORT", strconv.Itoa(srv.Listener.Addr().(*net.TCPAddr).Port))
+}
+
+// cmdTCPSend: tcpsend ADDR IN OUT connects to ADDR, sends the file IN (which may be empty),
+// half-closes, and writes everything it receives until the far side closes to OUT: a byte-exact
+// round trip through a forward, half-close included.
+func cmdTCPSend(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: tcpsend ADDR IN OUT")
+	}
+	in, err := os.ReadFile(ts.MkAbs(args[1]))
+	ts.Check(err)
+	c, err := net.Dial("tcp", args[0])
+	ts.Check(err)
+	defer c.Close()
+	ts.Check(c.SetDeadline(time.Now().Add(time.Minute)))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(in)
+		if err == nil {
+			err = c.(*net.TCPConn).CloseWrite()
+		}
+		done <- err
+	}()
+	out, err := io.ReadAll(c)
+	ts.Check(err)
+	ts.Check(<-done)
+	ts.Check(os.WriteFile(ts.MkAbs(args[2]), out, 0o644))
 }

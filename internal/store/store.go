@@ -47,7 +47,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency, bucketSnapshots, bucketSSHKeys, bucketSessions, bucketPermissions} {
+		for _, b := range [][]byte{bucketSandboxes, bucketIdempotency, bucketSnapshots, bucketSSHKeys, bucketSessions, bucketPermissions, bucketExposures} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

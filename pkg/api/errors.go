@@ -39,6 +39,9 @@ const (
 	CodeSandboxNotRunning    ErrorCode = "sandbox_not_running"    // the call needs a running sandbox
 	CodeInvalidState         ErrorCode = "invalid_state"          // the sandbox is busy in another transition
 	CodePortNotListening     ErrorCode = "port_not_listening"     // nothing accepts on that port in the sandbox
+	CodeExposureNotFound     ErrorCode = "exposure_not_found"     // the sandbox's port is not exposed
+	CodeExposureExists       ErrorCode = "exposure_exists"        // the port is exposed already, differently
+	CodeHostPortInUse        ErrorCode = "host_port_in_use"       // the host address and port are taken
 	CodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused" // same key, different request
 	CodeBuildInProgress      ErrorCode = "build_in_progress"      // the image is being built
 	CodeImageExists          ErrorCode = "image_exists"           // the name belongs to an image definition
@@ -107,6 +110,9 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeSandboxNotRunning:    {http.StatusConflict, ExitCodeConflict},
 	CodeInvalidState:         {http.StatusConflict, ExitCodeConflict},
 	CodePortNotListening:     {http.StatusBadGateway, ExitCodeConflict},
+	CodeExposureNotFound:     {http.StatusNotFound, ExitCodeNotFound},
+	CodeExposureExists:       {http.StatusConflict, ExitCodeConflict},
+	CodeHostPortInUse:        {http.StatusConflict, ExitCodeConflict},
 	CodeIdempotencyKeyReused: {http.StatusConflict, ExitCodeConflict},
 	CodeBuildInProgress:      {http.StatusConflict, ExitCodeConflict},
 	CodeImageExists:          {http.StatusConflict, ExitCodeConflict},

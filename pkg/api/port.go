@@ -1,6 +1,9 @@
 package api
 
-import "strconv"
+import (
+	"net/netip"
+	"strconv"
+)
 
 // A port stream carries one TCP connection to a port on a sandbox's loopback over the API, the
 // way `hiloop sandbox port-forward` uses it: GET /v1/sandboxes/{name}/ports/{port} with
@@ -19,4 +22,71 @@ func ParsePort(what, s string) (int, error) {
 		return 0, Errorf(CodeInvalidArgument, "invalid %s %q: use 1 to 65535", what, s)
 	}
 	return n, nil
+}
+
+// An exposure is a listener on the host that sandboxd keeps for a port on a sandbox's loopback,
+// for as long as the exposure exists: across CLI runs, daemon restarts and the sandbox's stops
+// and starts (POST /v1/sandboxes/{name}/exposures, DELETE .../exposures/{port}). Every
+// connection to it is joined to a new connection to the port in the sandbox, as a port stream's
+// is. While the sandbox is not running, or nothing listens on the port, a connection is refused:
+// one that opens with an HTTP request gets a 503 or 502 answer saying why, any other is closed.
+
+// DefaultExposeHostAddr is where an exposure listens unless asked otherwise: the host's loopback.
+const DefaultExposeHostAddr = "127.0.0.1"
+
+// Exposure is one exposed port of a sandbox.
+type Exposure struct {
+	// Port is the port on the sandbox's loopback.
+	Port int `json:"port"`
+	// HostAddr and HostPort are where the host listens.
+	HostAddr string `json:"host_addr"`
+	HostPort int    `json:"host_port"`
+	// Error says why the daemon does not listen at the moment (the address was taken while the
+	// daemon was down, say); empty while it listens.
+	Error string `json:"error,omitempty"`
+}
+
+// ExposurePost asks to expose a sandbox's port on the host.
+type ExposurePost struct {
+	// Port is the port on the sandbox's loopback, 1 to 65535.
+	Port int `json:"port"`
+	// HostAddr is the host address to listen on; empty means DefaultExposeHostAddr. An address
+	// other than a loopback one (an interface's address, 0.0.0.0, ::) needs AllowNonLoopback.
+	HostAddr string `json:"host_addr,omitempty"`
+	// HostPort is the host port; nil means the same as Port, 0 any free port (the one chosen is
+	// kept across restarts).
+	HostPort *int `json:"host_port,omitempty"`
+	// AllowNonLoopback lets HostAddr be reachable from other machines.
+	AllowNonLoopback bool `json:"allow_non_loopback,omitempty"`
+}
+
+// Normalize validates p and fills in its defaults.
+func (p *ExposurePost) Normalize() error {
+	if p.Port < 1 || p.Port > 65535 {
+		return Errorf(CodeInvalidArgument, "invalid port %d: use 1 to 65535", p.Port)
+	}
+	if p.HostAddr == "" {
+		p.HostAddr = DefaultExposeHostAddr
+	}
+	ip, err := netip.ParseAddr(p.HostAddr)
+	if err != nil || ip.Zone() != "" {
+		return Errorf(CodeInvalidArgument, "invalid host address %q: give an IP address such as 127.0.0.1, ::1 or 0.0.0.0", p.HostAddr)
+	}
+	p.HostAddr = ip.Unmap().String()
+	if !ip.IsLoopback() && !p.AllowNonLoopback {
+		return Errorf(CodeInvalidArgument, "host address %s is reachable from other machines: add --allow-non-loopback (allow_non_loopback) to mean it", p.HostAddr)
+	}
+	if p.HostPort == nil {
+		port := p.Port
+		p.HostPort = &port
+	}
+	if *p.HostPort < 0 || *p.HostPort > 65535 {
+		return Errorf(CodeInvalidArgument, "invalid host port %d: use 1 to 65535, or 0 for any free port", *p.HostPort)
+	}
+	return nil
+}
+
+// ExposureList is the answer of GET /v1/sandboxes/{name}/exposures.
+type ExposureList struct {
+	Exposures []Exposure `json:"exposures"`
 }

@@ -138,6 +138,8 @@ type Sandbox struct {
 	Egress Egress `json:"egress"`
 	// Secrets are the secrets attached to it and their variables.
 	Secrets []SecretAttachment `json:"secrets,omitempty"`
+	// Exposures are its ports the host listens for (hiloop sandbox expose).
+	Exposures []Exposure `json:"exposures,omitempty"`
 	// Error says why the sandbox is "failed", if it is.
 	Error string `json:"error,omitempty"`
 	// CreatedAt is when the sandbox was created.

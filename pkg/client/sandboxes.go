@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -137,4 +138,24 @@ func (c *Client) AddSSHKey(ctx context.Context, p api.SSHKeysPost, opts ...CallO
 // RemoveSSHKey removes a registered public key.
 func (c *Client) RemoveSSHKey(ctx context.Context, name string, opts ...CallOption) error {
 	return c.do(ctx, http.MethodDelete, "/v1/ssh-keys/"+url.PathEscape(name), nil, nil, opts...)
+}
+
+// ExposePort has the daemon listen on the host for a port of the sandbox (pkg/api's Exposure);
+// asking again for the same exposure returns it.
+func (c *Client) ExposePort(ctx context.Context, name string, p api.ExposurePost, opts ...CallOption) (api.Exposure, error) {
+	var e api.Exposure
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(name)+"/exposures", p, &e, opts...)
+	return e, err
+}
+
+// Exposures lists the exposed ports of a sandbox.
+func (c *Client) Exposures(ctx context.Context, name string) ([]api.Exposure, error) {
+	var l api.ExposureList
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(name)+"/exposures", nil, &l)
+	return l.Exposures, err
+}
+
+// UnexposePort removes the exposure of a sandbox's port.
+func (c *Client) UnexposePort(ctx context.Context, name string, port int, opts ...CallOption) error {
+	return c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(name)+"/exposures/"+strconv.Itoa(port), nil, nil, opts...)
 }
