@@ -212,19 +212,21 @@ func (h hostLimits) fitHost(p *api.SandboxesPost, defaultCPUs, defaultMemory boo
 
 // fitResources is fitHost's rule for a host of cpus cores and memMiB of memory.
 func fitResources(p *api.SandboxesPost, cpus float64, memMiB int, defaultCPUs, defaultMemory bool) error {
-	switch {
-	case p.CPUs <= cpus:
-	case defaultCPUs:
-		p.CPUs = cpus
-	default:
-		return api.Errorf(api.CodeInvalidArgument, "invalid cpus %g: this host has %g CPUs: use %g to %g", p.CPUs, cpus, api.MinCPUs, cpus)
+	if err := fitLimit(&p.CPUs, cpus, defaultCPUs, "cpus", "CPUs", api.MinCPUs); err != nil {
+		return err
 	}
+	return fitLimit(&p.MemoryMB, memMiB, defaultMemory, "memory_mb", "MiB of memory", api.MinMemoryMB)
+}
+
+// fitLimit holds the limit *v to the host's figure: a default above it becomes it, a value asked
+// for above it is refused.
+func fitLimit[T int | float64](v *T, host T, isDefault bool, field, unit string, least T) error {
 	switch {
-	case p.MemoryMB <= memMiB:
-	case defaultMemory:
-		p.MemoryMB = memMiB
+	case *v <= host:
+	case isDefault:
+		*v = host
 	default:
-		return api.Errorf(api.CodeInvalidArgument, "invalid memory_mb %d: this host has %d MiB of memory: use %d to %d", p.MemoryMB, memMiB, api.MinMemoryMB, memMiB)
+		return api.Errorf(api.CodeInvalidArgument, "invalid %s %v: this host has %v %s: use %v to %v", field, *v, host, unit, least, host)
 	}
 	return nil
 }

@@ -19,6 +19,20 @@ func probe(r *Runtime, id string) Liveness {
 	return r.Probe(ctx, id)
 }
 
+// initPid is the host's pid of the sandbox's init.
+func initPid(t *testing.T, r *Runtime, id string) int {
+	t.Helper()
+	c, err := libcontainer.Load(r.cfg.StateDir, id)
+	if err == nil {
+		var st *libcontainer.State
+		if st, err = c.State(); err == nil {
+			return st.InitProcessPid
+		}
+	}
+	t.Fatal(err)
+	return 0
+}
+
 // A stopped init is unresponsive, not gone: it still runs, and answers once continued.
 func TestProbe(t *testing.T) {
 	r := newRuntime(t)
@@ -27,19 +41,12 @@ func TestProbe(t *testing.T) {
 	if got := probe(r, s.ID); got != Answering {
 		t.Fatalf("probe of a running sandbox = %v, want Answering", got)
 	}
-	c, err := libcontainer.Load(r.cfg.StateDir, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.State()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Kill(st.InitProcessPid, unix.SIGSTOP); err != nil {
+	init := initPid(t, r, s.ID)
+	if err := unix.Kill(init, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	got := probe(r, s.ID)
-	if err := unix.Kill(st.InitProcessPid, unix.SIGCONT); err != nil {
+	if err := unix.Kill(init, unix.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	if got != Unresponsive {
