@@ -228,6 +228,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
 	d.host = hostLimits{log: d.log}
 	d.host.raise()
+	d.host.logRoom()
 	d.sandboxes.SetHostBudget(d.host)
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err

@@ -134,29 +134,47 @@ func sandboxRoom(size, reserve, share uint64) uint64 {
 	return (size - reserve) / share
 }
 
+// tightest is the pool with room for the fewest running sandboxes as the host's limits are now:
+// that room, the pool's size and what is kept of it for the host. ok is false when no pool's
+// size can be read.
+func (h hostLimits) tightest() (room uint64, p pool, size, reserve uint64, ok bool) {
+	for _, q := range pools {
+		qsize, err := h.read(q.path)
+		if err != nil {
+			continue
+		}
+		qreserve := q.reserve
+		if q.reserved != "" {
+			if r, err := h.read(q.reserved); err == nil {
+				qreserve += r
+			}
+		}
+		if qroom := sandboxRoom(qsize, qreserve, q.share); !ok || qroom < room {
+			room, p, size, reserve, ok = qroom, q, qsize, qreserve, true
+		}
+	}
+	return room, p, size, reserve, ok
+}
+
+// logRoom says at start how many sandboxes the host's limits let run at once, and which binds.
+func (h hostLimits) logRoom() {
+	if room, p, _, _, ok := h.tightest(); ok {
+		h.log.Info("host limits admit running sandboxes", "max_running", room, "bound_by", sysctl{path: p.path}.name())
+	}
+}
+
 // AdmitStart admits one more running sandbox beside running others, or refuses with
 // host_limit_reached naming the pool that has no room. The limits are read afresh, so an
 // operator who raises one need not restart sandboxd; one that cannot be read admits.
 func (h hostLimits) AdmitStart(running int) error {
-	for _, p := range pools {
-		size, err := h.read(p.path)
-		if err != nil {
-			continue
-		}
-		reserve := p.reserve
-		if p.reserved != "" {
-			if r, err := h.read(p.reserved); err == nil {
-				reserve += r
-			}
-		}
-		if room := sandboxRoom(size, reserve, p.share); uint64(running) >= room {
-			name := sysctl{path: p.path}.name()
-			return api.Errorf(api.CodeHostLimitReached,
-				"the host's %s of %d has room for %d running sandboxes (%d %s each, %d kept for the host) and %d run: stop a sandbox, or raise %s",
-				name, size, room, p.share, p.what, reserve, running, name)
-		}
+	room, p, size, reserve, ok := h.tightest()
+	if !ok || uint64(running) < room {
+		return nil
 	}
-	return nil
+	name := sysctl{path: p.path}.name()
+	return api.Errorf(api.CodeHostLimitReached,
+		"the host's %s of %d has room for %d running sandboxes (%d %s each, %d kept for the host) and %d run: stop a sandbox, or raise %s",
+		name, size, room, p.share, p.what, reserve, running, name)
 }
 
 func (h hostLimits) read(path string) (uint64, error) {

@@ -90,6 +90,10 @@ func TestRaiseHostLimits(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", line, log)
 		}
 	}
+	h.logRoom()
+	if !strings.Contains(log.String(), "max_running=1020 bound_by=kernel.pid_max") {
+		t.Errorf("log lacks the room the raised limits leave:\n%s", log)
+	}
 	if strings.Contains(log.String(), "threads-max") {
 		t.Errorf("a limit that was high enough was logged:\n%s", log)
 	}
