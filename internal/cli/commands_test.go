@@ -48,8 +48,8 @@ func refused(exit int, args ...string) flagCase {
 	return flagCase{args: args, exit: exit}
 }
 
-var defaultCreate = api.SandboxesPost{Image: api.DefaultImage, StorageClass: api.StorageDurable, PermissionPolicy: api.PolicyAutoApprove,
-	CPUs: api.DefaultCPUs, MemoryMB: api.DefaultMemoryMB}
+// defaultCreate leaves CPUs and memory out: the daemon gives its defaults, held to the host's.
+var defaultCreate = api.SandboxesPost{Image: api.DefaultImage, StorageClass: api.StorageDurable, PermissionPolicy: api.PolicyAutoApprove}
 
 func withName(p api.SandboxesPost, name string) api.SandboxesPost { p.Name = name; return p }
 

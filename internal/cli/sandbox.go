@@ -104,8 +104,9 @@ changes it later).`,
 	fl := cmd.Flags()
 	fl.StringVar((*string)(&opts.Post.StorageClass), "storage-class", string(api.StorageDurable), "lifetime of /workspace: durable or ephemeral")
 	fl.IntVar(&opts.Post.WorkspaceGiB, "workspace-gib", 0, fmt.Sprintf("workspace capacity in GiB, %d-%d (default %d)", api.MinWorkspaceGiB, api.MaxWorkspaceGiB, api.DefaultWorkspaceGiB))
-	fl.Float64Var(&opts.Post.CPUs, "cpus", api.DefaultCPUs, "CPU limit in cores")
-	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", api.DefaultMemoryMB, "memory limit in MiB")
+	// Left out, the daemon gives its default, or the host's figure where the host has less.
+	fl.Float64Var(&opts.Post.CPUs, "cpus", 0, fmt.Sprintf("CPU limit in cores, at most the host's (default %g)", api.DefaultCPUs))
+	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", 0, fmt.Sprintf("memory limit in MiB, at most the host's (default %d)", api.DefaultMemoryMB))
 	fl.StringVar((*string)(&opts.Post.PermissionPolicy), "permission-policy", string(api.PolicyAutoApprove), "how its agent sessions answer permission requests: auto-approve or ask (a session can override it)")
 	fl.StringVar(&opts.Post.Image, "image", api.DefaultImage, "image to start from (see hiloop image list)")
 	fl.BoolVar(&opts.Post.NoStart, "no-start", false, "leave the new sandbox stopped")
@@ -186,7 +187,7 @@ func sandboxGetRun(ctx context.Context, f *Factory, opts *SandboxGetOptions) err
 func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 	return printOutput(f.IO, output, sb, func(t *table) {
 		t.row("name:", sb.Name)
-		t.row("state:", string(sb.State))
+		t.row("state:", stateText(sb))
 		if sb.Error != "" {
 			t.row("error:", sb.Error)
 		}
@@ -267,12 +268,21 @@ func sandboxListRun(ctx context.Context, f *Factory, opts *SandboxListOptions) e
 	return printOutput(f.IO, opts.Output, api.SandboxList{Sandboxes: list}, func(t *table) {
 		t.head("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
 		for _, sb := range list {
-			t.row(sb.Name, string(sb.State), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
+			t.row(sb.Name, stateText(sb), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
 				fmt.Sprintf("%d MiB", sb.MemoryMB),
 				fmt.Sprintf("%s %s", capacity(sb.Workspace), sb.Workspace.StorageClass),
 				age(sb.CreatedAt))
 		}
 	})
+}
+
+// stateText is a sandbox's state as the tables show it: "running (unresponsive)" for a running
+// sandbox whose init did not answer in time.
+func stateText(sb api.Sandbox) string {
+	if sb.Unresponsive {
+		return string(sb.State) + " (unresponsive)"
+	}
+	return string(sb.State)
 }
 
 func age(t time.Time) string {

@@ -112,6 +112,7 @@ type Daemon struct {
 	audit        *auditlog.Log
 	sshKeys      *sshKeys
 	ssh          *sshd.Server // nil while the endpoint is off
+	host         hostLimits   // the host's kernel limits: raised at start, sandboxes admitted against them
 }
 
 // New opens the data dir and reconciles the store with what runs on the host.
@@ -226,6 +227,10 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
+	d.host = hostLimits{log: d.log}
+	d.host.raise()
+	d.host.logRoom()
+	d.sandboxes.SetHostBudget(d.host)
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}

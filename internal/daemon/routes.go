@@ -103,7 +103,11 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
+	defaultCPUs, defaultMemory := p.CPUs == 0, p.MemoryMB == 0
 	if err := p.Normalize(); err != nil {
+		return err
+	}
+	if err := d.host.fitHost(&p, defaultCPUs, defaultMemory); err != nil {
 		return err
 	}
 	// The secrets must exist before anything is made; one deleted in the meantime fails the

@@ -139,6 +139,7 @@ func scriptParams(dir string) testscript.Params {
 			"waitfor":     cmdWaitfor,
 			"exits":       cmdExits,
 			"killinit":    cmdKillInit,
+			"signalinit":  cmdSignalInit,
 			"sandboxpids": cmdSandboxPids,
 			"streamcheck": cmdStreamCheck,
 			"capture":     cmdCapture,
@@ -511,6 +512,17 @@ func cmdKillInit(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: killinit NAME")
 	}
 	ts.Check(syscall.Kill(sandboxInit(ts, args[0]), syscall.SIGKILL))
+}
+
+// cmdSignalInit: signalinit NAME STOP|CONT stops or continues the sandbox's init from the host:
+// a stopped init is the one that deterministically does not answer a ping.
+func cmdSignalInit(ts *testscript.TestScript, neg bool, args []string) {
+	sigs := map[string]syscall.Signal{"STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT}
+	sig, ok := sigs[strings.ToUpper(strings.Join(args[1:], ""))]
+	if neg || len(args) != 2 || !ok {
+		ts.Fatalf("usage: signalinit NAME STOP|CONT")
+	}
+	ts.Check(syscall.Kill(sandboxInit(ts, args[0]), sig))
 }
 
 // cmdSandboxPids: sandboxpids NAME VAR sets $VAR to the host's pids of every process of the

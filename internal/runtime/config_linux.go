@@ -90,7 +90,7 @@ var (
 
 // Limits that apply to every sandbox whatever its spec.
 const (
-	pidsLimit   = 8192
+	pidsLimit   = PidsPerSandbox
 	nofileSoft  = 65536
 	nofileHard  = 524288
 	cpuPeriodUS = 100000
@@ -140,7 +140,7 @@ func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
-			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5", "max=" + strconv.Itoa(PtysPerSandbox)}},
 			// No size: tmpfs pages are charged to the sandbox's memory cgroup anyway.
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777"}},
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},

@@ -429,19 +429,9 @@ func signalAll(c *libcontainer.Container, sig unix.Signal, skip int) {
 
 // Running reports whether the sandbox exists and its init answers.
 func (r *Runtime) Running(id string) bool {
-	if validID(id) != nil {
-		return false
-	}
-	c, err := libcontainer.Load(r.cfg.StateDir, id)
-	if err != nil {
-		return false
-	}
-	if st, err := c.Status(); err != nil || st != libcontainer.Running {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return r.ping(ctx, id) == nil
+	return r.Probe(ctx, id) == Answering
 }
 
 // List returns the ids of every sandbox libcontainer has state for, running or not, and of

@@ -269,7 +269,7 @@ func TestExec(t *testing.T) {
 		{name: "oom score of children", spec: ExecSpec{Argv: sh("sleep 0.1; cat /proc/$$/oom_score_adj /proc/1/oom_score_adj")}, wantOut: wantOOMScores()},
 		{name: "cpu limit", spec: ExecSpec{Argv: sh("cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d' ' -f1 /sys/fs/cgroup/cpu.max")}, wantOut: "100000\n"},
 		{name: "no swap", spec: ExecSpec{Argv: sh("cat /sys/fs/cgroup/memory/memory.memsw.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.swap.max")}, wantOut: wantSwap()},
-		{name: "pids limit", spec: ExecSpec{Argv: sh("cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max")}, wantOut: "8192\n"},
+		{name: "pids limit", spec: ExecSpec{Argv: sh("cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max")}, wantOut: fmt.Sprintf("%d\n", PidsPerSandbox)},
 		{name: "big env", spec: ExecSpec{Argv: sh(`echo $((${#A} + ${#B} + ${#C}))`), Env: []string{
 			"A=" + strings.Repeat("a", 100000), "B=" + strings.Repeat("b", 100000), "C=" + strings.Repeat("c", 100000)}}, wantOut: "300000\n"},
 		{name: "no leaked fds", spec: ExecSpec{Argv: []string{"ls", "/proc/self/fd"}}, wantOut: "0\n1\n2\n3\n"},

@@ -57,6 +57,8 @@ type fakeRuntime struct {
 	running  map[string]bool
 	lastSpec runtime.Spec     // the last Start's
 	lastExec runtime.ExecSpec // the last Exec's
+	// probe, when set, answers Probe for a running sandbox (the default answers at once).
+	probe func(ctx context.Context, id string) runtime.Liveness
 }
 
 func (r *fakeRuntime) setRunning(id string, on bool) {
@@ -88,6 +90,16 @@ func (r *fakeRuntime) Running(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.running[id]
+}
+
+func (r *fakeRuntime) Probe(ctx context.Context, id string) runtime.Liveness {
+	if !r.Running(id) {
+		return runtime.Gone
+	}
+	if r.probe != nil {
+		return r.probe(ctx, id)
+	}
+	return runtime.Answering
 }
 
 func (r *fakeRuntime) List() ([]string, error) {

@@ -45,6 +45,8 @@ type Runtime interface {
 	// OOMKills counts the processes the kernel killed for the sandbox's memory limit since it
 	// started.
 	OOMKills(id string) (uint64, error)
+	// Probe pings the sandbox's init within ctx's deadline.
+	Probe(ctx context.Context, id string) runtime.Liveness
 }
 
 // Egress gives running sandboxes their way out (internal/gateway's Gateway, wired by the
@@ -85,6 +87,9 @@ type Manager struct {
 	layerDir string // <data>/sandboxes: one directory per sandbox id for the runtime's layers
 	log      *slog.Logger
 	egress   Egress // nil: sandboxes have loopback only
+
+	hostBudget HostBudget // nil: starts are not held to the host's kernel pools
+	admitMu    sync.Mutex // one start admitted at a time
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
@@ -250,28 +255,13 @@ func (m *Manager) Get(ctx context.Context, name string) (api.Sandbox, error) {
 	return m.liveView(ctx, rec), nil
 }
 
-// liveView is view with the truth about a sandbox recorded as running whose init is gone
-// (killed from the host, say): it is reported failed until a start brings it back.
-func (m *Manager) liveView(ctx context.Context, rec store.Sandbox) api.Sandbox {
-	sb := m.view(ctx, rec)
-	if sb.State == api.StateRunning && !m.runtime.Running(rec.ID) {
-		sb.State = api.StateFailed
-		sb.Error = fmt.Sprintf("the sandbox's init is gone: `hiloop sandbox start %s` starts it again", rec.Name)
-	}
-	return sb
-}
-
 // List returns every sandbox, sorted by name.
 func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	recs, err := m.store.ListSandboxes()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.Sandbox, 0, len(recs))
-	for _, rec := range recs {
-		out = append(out, m.liveView(ctx, rec))
-	}
-	return out, nil
+	return m.liveViews(ctx, recs), nil
 }
 
 // Start starts a stopped or failed sandbox; starting a running one succeeds and changes nothing.
@@ -307,7 +297,7 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	if err := m.setState(rec, api.StateStarting, ""); err != nil {
+	if err := m.admitStart(rec); err != nil {
 		return err
 	}
 	err = m.startContainer(ctx, rec, img)

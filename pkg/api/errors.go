@@ -51,6 +51,7 @@ const (
 	CodeRegistryError        ErrorCode = "registry_error"         // the registry refused or failed the pull
 	CodeBodyTooLarge         ErrorCode = "body_too_large"         // a body over MaxBodyBytes
 	CodeInsufficientStorage  ErrorCode = "insufficient_storage"   // the host has no room for it
+	CodeHostLimitReached     ErrorCode = "host_limit_reached"     // a host-wide kernel pool has no room for another running sandbox
 	CodeUnsupported          ErrorCode = "unsupported_capability" // this deployment cannot do that
 	CodeInternal             ErrorCode = "internal"               // a bug or a host failure
 	CodeUnavailable          ErrorCode = "unavailable"            // the daemon is shutting down
@@ -122,6 +123,7 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeRegistryError:        {http.StatusBadGateway, ExitCodeError},
 	CodeBodyTooLarge:         {http.StatusRequestEntityTooLarge, ExitCodeUsage},
 	CodeInsufficientStorage:  {http.StatusInsufficientStorage, ExitCodeNoCapacity},
+	CodeHostLimitReached:     {http.StatusConflict, ExitCodeNoCapacity},
 	CodeUnsupported:          {http.StatusNotImplemented, ExitCodeUnsupported},
 	CodeInternal:             {http.StatusInternalServerError, ExitCodeError},
 	CodeUnavailable:          {http.StatusServiceUnavailable, ExitCodeUnreachable},

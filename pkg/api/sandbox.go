@@ -146,6 +146,10 @@ type Sandbox struct {
 	CreatedAt time.Time `json:"created_at"`
 	// StartedAt is when the sandbox last started; zero while stopped.
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// Unresponsive is true when the sandbox is running but its init did not answer within the
+	// daemon's short deadline (half a second) while get or list looked: its CPU limit starved by
+	// a fork bomb, say. Its state stays "running"; an exec may be slow or fail until it recovers.
+	Unresponsive bool `json:"unresponsive,omitempty"`
 	// OOMKills counts the processes the kernel killed for the memory limit (MemoryMB) since the
 	// sandbox started; 0 while it is stopped.
 	OOMKills uint64 `json:"oom_kills,omitempty"`

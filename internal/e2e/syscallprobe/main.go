@@ -38,6 +38,9 @@ type probe struct {
 
 func main() {
 	if len(os.Args) > 1 {
+		if run, ok := poolCommands[os.Args[1]]; ok {
+			os.Exit(run(os.Args[2:]))
+		}
 		// One probe by name, for the attempts whose answer depends on the user.
 		for _, p := range probes() {
 			if p.name == os.Args[1] {

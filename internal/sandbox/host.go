@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// HostBudget admits sandbox starts against the host-wide kernel pools (pids, threads, ptys)
+// every running sandbox takes a fixed share of (internal/daemon's host limits).
+type HostBudget interface {
+	// AdmitStart returns nil when one more sandbox may run beside running others, else an
+	// *api.Error (host_limit_reached) saying which pool is full.
+	AdmitStart(running int) error
+}
+
+// SetHostBudget makes every start from now on, a create's included, ask b first. Call it
+// before Reconcile.
+func (m *Manager) SetHostBudget(b HostBudget) { m.hostBudget = b }
+
+// admitStart moves rec to starting if the host budget has room for one more running sandbox.
+// Starts are admitted one at a time, so two cannot both take the last room; a refused start
+// leaves rec as it was.
+func (m *Manager) admitStart(rec *store.Sandbox) error {
+	m.admitMu.Lock()
+	defer m.admitMu.Unlock()
+	if m.hostBudget != nil {
+		recs, err := m.store.ListSandboxes()
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, r := range recs {
+			if r.Name != rec.Name && holdsHostShare(api.SandboxState(r.State)) {
+				running++
+			}
+		}
+		if err := m.hostBudget.AdmitStart(running); err != nil {
+			return err
+		}
+	}
+	return m.setState(rec, api.StateStarting, "")
+}
+
+// holdsHostShare tells the states whose sandbox may have processes: from the start's admission
+// until its stop has finished.
+func holdsHostShare(s api.SandboxState) bool {
+	return s == api.StateStarting || s == api.StateRunning || s == api.StateStopping
+}
+
+// probeTimeout is how long get and list wait for a sandbox's init to answer; one that does not
+// is reported unresponsive rather than waited for.
+const probeTimeout = 500 * time.Millisecond
+
+// listParallel bounds the sandboxes a list looks at at once.
+const listParallel = 64
+
+// liveView is view with the truth about a sandbox recorded as running: one whose init is gone
+// (killed from the host, say) is reported failed until a start brings it back; one whose init
+// does not answer within probeTimeout (starved by a fork bomb) stays running, marked
+// unresponsive.
+func (m *Manager) liveView(ctx context.Context, rec store.Sandbox) api.Sandbox {
+	sb := m.view(ctx, rec)
+	if sb.State != api.StateRunning {
+		return sb
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	switch m.runtime.Probe(pctx, rec.ID) {
+	case runtime.Gone:
+		sb.State = api.StateFailed
+		sb.Error = "the sandbox's init is gone: `hiloop sandbox start " + rec.Name + "` starts it again"
+	case runtime.Unresponsive:
+		sb.Unresponsive = true
+	}
+	return sb
+}
+
+// liveViews is liveView of every record, looked at in parallel so that one unresponsive
+// sandbox costs a list probeTimeout, not one per sandbox.
+func (m *Manager) liveViews(ctx context.Context, recs []store.Sandbox) []api.Sandbox {
+	out := make([]api.Sandbox, len(recs))
+	sem := make(chan struct{}, listParallel)
+	var wg sync.WaitGroup
+	for i, rec := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i] = m.liveView(ctx, rec)
+		}()
+	}
+	wg.Wait()
+	return out
+}
