@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -69,10 +70,14 @@ func cmdTmux(ts *testscript.TestScript, neg bool, args []string) {
 		// end of the whole run, which would hold CI for minutes.
 		limit := time.After(tmuxWaitLimit)
 		for {
-			screen = t.run(ts, "capture-pane", "-p", "-t", name)
+			// The pane's state comes with its screen, in one tmux command.
+			out := t.run(ts, "capture-pane", "-p", "-t", name, ";", "display-message", "-p", "-t", name, paneExitFormat)
+			var state string
+			screen, state = splitLastLine(out)
 			if re.MatchString(screen) {
 				return
 			}
+			reapLostExit(ts, state)
 			select {
 			case <-scriptsExpired:
 				ts.Fatalf("tmux wait %s %q: the screen never matched; it shows:\n%s", name, args[2], screen)
@@ -87,6 +92,35 @@ func cmdTmux(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 	default:
 		ts.Fatalf("usage: tmux start|send|wait|screen NAME ...")
+	}
+}
+
+// paneExitFormat is what reapLostExit reads of a pane: whether it is dead, its exit status if
+// tmux has it, and the tmux server's pid.
+const paneExitFormat = "#{pane_dead} status=#{pane_dead_status} server=#{pid}"
+
+// splitLastLine splits tmux's output into what came before its last line and that line.
+func splitLastLine(out string) (before, last string) {
+	out = strings.TrimSuffix(out, "\n")
+	i := strings.LastIndexByte(out, '\n')
+	return out[:i+1], out[i+1:]
+}
+
+// reapLostExit makes tmux reap a pane whose program ended without tmux hearing of it. tmux
+// built with libutempter (Debian's is) runs its utmp helper as soon as a pane's terminal
+// closes, with SIGCHLD set to its default, discarded, meanwhile; a program that ends while the
+// helper runs (its terminal closes just before its exit) is never reaped: the pane is dead with
+// no status and no "Pane is dead" line, and its program a zombie (tmux issues 311 and 4559).
+// Under load that is one quit in a few. A SIGCHLD makes the server reap its children, and
+// changes nothing for a pane whose program still ends.
+func reapLostExit(ts *testscript.TestScript, state string) {
+	dead, rest, _ := strings.Cut(state, " ")
+	if dead != "1" || !strings.HasPrefix(rest, "status= ") {
+		return
+	}
+	_, server, _ := strings.Cut(rest, "server=")
+	if pid, err := strconv.Atoi(server); err == nil && pid > 0 {
+		ts.Check(syscall.Kill(pid, syscall.SIGCHLD))
 	}
 }
 
