@@ -38,19 +38,44 @@ deps: ## install the Debian packages the daemon and the tests need (as root)
 install: build ## install the binaries into $(PREFIX)/bin
 	install -m 0755 $(BIN)/hiloop $(BIN)/hiloop-ssh $(BIN)/sandboxd $(BIN)/hiloop-init $(BIN)/hiloop-fake-agent $(PREFIX)/bin/
 
+# Where `make quickstart` and `make restart` have sandboxd serve managed SSH: the host's loopback.
+SSH_LISTEN ?= 127.0.0.1:2222
+SANDBOXD_LOG ?= /var/log/sandboxd.log
+
 .PHONY: quickstart
-quickstart: deps install ## set up hiloop: start sandboxd, build the base image, create a first sandbox
-	@if ! $(PREFIX)/bin/hiloop version >/dev/null 2>&1; then \
-		echo "starting sandboxd (log: /var/log/sandboxd.log)"; \
-		nohup $(PREFIX)/bin/sandboxd >>/var/log/sandboxd.log 2>&1 & \
-		for i in $$(seq 100); do $(PREFIX)/bin/hiloop version >/dev/null 2>&1 && break; sleep 0.1; done; \
-	fi
+quickstart: deps install ## set up hiloop: start sandboxd (SSH on loopback), build the base image, create a first sandbox
+	@$(MAKE) --no-print-directory start-daemon
 	$(PREFIX)/bin/hiloop version
 	@v=$$($(PREFIX)/bin/hiloop version | awk '$$1 == "client" {c = $$2} $$1 == "daemon" {d = $$2} END {if (c != d) print d " " c}'); \
-		if [ -n "$$v" ]; then set -- $$v; echo "note: the running sandboxd is build $$1, this install is $$2: restart sandboxd to run the new build (running sandboxes keep running)"; fi
+		if [ -n "$$v" ]; then set -- $$v; echo "note: the running sandboxd is build $$1, this install is $$2: 'make restart' runs the new build (running sandboxes keep running)"; fi
+	@$(PREFIX)/bin/hiloop version -o json | grep -q '"ssh"' || \
+		echo "note: the running sandboxd has no SSH endpoint ('hiloop sandbox ssh' and hiloop-ssh need one): 'make restart' starts it with --ssh-listen $(SSH_LISTEN)"
 	$(PREFIX)/bin/hiloop image build base
 	@$(PREFIX)/bin/hiloop sandbox get hello >/dev/null 2>&1 || $(PREFIX)/bin/hiloop sandbox create hello
 	$(PREFIX)/bin/hiloop sandbox exec hello -- sh -c 'echo "hello from $$(hostname), $$(id -un) in $$(pwd)"; uname -sr'
+
+# start-daemon starts the installed sandboxd in the background unless one answers already.
+.PHONY: start-daemon
+start-daemon:
+	@if ! $(PREFIX)/bin/hiloop version >/dev/null 2>&1; then \
+		echo "starting sandboxd with managed SSH on $(SSH_LISTEN), loopback only (log: $(SANDBOXD_LOG))"; \
+		nohup $(PREFIX)/bin/sandboxd --ssh-listen $(SSH_LISTEN) >>$(SANDBOXD_LOG) 2>&1 & \
+		for i in $$(seq 100); do $(PREFIX)/bin/hiloop version >/dev/null 2>&1 && break; sleep 0.1; done; \
+		$(PREFIX)/bin/hiloop version >/dev/null 2>&1 || { echo "sandboxd did not start; the end of $(SANDBOXD_LOG):"; tail -n 5 $(SANDBOXD_LOG); exit 1; }; \
+	fi
+
+.PHONY: stop
+stop: ## stop the sandboxd that `make quickstart` started (sandboxes keep running; a new sandboxd picks them up)
+	@if pkill -TERM -f '^$(PREFIX)/bin/sandboxd( |$$)'; then \
+		echo "stopping sandboxd"; \
+		for i in $$(seq 300); do pgrep -f '^$(PREFIX)/bin/sandboxd( |$$)' >/dev/null || break; sleep 0.1; done; \
+		! pgrep -f '^$(PREFIX)/bin/sandboxd( |$$)' >/dev/null || { echo "sandboxd is still running after 30 s"; exit 1; }; \
+	else echo "sandboxd is not running"; fi
+
+.PHONY: restart
+restart: install ## install this build and restart sandboxd on it (how to upgrade: git pull && make restart)
+	@$(MAKE) --no-print-directory stop start-daemon
+	$(PREFIX)/bin/hiloop version
 
 .PHONY: image
 image: ## build the base image through a running sandboxd
