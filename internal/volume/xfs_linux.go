@@ -42,6 +42,9 @@ type XFS struct {
 	pool      string // the pool image mounted on dir, or "" when dir's own filesystem is used
 	mkfs      string
 	xfsGrowfs string // empty when xfsprogs lacks it; Grow then fails
+	// fsType and fsData are what an image is mounted as: "xfs" with nouuid for volumes (see
+	// above); Layers keeps ext4 images in an XFS driver.
+	fsType, fsData string
 	// clone makes dst share src's blocks (FICLONE); nil where the filesystem cannot, and then
 	// copies are sparse copies. Tests replace it to exercise the fallback.
 	clone     func(dst, src *os.File) error
@@ -84,7 +87,7 @@ func NewXFS(dir string) (*XFS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
-	x := &XFS{dir: resolved, mkfs: mkfs, xfsGrowfs: growfs, clone: fileClone}
+	x := &XFS{dir: resolved, mkfs: mkfs, xfsGrowfs: growfs, fsType: "xfs", fsData: "nouuid", clone: fileClone}
 	if err := x.openPool(); err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
@@ -356,7 +359,7 @@ func (x *XFS) mountImage(id, img, mnt string) (string, error) {
 	// nouuid: a fork or a restored copy has the UUID of the volume it came from. nosuid and
 	// nodev: a setuid binary or a device node a sandbox wrote must not work for a host user
 	// who reaches the mount. The sandbox's /workspace is a bind remounted with flags of its own.
-	if err := unix.Mount(dev, mnt, "xfs", unix.MS_NOSUID|unix.MS_NODEV, "nouuid"); err != nil {
+	if err := unix.Mount(dev, mnt, x.fsType, unix.MS_NOSUID|unix.MS_NODEV, x.fsData); err != nil {
 		return "", fmt.Errorf("volume %s: mount %s at %s: %w", id, dev, mnt, err)
 	}
 	return mnt, nil
