@@ -93,7 +93,7 @@ changes it later).`,
 			if err := api.ValidateBudget("--model-budget-tokens", opts.Post.ModelBudgetTokens); err != nil {
 				return &usageError{err}
 			}
-			if err := explicitZeros(cmd, "workspace-gib", "cpus", "memory-mb"); err != nil {
+			if err := explicitZeros(cmd, "workspace-gib", "rootfs-gib", "cpus", "memory-mb"); err != nil {
 				return err
 			}
 			return runCommand(cmd, f, opts, runF, sandboxCreateRun)
@@ -102,6 +102,7 @@ changes it later).`,
 	fl := cmd.Flags()
 	fl.StringVar((*string)(&opts.Post.StorageClass), "storage-class", string(api.StorageDurable), "lifetime of /workspace: durable or ephemeral")
 	fl.IntVar(&opts.Post.WorkspaceGiB, "workspace-gib", 0, fmt.Sprintf("workspace capacity in GiB, %d-%d (default %d)", api.MinWorkspaceGiB, api.MaxWorkspaceGiB, api.DefaultWorkspaceGiB))
+	fl.IntVar(&opts.Post.RootfsGiB, "rootfs-gib", 0, fmt.Sprintf("limit in GiB on what it writes outside /workspace, %d-%d (default %d)", api.MinRootfsGiB, api.MaxRootfsGiB, api.DefaultRootfsGiB))
 	fl.Float64Var(&opts.Post.CPUs, "cpus", api.DefaultCPUs, "CPU limit in cores")
 	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", api.DefaultMemoryMB, "memory limit in MiB")
 	fl.StringVar((*string)(&opts.Post.PermissionPolicy), "permission-policy", string(api.PolicyAutoApprove), "how its agent sessions answer permission requests: auto-approve or ask (a session can override it)")
@@ -205,6 +206,7 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 			t.row("secrets:", strings.Join(list, ", "))
 		}
 		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
+		t.row("rootfs:", rootfsSummary(sb.Rootfs))
 		modelUsageRows(t, sb.ModelUsage)
 		t.row("created:", sb.CreatedAt.Local().Format(time.RFC3339))
 		if sb.StartedAt != nil {
@@ -215,6 +217,14 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 
 // capacity prints a workspace's capacity.
 func capacity(w api.Workspace) string { return formatBytes(w.CapacityBytes) }
+
+// rootfsSummary prints a root filesystem's limit.
+func rootfsSummary(r api.Rootfs) string {
+	if !r.Limited {
+		return formatBytes(r.CapacityBytes) + " (not enforced by this daemon)"
+	}
+	return formatBytes(r.CapacityBytes) + " limit, wiped at every start"
+}
 
 func growth(w api.Workspace) string {
 	if w.Resizable {

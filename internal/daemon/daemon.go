@@ -95,6 +95,7 @@ type Daemon struct {
 	log       *slog.Logger
 	store     *store.Store
 	volumes   volume.Driver
+	layers    *volume.Layers // nil where sandboxes' writable roots cannot be bounded
 	images    *images.Store
 	sandboxes *sandbox.Manager
 	events    *eventlog.Log
@@ -225,6 +226,9 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.sandboxes = sandbox.NewManager(d.store, rt, d.volumes, d.images, filepath.Join(d.cfg.DataDir, "sandboxes"), d.log)
+	if err := d.openLayers(); err != nil {
+		return err
+	}
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
@@ -303,6 +307,22 @@ func (d *Daemon) open(ctx context.Context) error {
 	return nil
 }
 
+// openLayers gives sandboxes bounded writable roots in <data>/layers; a host without loop
+// devices or mkfs.ext4 runs them unbounded, and says so.
+func (d *Daemon) openLayers() error {
+	l, err := volume.NewLayers(filepath.Join(d.cfg.DataDir, "layers"))
+	if errors.Is(err, volume.ErrUnsupported) {
+		d.log.Warn("sandboxes' root filesystems are not size-limited: they write into the data dir's filesystem", "err", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d.layers = l
+	d.sandboxes.SetLayers(l)
+	return nil
+}
+
 // Close stops the harnesses and releases the store. Sandboxes keep running; the next daemon
 // picks them up.
 func (d *Daemon) Close() error {
@@ -326,6 +346,11 @@ func (d *Daemon) Close() error {
 	if c, ok := d.volumes.(interface{ Close() error }); ok {
 		if err := c.Close(); err != nil && !errors.Is(err, volume.ErrBusy) {
 			d.log.Warn("release volume mounts", "err", err)
+		}
+	}
+	if d.layers != nil { // likewise with no sandbox running
+		if err := d.layers.Close(); err != nil && !errors.Is(err, volume.ErrBusy) {
+			d.log.Warn("release root filesystem mounts", "err", err)
 		}
 	}
 	return d.store.Close()

@@ -716,10 +716,12 @@ func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 	}
-	// A running daemon keeps its volume pool and the pool's shared mount point.
+	// A running daemon keeps its volume and root layer pools and their shared mount points.
 	if d.cmd != nil {
-		vols := filepath.Join(d.dataDir, "volumes")
-		running = append(running, vols+"\n", vols+".pool.img\n", filepath.Join(vols, "mnt")+"\n")
+		for _, pool := range []string{"volumes", "layers"} {
+			dir := filepath.Join(d.dataDir, pool)
+			running = append(running, dir+"\n", dir+".pool.img\n", filepath.Join(dir, "mnt")+"\n")
+		}
 	}
 	var leaks []string
 	for _, l := range findLeaks(d.dataDir) {
