@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"crypto/x509"
@@ -53,6 +54,9 @@ type Config struct {
 	Token  string
 	// VolumeDriver is "xfs" (sparse XFS images, growable) or "dir" (plain directories, fixed).
 	VolumeDriver string
+	// Overcommit is how many times the storage the host can hold the promised capacity of
+	// workspaces, root filesystems and snapshots may be (--overcommit); 0 means 1, none.
+	Overcommit float64
 	// ImagesDir holds built images; empty means <DataDir>/images.
 	ImagesDir string
 	// InitPath is the static hiloop-init binary every sandbox runs as PID 1.
@@ -229,6 +233,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.openLayers(); err != nil {
 		return err
 	}
+	d.setStorageBudget()
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
@@ -321,6 +326,20 @@ func (d *Daemon) openLayers() error {
 	d.layers = l
 	d.sandboxes.SetLayers(l)
 	return nil
+}
+
+// setStorageBudget budgets the capacity the sandboxes are promised against the volume pool and the
+// root layers' pool, where the volume driver can say what it holds (not the dir driver).
+func (d *Daemon) setStorageBudget() {
+	vols, ok := d.volumes.(sandbox.Storage)
+	if !ok {
+		return
+	}
+	pools := []sandbox.Storage{vols}
+	if d.layers != nil {
+		pools = append(pools, d.layers)
+	}
+	d.sandboxes.SetBudget(cmp.Or(d.cfg.Overcommit, 1), pools...)
 }
 
 // Close stops the harnesses and releases the store. Sandboxes keep running; the next daemon

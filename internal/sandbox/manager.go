@@ -100,6 +100,10 @@ type Manager struct {
 	log      *slog.Logger
 	egress   Egress // nil: sandboxes have loopback only
 	layers   Layers // nil: writable roots in layerDir, unbounded
+	budget   budget
+	// budgetMu is held from a budget check to the store's record of what it admitted, so two
+	// calls cannot both fit in the same room.
+	budgetMu sync.Mutex
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
@@ -158,7 +162,7 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Unanswered:   true,
 		Call:         store.CallOf(ctx),
 	}
-	if err := m.store.CreateSandbox(rec); err != nil {
+	if err := m.recordCreate(rec, p); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return m.createdBefore(ctx, p.Name)
 		}
@@ -174,6 +178,27 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil
+}
+
+// recordCreate stores the new sandbox's record once the capacity budget admits it: its record
+// is its promise. A name taken is store.ErrExists, before any budget (a retry of a create that
+// was made must find it, not a refusal).
+func (m *Manager) recordCreate(rec store.Sandbox, p api.SandboxesPost) error {
+	if _, err := m.store.GetSandbox(rec.Name); err == nil {
+		return store.ErrExists
+	}
+	m.budgetMu.Lock()
+	defer m.budgetMu.Unlock()
+	ask := sandboxPromise(rec)
+	if p.FromSnapshot != "" {
+		if sn, err := m.snapshotRecord(p.FromSnapshot); err == nil {
+			ask = max(ask, sn.CapacityBytes+int64(rootfsGiB(rec))*gib)
+		}
+	}
+	if err := m.admitStorage(fmt.Sprintf("create sandbox %q", rec.Name), ask); err != nil {
+		return err
+	}
+	return m.store.CreateSandbox(rec)
 }
 
 // createdBefore answers a create whose name is taken: with the sandbox, if this very call (a
@@ -399,6 +424,10 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 // workspace makes (if ephemeral) and mounts rec's workspace and returns its host directory.
 func (m *Manager) workspace(ctx context.Context, rec *store.Sandbox) (string, error) {
 	if rec.StorageClass == string(api.StorageEphemeral) {
+		// Promised since its create, but made now: the room may have gone since.
+		if err := m.admitStorage(fmt.Sprintf("start sandbox %q, whose ephemeral workspace is made at every start", rec.Name), 0); err != nil {
+			return "", err
+		}
 		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
 			return "", volumeError(err, rec.WorkspaceGiB)
 		}

@@ -192,6 +192,9 @@ func (l *Layers) List(ctx context.Context) ([]string, error) { return l.x.List(c
 // FreeBytes is the room left for root layers: see XFS.FreeBytes.
 func (l *Layers) FreeBytes() (int64, error) { return l.x.FreeBytes() }
 
+// HeldBytes is the room the layers take on the host: see XFS.HeldBytes.
+func (l *Layers) HeldBytes() (int64, error) { return l.x.HeldBytes() }
+
 // Close releases the pool's mounts once no layer is mounted (see XFS.Close): a daemon that
 // leaves sandboxes running keeps them, with an error wrapping ErrBusy.
 func (l *Layers) Close() error { return l.x.Close() }
