@@ -232,8 +232,12 @@ func setupScript(env *testscript.Env) error {
 }
 
 func (d *scriptDaemon) start(path string, extra []string) error {
+	// --overcommit 100: the scripts make many sandboxes, each promising 20 GiB by default, on
+	// machines shared with other work; storage_budget.txtar, which tests the budget, gives its
+	// own (the last flag wins).
 	args := append([]string{
 		"--data-dir", d.dataDir, "--socket", d.socket, "--init-path", initPath, "--images-dir", imagesDir,
+		"--overcommit", "100",
 	}, extra...)
 	d.args = extra
 	log, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
