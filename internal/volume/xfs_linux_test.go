@@ -717,9 +717,8 @@ func TestXFSRestartRemovesInterruptedCopies(t *testing.T) {
 	}
 }
 
-// What a sandbox deletes in its workspace goes back to the host: the volume is mounted with
-// discard, so the blocks are punched out of its image and, through the pool (also discard),
-// out of the pool image.
+// What a sandbox deletes in its workspace goes back to the host once trimmed: the blocks are
+// punched out of its image and, through the pool (mounted with discard), out of the pool image.
 func TestXFSDeletedDataFreesHostSpace(t *testing.T) {
 	x := newTestXFS(t)
 	ctx := context.Background()
@@ -749,6 +748,10 @@ func TestXFSDeletedDataFreesHostSpace(t *testing.T) {
 		t.Fatalf("the image holds %d bytes after the fill", full)
 	}
 	if err := os.RemoveAll(data); err != nil {
+		t.Fatal(err)
+	}
+	syncFS(t, mnt)
+	if err := x.TrimAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	deadline := testenv.Deadline(t)
