@@ -105,9 +105,9 @@ var commandFlagCases = []struct {
 	{"hiloop sandbox create", parser(newCmdSandboxCreate), []flagCase{
 		ok(&SandboxCreateOptions{Post: withName(defaultCreate, "web"), Output: "table"}, "web"),
 		ok(&SandboxCreateOptions{Post: api.SandboxesPost{Name: "web", Image: "dev", StorageClass: api.StorageEphemeral,
-			WorkspaceGiB: 50, CPUs: 0.5, MemoryMB: 8192, NoStart: true, FromSnapshot: "s1",
+			WorkspaceGiB: 50, RootfsGiB: 20, CPUs: 0.5, MemoryMB: 8192, NoStart: true, FromSnapshot: "s1",
 			PermissionPolicy: api.PolicyAsk}, Output: "json"},
-			"web", "--cpus", "0.5", "--memory-mb", "8192", "--workspace-gib", "50", "--storage-class", "ephemeral",
+			"web", "--cpus", "0.5", "--memory-mb", "8192", "--workspace-gib", "50", "--rootfs-gib", "20", "--storage-class", "ephemeral",
 			"--image", "dev", "--no-start", "--from-snapshot", "s1", "--permission-policy", "ask", "-o", "json"),
 		refused(ExitUsage),
 		refused(ExitUsage, "web", "db"),
@@ -115,6 +115,7 @@ var commandFlagCases = []struct {
 		// An explicit 0 is no request for the default.
 		refused(ExitUsage, "web", "--cpus", "0"),
 		refused(ExitUsage, "web", "--workspace-gib", "0"),
+		refused(ExitUsage, "web", "--rootfs-gib", "0"),
 		refused(ExitUsage, "web", "--memory-mb", "0"),
 		refused(ExitUsage, "web", "--bogus-flag"),
 		refused(ExitUsage, "web", "-o", "xml"),

@@ -95,7 +95,7 @@ changes it later).`,
 			if err := api.ValidateBudget("--model-budget-tokens", opts.Post.ModelBudgetTokens); err != nil {
 				return &usageError{err}
 			}
-			if err := explicitZeros(cmd, "workspace-gib", "cpus", "memory-mb"); err != nil {
+			if err := explicitZeros(cmd, "workspace-gib", "rootfs-gib", "cpus", "memory-mb"); err != nil {
 				return err
 			}
 			return runCommand(cmd, f, opts, runF, sandboxCreateRun)
@@ -104,6 +104,7 @@ changes it later).`,
 	fl := cmd.Flags()
 	fl.StringVar((*string)(&opts.Post.StorageClass), "storage-class", string(api.StorageDurable), "lifetime of /workspace: durable or ephemeral")
 	fl.IntVar(&opts.Post.WorkspaceGiB, "workspace-gib", 0, fmt.Sprintf("workspace capacity in GiB, %d-%d (default %d)", api.MinWorkspaceGiB, api.MaxWorkspaceGiB, api.DefaultWorkspaceGiB))
+	fl.IntVar(&opts.Post.RootfsGiB, "rootfs-gib", 0, fmt.Sprintf("limit in GiB on what it writes outside /workspace, %d-%d (default %d)", api.MinRootfsGiB, api.MaxRootfsGiB, api.DefaultRootfsGiB))
 	// Left out, the daemon gives its default, or the host's figure where the host has less.
 	fl.Float64Var(&opts.Post.CPUs, "cpus", 0, fmt.Sprintf("CPU limit in cores, at most the host's (default %g)", api.DefaultCPUs))
 	fl.IntVar(&opts.Post.MemoryMB, "memory-mb", 0, fmt.Sprintf("memory limit in MiB, at most the host's (default %d)", api.DefaultMemoryMB))
@@ -208,6 +209,7 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 			t.row("secrets:", strings.Join(list, ", "))
 		}
 		t.row("workspace:", fmt.Sprintf("%s %s (%s)", capacity(sb.Workspace), sb.Workspace.StorageClass, growth(sb.Workspace)))
+		t.row("rootfs:", rootfsSummary(sb.Rootfs))
 		for i, e := range sb.Exposures {
 			label := ""
 			if i == 0 {
@@ -225,6 +227,14 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 
 // capacity prints a workspace's capacity.
 func capacity(w api.Workspace) string { return formatBytes(w.CapacityBytes) }
+
+// rootfsSummary prints a root filesystem's limit.
+func rootfsSummary(r api.Rootfs) string {
+	if !r.Limited {
+		return formatBytes(r.CapacityBytes) + " (not enforced by this daemon)"
+	}
+	return formatBytes(r.CapacityBytes) + " limit, wiped at every start"
+}
 
 func growth(w api.Workspace) string {
 	if w.Resizable {

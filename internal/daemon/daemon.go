@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"crypto/x509"
@@ -53,6 +54,9 @@ type Config struct {
 	Token  string
 	// VolumeDriver is "xfs" (sparse XFS images, growable) or "dir" (plain directories, fixed).
 	VolumeDriver string
+	// Overcommit is how many times the storage the host can hold the promised capacity of
+	// workspaces, root filesystems and snapshots may be (--overcommit); 0 means 1, none.
+	Overcommit float64
 	// ImagesDir holds built images; empty means <DataDir>/images.
 	ImagesDir string
 	// InitPath is the static hiloop-init binary every sandbox runs as PID 1.
@@ -95,6 +99,7 @@ type Daemon struct {
 	log       *slog.Logger
 	store     *store.Store
 	volumes   volume.Driver
+	layers    *volume.Layers // nil where sandboxes' writable roots cannot be bounded
 	images    *images.Store
 	sandboxes *sandbox.Manager
 	exposures *exposer
@@ -231,6 +236,10 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.host.raise()
 	d.host.logRoom()
 	d.sandboxes.SetHostBudget(d.host)
+	if err := d.openLayers(); err != nil {
+		return err
+	}
+	d.setStorageBudget()
 	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
@@ -313,6 +322,36 @@ func (d *Daemon) open(ctx context.Context) error {
 	return nil
 }
 
+// openLayers gives sandboxes bounded writable roots in <data>/layers; a host without loop
+// devices or mkfs.ext4 runs them unbounded, and says so.
+func (d *Daemon) openLayers() error {
+	l, err := volume.NewLayers(filepath.Join(d.cfg.DataDir, "layers"))
+	if errors.Is(err, volume.ErrUnsupported) {
+		d.log.Warn("sandboxes' root filesystems are not size-limited: they write into the data dir's filesystem", "err", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	d.layers = l
+	d.sandboxes.SetLayers(l)
+	return nil
+}
+
+// setStorageBudget budgets the capacity the sandboxes are promised against the volume pool and the
+// root layers' pool, where the volume driver can say what it holds (not the dir driver).
+func (d *Daemon) setStorageBudget() {
+	vols, ok := d.volumes.(sandbox.Storage)
+	if !ok {
+		return
+	}
+	pools := []sandbox.Storage{vols}
+	if d.layers != nil {
+		pools = append(pools, d.layers)
+	}
+	d.sandboxes.SetBudget(cmp.Or(d.cfg.Overcommit, 1), pools...)
+}
+
 // Close stops the harnesses and releases the store. Sandboxes keep running; the next daemon
 // picks them up.
 func (d *Daemon) Close() error {
@@ -335,10 +374,16 @@ func (d *Daemon) Close() error {
 	if d.usage != nil {
 		d.usage.Close() // after the gateway: the route's last records are stored
 	}
+	d.trimAll(context.Background())
 	// With no workspace mounted the volume driver can let go of its own mount point too.
 	if c, ok := d.volumes.(interface{ Close() error }); ok {
 		if err := c.Close(); err != nil && !errors.Is(err, volume.ErrBusy) {
 			d.log.Warn("release volume mounts", "err", err)
+		}
+	}
+	if d.layers != nil { // likewise with no sandbox running
+		if err := d.layers.Close(); err != nil && !errors.Is(err, volume.ErrBusy) {
+			d.log.Warn("release root filesystem mounts", "err", err)
 		}
 	}
 	return d.store.Close()
@@ -384,6 +429,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	errc := make(chan error, len(servers)+1)
 	go d.logins.Run(ctx, d.log.Warn)
+	go d.trimWorkspaces(ctx)
 	if d.ssh != nil {
 		d.log.Info("serving SSH", "addr", d.ssh.Addr().String())
 		go func() { errc <- d.ssh.Serve(ctx) }()
@@ -410,6 +456,34 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	os.Remove(d.cfg.Socket)
 	return nil
+}
+
+// trimInterval is how often the mounted workspaces' deleted data is given back to the host.
+const trimInterval = 10 * time.Minute
+
+// trimWorkspaces trims every mounted workspace each trimInterval until ctx ends (Close trims
+// once more): what sandboxes deleted stops taking the host's room. Volumes are not mounted
+// with discard, which costs every write that follows a delete.
+func (d *Daemon) trimWorkspaces(ctx context.Context) {
+	tick := time.NewTicker(trimInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			d.trimAll(ctx)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// trimAll trims the mounted workspaces, where the volume driver can.
+func (d *Daemon) trimAll(ctx context.Context) {
+	if t, ok := d.volumes.(interface{ TrimAll(context.Context) error }); ok {
+		if err := t.TrimAll(ctx); err != nil {
+			d.log.Warn("trim workspaces", "err", err)
+		}
+	}
 }
 
 // logLeftRunning says, as the daemon stops, which sandboxes it leaves running: they go on

@@ -71,6 +71,9 @@ func Main() int {
 				}
 				cfg.EgressAllowCIDRs = append(cfg.EgressAllowCIDRs, prefix.Masked())
 			}
+			if err := checkOvercommit(cfg.Overcommit); err != nil {
+				return err
+			}
 			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
 				return err
 			}
@@ -113,6 +116,7 @@ func Main() int {
 	f.StringVar(&cfg.Listen, "listen", "", "also serve the API on this TCP address (needs a token)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --listen (or set SANDBOXD_TOKEN)")
 	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
+	f.Float64Var(&cfg.Overcommit, "overcommit", 1, fmt.Sprintf("let the workspaces, root filesystems and snapshots be promised this many times the storage the host can hold (%g-%g; 1: no overcommit; below 1 keeps a reserve)", minOvercommit, maxOvercommit))
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of built images (default <data-dir>/images)")
 	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
@@ -131,6 +135,20 @@ func Main() int {
 		return 1
 	}
 	return 0
+}
+
+// Bounds of --overcommit.
+const (
+	minOvercommit = 0.1
+	maxOvercommit = 100.0
+)
+
+// checkOvercommit validates --overcommit.
+func checkOvercommit(v float64) error {
+	if !(v >= minOvercommit && v <= maxOvercommit) { // also NaN
+		return fmt.Errorf("invalid --overcommit %g: use %g to %g (1: promise no more storage than the host has)", v, minOvercommit, maxOvercommit)
+	}
+	return nil
 }
 
 func readToken(file string) (string, error) {

@@ -235,8 +235,12 @@ func setupScript(env *testscript.Env) error {
 }
 
 func (d *scriptDaemon) start(path string, extra []string) error {
+	// --overcommit 100: the scripts make many sandboxes, each promising 20 GiB by default, on
+	// machines shared with other work; storage_budget.txtar, which tests the budget, gives its
+	// own (the last flag wins).
 	args := append([]string{
 		"--data-dir", d.dataDir, "--socket", d.socket, "--init-path", initPath, "--images-dir", imagesDir,
+		"--overcommit", "100",
 	}, extra...)
 	d.args = extra
 	log, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -730,10 +734,12 @@ func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 	}
-	// A running daemon keeps its volume pool and the pool's shared mount point.
+	// A running daemon keeps its volume and root layer pools and their shared mount points.
 	if d.cmd != nil {
-		vols := filepath.Join(d.dataDir, "volumes")
-		running = append(running, vols+"\n", vols+".pool.img\n", filepath.Join(vols, "mnt")+"\n")
+		for _, pool := range []string{"volumes", "layers"} {
+			dir := filepath.Join(d.dataDir, pool)
+			running = append(running, dir+"\n", dir+".pool.img\n", filepath.Join(dir, "mnt")+"\n")
+		}
 	}
 	var leaks []string
 	for _, l := range findLeaks(d.dataDir) {

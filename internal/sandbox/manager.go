@@ -4,6 +4,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -73,6 +74,19 @@ type Egress interface {
 	CACert() []byte
 }
 
+// Layers gives every running sandbox a writable root of its own size (volume.Layers, wired by
+// the daemon). Without it a sandbox's writable root is a directory in the manager's layer
+// directory, on the host's filesystem, unbounded.
+type Layers interface {
+	// Fresh gives sandbox id an empty writable root of sizeGiB, mounted, and returns the
+	// directory the runtime keeps its layers in.
+	Fresh(ctx context.Context, id string, sizeGiB int) (string, error)
+	// Drop unmounts and deletes sandbox id's writable root; a missing one is no error.
+	Drop(ctx context.Context, id string) error
+	// List returns the ids of the sandboxes that have a writable root.
+	List(ctx context.Context) ([]string, error)
+}
+
 // Images resolves an image name to its built root filesystem.
 type Images interface {
 	Get(name string) (images.Image, error)
@@ -87,6 +101,11 @@ type Manager struct {
 	layerDir string // <data>/sandboxes: one directory per sandbox id for the runtime's layers
 	log      *slog.Logger
 	egress   Egress // nil: sandboxes have loopback only
+	layers   Layers // nil: writable roots in layerDir, unbounded
+	budget   budget
+	// budgetMu is held from a budget check to the store's record of what it admitted, so two
+	// calls cannot both fit in the same room.
+	budgetMu sync.Mutex
 
 	hostBudget HostBudget // nil: starts are not held to the host's kernel pools
 	admitMu    sync.Mutex // one start admitted at a time
@@ -107,6 +126,10 @@ func NewManager(st *store.Store, rt Runtime, vol volume.Driver, img Images, laye
 // SetEgress gives every sandbox the manager starts from now on, and every one Reconcile finds
 // running, its way out through e. Call it before Reconcile.
 func (m *Manager) SetEgress(e Egress) { m.egress = e }
+
+// SetLayers gives every sandbox the manager starts from now on a bounded writable root from l.
+// Call it before Reconcile.
+func (m *Manager) SetLayers(l Layers) { m.layers = l }
 
 // lock serializes transitions of one sandbox; the returned func unlocks.
 func (m *Manager) lock(name string) func() {
@@ -134,6 +157,7 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Image:        p.Image,
 		StorageClass: string(p.StorageClass),
 		WorkspaceGiB: p.WorkspaceGiB,
+		RootfsGiB:    cmp.Or(p.RootfsGiB, api.DefaultRootfsGiB),
 		CPUs:         p.CPUs,
 		MemoryMB:     p.MemoryMB,
 		Policy:       string(p.PermissionPolicy),
@@ -143,7 +167,7 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Unanswered:   true,
 		Call:         store.CallOf(ctx),
 	}
-	if err := m.store.CreateSandbox(rec); err != nil {
+	if err := m.recordCreate(rec, p); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return m.createdBefore(ctx, p.Name)
 		}
@@ -159,6 +183,27 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil
+}
+
+// recordCreate stores the new sandbox's record once the capacity budget admits it: its record
+// is its promise. A name taken is store.ErrExists, before any budget (a retry of a create that
+// was made must find it, not a refusal).
+func (m *Manager) recordCreate(rec store.Sandbox, p api.SandboxesPost) error {
+	if _, err := m.store.GetSandbox(rec.Name); err == nil {
+		return store.ErrExists
+	}
+	m.budgetMu.Lock()
+	defer m.budgetMu.Unlock()
+	ask := sandboxPromise(rec)
+	if p.FromSnapshot != "" {
+		if sn, err := m.snapshotRecord(p.FromSnapshot); err == nil {
+			ask = max(ask, sn.CapacityBytes+int64(rootfsGiB(rec))*gib)
+		}
+	}
+	if err := m.admitStorage(fmt.Sprintf("create sandbox %q", rec.Name), ask); err != nil {
+		return err
+	}
+	return m.store.CreateSandbox(rec)
 }
 
 // createdBefore answers a create whose name is taken: with the sandbox, if this very call (a
@@ -236,6 +281,9 @@ func (m *Manager) teardown(ctx context.Context, rec store.Sandbox) error {
 	m.detach(rec.ID)
 	if err := m.runtime.Stop(ctx, rec.ID, runtime.DefaultStopGrace); err != nil {
 		return fmt.Errorf("stop container: %w", err)
+	}
+	if err := m.dropLayer(ctx, rec); err != nil {
+		return err
 	}
 	if err := m.volumes.Delete(ctx, rec.ID); err != nil {
 		return fmt.Errorf("delete workspace: %w", err)
@@ -319,20 +367,29 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 }
 
 func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img images.Image) error {
-	if rec.StorageClass == string(api.StorageEphemeral) {
-		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
-			return volumeError(err, rec.WorkspaceGiB)
+	layerDir := filepath.Join(m.layerDir, rec.ID)
+	var layerErr error
+	layerDone := make(chan struct{})
+	go func() {
+		// Beside the workspace's mount: a start waits for the longer of the two, not both.
+		defer close(layerDone)
+		if m.layers != nil {
+			layerDir, layerErr = m.freshLayer(ctx, *rec)
 		}
-	}
-	ws, err := m.volumes.Mount(ctx, rec.ID)
+	}()
+	ws, err := m.workspace(ctx, rec)
+	<-layerDone
 	if err != nil {
-		return fmt.Errorf("mount workspace: %w", err)
+		return err
+	}
+	if layerErr != nil {
+		return layerErr
 	}
 	spec := runtime.Spec{
 		ID:           rec.ID,
 		Hostname:     rec.Name,
 		ImageDir:     img.Path,
-		LayerDir:     filepath.Join(m.layerDir, rec.ID),
+		LayerDir:     layerDir,
 		WorkspaceDir: ws,
 		CPUs:         rec.CPUs,
 		MemoryMB:     rec.MemoryMB,
@@ -350,6 +407,50 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 		if err := m.egress.Attach(ctx, rec.ID, rec.Name, EgressOf(*rec)); err != nil {
 			return fmt.Errorf("egress: %w", err)
 		}
+	}
+	return nil
+}
+
+// workspace makes (if ephemeral) and mounts rec's workspace and returns its host directory.
+func (m *Manager) workspace(ctx context.Context, rec *store.Sandbox) (string, error) {
+	if rec.StorageClass == string(api.StorageEphemeral) {
+		// Promised since its create, but made now: the room may have gone since.
+		if err := m.admitStorage(fmt.Sprintf("start sandbox %q, whose ephemeral workspace is made at every start", rec.Name), 0); err != nil {
+			return "", err
+		}
+		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
+			return "", volumeError(err, rec.WorkspaceGiB)
+		}
+	}
+	ws, err := m.volumes.Mount(ctx, rec.ID)
+	if err != nil {
+		return "", fmt.Errorf("mount workspace: %w", err)
+	}
+	return ws, nil
+}
+
+// freshLayer gives rec an empty bounded writable root and returns its layer directory. The
+// layer directory a daemon from before the limits kept on the host's filesystem goes at the
+// first start that does not use it (a sandbox running from it at the upgrade keeps it until
+// then).
+func (m *Manager) freshLayer(ctx context.Context, rec store.Sandbox) (string, error) {
+	if err := m.runtime.RemoveLayer(filepath.Join(m.layerDir, rec.ID)); err != nil {
+		return "", err
+	}
+	dir, err := m.layers.Fresh(ctx, rec.ID, rootfsGiB(rec))
+	if err != nil {
+		return "", storageError("make the root filesystem", err)
+	}
+	return dir, nil
+}
+
+// dropLayer deletes rec's bounded writable root, if it has one: nothing of it outlives a run.
+func (m *Manager) dropLayer(ctx context.Context, rec store.Sandbox) error {
+	if m.layers == nil {
+		return nil
+	}
+	if err := m.layers.Drop(ctx, rec.ID); err != nil {
+		return fmt.Errorf("drop the root filesystem: %w", err)
 	}
 	return nil
 }
@@ -396,6 +497,9 @@ func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
 func (m *Manager) stopContainer(ctx context.Context, rec *store.Sandbox) error {
 	m.detach(rec.ID)
 	if err := m.runtime.Stop(ctx, rec.ID, runtime.DefaultStopGrace); err != nil {
+		return err
+	}
+	if err := m.dropLayer(ctx, *rec); err != nil {
 		return err
 	}
 	if rec.StorageClass == string(api.StorageEphemeral) {
@@ -575,6 +679,7 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		Image:            rec.Image,
 		State:            api.SandboxState(rec.State),
 		Workspace:        ws,
+		Rootfs:           api.Rootfs{CapacityBytes: int64(rootfsGiB(rec)) * gib, Limited: m.layers != nil},
 		PermissionPolicy: PolicyOf(rec),
 		Egress:           EgressOf(rec),
 		Error:            rec.Error,
@@ -591,6 +696,10 @@ func recordedGiB(rec store.Sandbox) int {
 	}
 	return rec.WorkspaceGiB
 }
+
+// rootfsGiB is the writable root's size limit rec records; 0 (records from before the limit)
+// is the default.
+func rootfsGiB(rec store.Sandbox) int { return cmp.Or(rec.RootfsGiB, api.DefaultRootfsGiB) }
 
 // oomKills is what the kernel killed for a running sandbox's memory limit since it started; 0
 // when it is not running or the count cannot be read.

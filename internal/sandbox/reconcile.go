@@ -49,6 +49,20 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	if m.layers != nil {
+		layers, err := m.layers.List(ctx)
+		if err != nil {
+			return err
+		}
+		for _, id := range layers {
+			if !known[id] {
+				m.log.Warn("removing root filesystem with no sandbox", "id", id)
+				if err := m.layers.Drop(ctx, id); err != nil {
+					m.log.Error("remove stray root filesystem", "id", id, "err", err)
+				}
+			}
+		}
+	}
 	if err := m.reconcileSnapshots(ctx); err != nil {
 		return err
 	}

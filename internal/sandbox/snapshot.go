@@ -68,6 +68,11 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 	if _, err := admit(opGrow, rec); err != nil {
 		return api.Sandbox{}, err
 	}
+	m.budgetMu.Lock()
+	defer m.budgetMu.Unlock()
+	if err := m.admitStorage(fmt.Sprintf("grow the workspace of %q to %d GiB", name, sizeGiB), int64(sizeGiB-recordedGiB(rec))*gib); err != nil {
+		return api.Sandbox{}, err
+	}
 	// An ephemeral workspace that is not there now is made at the new size at the next start.
 	if _, err := m.volumes.Info(ctx, rec.ID); err == nil {
 		if _, err := grower.Grow(ctx, rec.ID, sizeGiB); err != nil {
@@ -248,6 +253,11 @@ func (m *Manager) Restore(ctx context.Context, name, snapName string) (api.Sandb
 		return api.Sandbox{}, api.Errorf(api.CodeInvalidArgument, "sandbox %q has an ephemeral workspace: restore needs a durable one", name)
 	}
 	if _, err := admit(opRestore, rec); err != nil {
+		return api.Sandbox{}, err
+	}
+	m.budgetMu.Lock()
+	defer m.budgetMu.Unlock()
+	if err := m.admitStorage(fmt.Sprintf("restore snapshot %q into %q", snapName, name), max(0, sn.CapacityBytes-int64(recordedGiB(rec))*gib)); err != nil {
 		return api.Sandbox{}, err
 	}
 	info, err := snapper.Restore(ctx, rec.ID, sn.ID, nil)

@@ -74,13 +74,16 @@ func (s *Store) Bolt() *bolt.DB { return s.db }
 
 // Sandbox is the stored record of one sandbox.
 type Sandbox struct {
-	ID           string  `json:"id"`
-	Name         string  `json:"name"`
-	Image        string  `json:"image"`
-	StorageClass string  `json:"storage_class"`
-	WorkspaceGiB int     `json:"workspace_gib"`
-	CPUs         float64 `json:"cpus"`
-	MemoryMB     int     `json:"memory_mb"`
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Image        string `json:"image"`
+	StorageClass string `json:"storage_class"`
+	WorkspaceGiB int    `json:"workspace_gib"`
+	// RootfsGiB is the size limit of its writable root; 0 (records from before the limit)
+	// means api.DefaultRootfsGiB.
+	RootfsGiB int     `json:"rootfs_gib,omitempty"`
+	CPUs      float64 `json:"cpus"`
+	MemoryMB  int     `json:"memory_mb"`
 	// Policy is the sandbox's permission policy; empty (records from before policies) means
 	// auto-approve.
 	Policy string `json:"permission_policy,omitempty"`

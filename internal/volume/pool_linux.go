@@ -235,6 +235,30 @@ func (x *XFS) FreeBytes() (int64, error) {
 	return min(free, host), nil
 }
 
+// HeldBytes is the room the driver's files take on the host filesystem: the allocated blocks
+// of the pool image, or, without a pool, those of the images and snapshots in Dir (where a
+// block two clones share counts twice).
+func (x *XFS) HeldBytes() (int64, error) {
+	files := []string{x.pool}
+	if x.pool == "" {
+		imgs, _ := filepath.Glob(filepath.Join(x.dir, "*.img"))
+		snaps, _ := filepath.Glob(filepath.Join(x.snapshotsDir(), "*.img"))
+		files = append(imgs, snaps...)
+	}
+	var held int64
+	for _, f := range files {
+		var st unix.Stat_t
+		if err := unix.Stat(f, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // deleted since the listing
+			}
+			return 0, fmt.Errorf("stat %s: %w", f, err)
+		}
+		held += st.Blocks * 512
+	}
+	return held, nil
+}
+
 // checkFree returns a *NoSpaceError when need bytes exceed FreeBytes.
 func (x *XFS) checkFree(need int64) error {
 	free, err := x.FreeBytes()

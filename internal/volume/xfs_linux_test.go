@@ -716,3 +716,60 @@ func TestXFSRestartRemovesInterruptedCopies(t *testing.T) {
 		t.Errorf("the running sandbox's volume is mounted %d times after the restart, want 1", n)
 	}
 }
+
+// What a sandbox deletes in its workspace goes back to the host once trimmed: the blocks are
+// punched out of its image and, through the pool (mounted with discard), out of the pool image.
+func TestXFSDeletedDataFreesHostSpace(t *testing.T) {
+	x := newTestXFS(t)
+	ctx := context.Background()
+	if _, err := x.Create(ctx, "ws", 1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := x.Mount(ctx, "ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(mnt, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fill(t, data); !errors.Is(err, unix.ENOSPC) || n < 800<<20 {
+		t.Fatalf("filled %d bytes: %v", n, err)
+	}
+	syncFS(t, mnt)
+	img := x.image("ws")
+	full := allocated(t, img)
+	var pool int64
+	if x.Pool() != "" {
+		syncFS(t, x.Dir())
+		pool = allocated(t, x.Pool())
+	}
+	if full < 800<<20 {
+		t.Fatalf("the image holds %d bytes after the fill", full)
+	}
+	if err := os.RemoveAll(data); err != nil {
+		t.Fatal(err)
+	}
+	syncFS(t, mnt)
+	if err := x.TrimAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := testenv.Deadline(t)
+	for {
+		syncFS(t, mnt)
+		syncFS(t, x.Dir())
+		freed := allocated(t, img) < full-(600<<20)
+		if freed && x.Pool() != "" {
+			freed = allocated(t, x.Pool()) < pool-(600<<20)
+		}
+		if freed {
+			return
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("after the rm the image holds %d bytes (%d full), the pool image %d (%d full)",
+				allocated(t, img), full, allocated(t, x.Pool()), pool)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

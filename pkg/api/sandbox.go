@@ -62,6 +62,9 @@ const (
 	DefaultWorkspaceGiB = 10
 	MinWorkspaceGiB     = 1
 	MaxWorkspaceGiB     = 16383 // a sparse image must fit ext4's largest file, 16 TiB less 4 KiB
+	DefaultRootfsGiB    = 10
+	MinRootfsGiB        = 1
+	MaxRootfsGiB        = 16383 // as a workspace: a sparse image on the host
 	DefaultCPUs         = 2.0
 	MinCPUs             = 0.1
 	MaxCPUs             = 256.0
@@ -81,6 +84,9 @@ type SandboxesPost struct {
 	StorageClass StorageClass `json:"storage_class,omitempty"`
 	// WorkspaceGiB is the workspace capacity in GiB (default 10; the dir driver takes none).
 	WorkspaceGiB int `json:"workspace_gib,omitempty"`
+	// RootfsGiB bounds what the sandbox writes outside /workspace, in GiB (default 10): beyond
+	// it, and beyond its inode limit, writes fail with ENOSPC. It is wiped at every start.
+	RootfsGiB int `json:"rootfs_gib,omitempty"`
 	// CPUs is the CPU limit in cores (default 2).
 	CPUs float64 `json:"cpus,omitempty"`
 	// MemoryMB is the memory limit in MiB (default 2048).
@@ -115,6 +121,16 @@ type Workspace struct {
 	Driver string `json:"driver"`
 }
 
+// Rootfs describes a sandbox's writable root filesystem: everything outside /workspace, wiped
+// at every start.
+type Rootfs struct {
+	// CapacityBytes is its size limit, e.g. 10737418240.
+	CapacityBytes int64 `json:"capacity_bytes"`
+	// Limited is false on a daemon that cannot enforce the limit (no loop devices or no
+	// mkfs.ext4): the sandbox then writes into the host's filesystem unbounded.
+	Limited bool `json:"limited"`
+}
+
 // Sandbox is a sandbox as the API reports it.
 type Sandbox struct {
 	// CPUs is the CPU limit in cores, e.g. 2 or 0.5. The limits lead the JSON object, as they
@@ -132,6 +148,8 @@ type Sandbox struct {
 	State SandboxState `json:"state"`
 	// Workspace describes /workspace.
 	Workspace Workspace `json:"workspace"`
+	// Rootfs describes its writable root filesystem.
+	Rootfs Rootfs `json:"rootfs"`
 	// PermissionPolicy is the default policy of its sessions: "auto-approve" or "ask".
 	PermissionPolicy PermissionPolicy `json:"permission_policy"`
 	// Egress is the sandbox's egress policy, e.g. {"mode": "closed", "allow": ["api.example.com"]}.
@@ -209,6 +227,9 @@ func (p *SandboxesPost) Normalize() error {
 		if err := validateWorkspaceGiB(p.WorkspaceGiB); err != nil {
 			return err
 		}
+	}
+	if p.RootfsGiB != 0 && (p.RootfsGiB < MinRootfsGiB || p.RootfsGiB > MaxRootfsGiB) {
+		return Errorf(CodeInvalidArgument, "invalid rootfs_gib %d: use %d to %d", p.RootfsGiB, MinRootfsGiB, MaxRootfsGiB)
 	}
 	if p.FromSnapshot != "" {
 		if err := ValidateName("snapshot", p.FromSnapshot); err != nil {

@@ -53,6 +53,8 @@ func TestSandboxesPostNormalize(t *testing.T) {
 		{SandboxesPost{Name: "w", MemoryMB: 1}, "invalid memory_mb 1: use 64 to"},
 		{SandboxesPost{Name: "w", WorkspaceGiB: -1}, "invalid workspace_gib -1: use 1 to 16383"},
 		{SandboxesPost{Name: "w", WorkspaceGiB: 20000}, "invalid workspace_gib 20000"},
+		{SandboxesPost{Name: "w", RootfsGiB: -1}, "invalid rootfs_gib -1: use 1 to 16383"},
+		{SandboxesPost{Name: "w", RootfsGiB: 20000}, "invalid rootfs_gib 20000"},
 		{SandboxesPost{Name: "w", StorageClass: "tmp"}, `invalid storage_class "tmp"`},
 		{SandboxesPost{Name: "w", Image: "Bad"}, `invalid image name "Bad"`},
 	} {
@@ -128,20 +130,21 @@ func TestSandboxWire(t *testing.T) {
 		want string
 	}{
 		{SandboxesPost{Name: "web"}, `{"name":"web"}`},
-		{SandboxesPost{Name: "web", Image: "base", StorageClass: StorageDurable, WorkspaceGiB: 50, CPUs: 0.5, MemoryMB: 4096,
+		{SandboxesPost{Name: "web", Image: "base", StorageClass: StorageDurable, WorkspaceGiB: 50, RootfsGiB: 20, CPUs: 0.5, MemoryMB: 4096,
 			NoStart: true, FromSnapshot: "snap", PermissionPolicy: PolicyAsk},
-			`{"name":"web","image":"base","storage_class":"durable","workspace_gib":50,"cpus":0.5,"memory_mb":4096,"no_start":true,"from_snapshot":"snap","permission_policy":"ask"}`},
+			`{"name":"web","image":"base","storage_class":"durable","workspace_gib":50,"rootfs_gib":20,"cpus":0.5,"memory_mb":4096,"no_start":true,"from_snapshot":"snap","permission_policy":"ask"}`},
 		{SandboxesPost{Name: "web", Egress: &Egress{Mode: EgressOpen, Deny: []string{"x.example.com"}}},
 			`{"name":"web","egress":{"mode":"open","deny":["x.example.com"]}}`},
 		{EgressPut{Egress: Egress{Mode: EgressClosed}}, `{"egress":{"mode":"closed"}}`},
 		{Sandbox{CPUs: 2, MemoryMB: 2048, Name: "web", ID: "i1", Image: "base", State: StateRunning, PermissionPolicy: PolicyAutoApprove,
 			Workspace: Workspace{StorageClass: StorageEphemeral, CapacityBytes: 1 << 30, Resizable: true, Driver: "xfs"},
+			Rootfs:    Rootfs{CapacityBytes: 10 << 30, Limited: true},
 			Egress:    Egress{Mode: EgressClosed, Allow: []string{"api.example.com:443"}, Deny: []string{"*.example.net"}},
 			CreatedAt: started, StartedAt: &started},
-			`{"cpus":2,"memory_mb":2048,"name":"web","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"permission_policy":"auto-approve","egress":{"mode":"closed","allow":["api.example.com:443"],"deny":["*.example.net"]},"created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
+			`{"cpus":2,"memory_mb":2048,"name":"web","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"rootfs":{"capacity_bytes":10737418240,"limited":true},"permission_policy":"auto-approve","egress":{"mode":"closed","allow":["api.example.com:443"],"deny":["*.example.net"]},"created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
 		// A sandbox reports its limits even when zero (a create request leaves them out).
 		{Sandbox{Name: "web", CreatedAt: started},
-			`{"cpus":0,"memory_mb":0,"name":"web","id":"","image":"","state":"","workspace":{"storage_class":"","capacity_bytes":0,"resizable":false,"driver":""},"permission_policy":"","egress":{"mode":""},"created_at":"2026-11-29T10:15:00Z"}`},
+			`{"cpus":0,"memory_mb":0,"name":"web","id":"","image":"","state":"","workspace":{"storage_class":"","capacity_bytes":0,"resizable":false,"driver":""},"rootfs":{"capacity_bytes":0,"limited":false},"permission_policy":"","egress":{"mode":""},"created_at":"2026-11-29T10:15:00Z"}`},
 	} {
 		b, err := json.Marshal(tc.v)
 		if err != nil || string(b) != tc.want {

@@ -1,0 +1,97 @@
+package sandbox
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/units"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// Storage is a pool the capacity budget weighs promises against (volume.XFS, volume.Layers).
+type Storage interface {
+	// FreeBytes is the room left in it, bounded by the host filesystem's free space.
+	FreeBytes() (int64, error)
+	// HeldBytes is the room it already takes on the host.
+	HeldBytes() (int64, error)
+}
+
+// budget is the capacity budget: the workspaces and root filesystems of every sandbox and the
+// data of every snapshot are promises on the host's disk, because the images are sparse. The
+// capacity they may not exceed is what the pools could still hold (the free space plus what
+// they hold already, part of which the promises are) times the operator's overcommit ratio.
+type budget struct {
+	overcommit float64
+	pools      []Storage
+}
+
+// SetBudget makes create, fork, grow, restore and the start of an ephemeral sandbox refuse,
+// with insufficient_storage, what would promise more than overcommit times the capacity of
+// pools. Without a call (or with no pools) nothing is budgeted. Call it before serving.
+func (m *Manager) SetBudget(overcommit float64, pools ...Storage) {
+	m.budget = budget{overcommit: overcommit, pools: pools}
+}
+
+// admitStorage refuses an operation that asks for ask more bytes (what it would add to the
+// promises, possibly 0) when the promises would then exceed the budget. what says what is
+// refused, e.g. `create sandbox "web"`. Callers that record their promise afterwards hold
+// m.budgetMu from this call until it is recorded.
+func (m *Manager) admitStorage(what string, ask int64) error {
+	if len(m.budget.pools) == 0 {
+		return nil
+	}
+	free, held := int64(math.MaxInt64), int64(0)
+	for _, p := range m.budget.pools {
+		f, err := p.FreeBytes()
+		if err != nil {
+			return fmt.Errorf("capacity budget: %w", err)
+		}
+		h, err := p.HeldBytes()
+		if err != nil {
+			return fmt.Errorf("capacity budget: %w", err)
+		}
+		free = min(free, f)
+		held += h
+	}
+	promised, err := m.promised()
+	if err != nil {
+		return fmt.Errorf("capacity budget: %w", err)
+	}
+	capacity := int64(float64(free+held) * m.budget.overcommit)
+	if promised+ask <= capacity {
+		return nil
+	}
+	return api.Errorf(api.CodeInsufficientStorage,
+		"not enough storage to %s: it asks for %s more, %s is promised already (workspaces, root filesystems, snapshots), and the host can keep %s (%s free + %s held by sandboxes and snapshots, × overcommit %s)",
+		what, units.Bytes(ask), units.Bytes(promised), units.Bytes(capacity), units.Bytes(free), units.Bytes(held),
+		strconv.FormatFloat(m.budget.overcommit, 'g', -1, 64))
+}
+
+// promised sums what every sandbox and snapshot may come to take: the capacity of each
+// workspace and root filesystem (sparse, so not taken yet), and the data each snapshot holds
+// (its own once the workspace it shares blocks with is rewritten).
+func (m *Manager) promised() (int64, error) {
+	recs, err := m.store.ListSandboxes()
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, rec := range recs {
+		sum += sandboxPromise(rec)
+	}
+	snaps, err := m.store.ListSnapshots()
+	if err != nil {
+		return 0, err
+	}
+	for _, sn := range snaps {
+		sum += sn.AllocatedBytes
+	}
+	return sum, nil
+}
+
+// sandboxPromise is the room rec's workspace and root filesystem may come to take.
+func sandboxPromise(rec store.Sandbox) int64 {
+	return int64(recordedGiB(rec)+rootfsGiB(rec)) * gib
+}
