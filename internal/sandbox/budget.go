@@ -18,8 +18,9 @@ type Storage interface {
 	HeldBytes() (int64, error)
 }
 
-// budget is the capacity budget: the workspaces and root filesystems of every sandbox and the
-// data of every snapshot are promises on the host's disk, because the images are sparse. The
+// budget is the capacity budget: the workspaces of every sandbox, the root filesystems of the
+// running ones and the data of every snapshot are promises on the host's disk, because the
+// images are sparse. The
 // capacity they may not exceed is what the pools could still hold (the free space plus what
 // they hold already, part of which the promises are) times the operator's overcommit ratio.
 type budget struct {
@@ -27,7 +28,7 @@ type budget struct {
 	pools      []Storage
 }
 
-// SetBudget makes create, fork, grow, restore and the start of an ephemeral sandbox refuse,
+// SetBudget makes create, fork, grow, restore and start refuse,
 // with insufficient_storage, what would promise more than overcommit times the capacity of
 // pools. Without a call (or with no pools) nothing is budgeted. Call it before serving.
 func (m *Manager) SetBudget(overcommit float64, pools ...Storage) {
@@ -91,7 +92,15 @@ func (m *Manager) promised() (int64, error) {
 	return sum, nil
 }
 
-// sandboxPromise is the room rec's workspace and root filesystem may come to take.
+// sandboxPromise is the room rec's workspace and root filesystem may come to take. The root
+// filesystem's layer exists from a start's admission to the end of its stop, so only a sandbox
+// that may be running promises it: the start admits it (admitStart).
 func sandboxPromise(rec store.Sandbox) int64 {
-	return int64(recordedGiB(rec)+rootfsGiB(rec)) * gib
+	n := int64(recordedGiB(rec)) * gib
+	if holdsHostShare(api.SandboxState(rec.State)) {
+		n += rootfsBytes(rec)
+	}
+	return n
 }
+
+func rootfsBytes(rec store.Sandbox) int64 { return int64(rootfsGiB(rec)) * gib }

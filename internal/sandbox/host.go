@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -22,12 +23,24 @@ type HostBudget interface {
 // before Reconcile.
 func (m *Manager) SetHostBudget(b HostBudget) { m.hostBudget = b }
 
-// admitStart moves rec to starting if the host budget has room for one more running sandbox.
+// admitStart moves rec to starting if the host budget has room for one more running sandbox and
+// the capacity budget for its root filesystem (and an ephemeral workspace).
 // Starts are admitted one at a time, so two cannot both take the last room; a refused start
 // leaves rec as it was.
 func (m *Manager) admitStart(rec *store.Sandbox) error {
 	m.admitMu.Lock()
 	defer m.admitMu.Unlock()
+	// Its root filesystem's layer is made now, and an ephemeral workspace too (promised since
+	// the create, but the room may have gone since): held until the state records the promise.
+	m.budgetMu.Lock()
+	defer m.budgetMu.Unlock()
+	what := fmt.Sprintf("start sandbox %q", rec.Name)
+	if rec.StorageClass == string(api.StorageEphemeral) {
+		what += ", whose ephemeral workspace is made at every start"
+	}
+	if err := m.admitStorage(what, rootfsBytes(*rec)); err != nil {
+		return err
+	}
 	if m.hostBudget != nil {
 		recs, err := m.store.ListSandboxes()
 		if err != nil {

@@ -194,10 +194,11 @@ func (m *Manager) recordCreate(rec store.Sandbox, p api.SandboxesPost) error {
 	}
 	m.budgetMu.Lock()
 	defer m.budgetMu.Unlock()
+	// The workspace only: the root filesystem is the start's to admit.
 	ask := sandboxPromise(rec)
 	if p.FromSnapshot != "" {
 		if sn, err := m.snapshotRecord(p.FromSnapshot); err == nil {
-			ask = max(ask, sn.CapacityBytes+int64(rootfsGiB(rec))*gib)
+			ask = max(ask, sn.CapacityBytes)
 		}
 	}
 	if err := m.admitStorage(fmt.Sprintf("create sandbox %q", rec.Name), ask); err != nil {
@@ -414,10 +415,6 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 // workspace makes (if ephemeral) and mounts rec's workspace and returns its host directory.
 func (m *Manager) workspace(ctx context.Context, rec *store.Sandbox) (string, error) {
 	if rec.StorageClass == string(api.StorageEphemeral) {
-		// Promised since its create, but made now: the room may have gone since.
-		if err := m.admitStorage(fmt.Sprintf("start sandbox %q, whose ephemeral workspace is made at every start", rec.Name), 0); err != nil {
-			return "", err
-		}
 		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
 			return "", volumeError(err, rec.WorkspaceGiB)
 		}

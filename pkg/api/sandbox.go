@@ -62,7 +62,7 @@ const (
 	DefaultWorkspaceGiB = 10
 	MinWorkspaceGiB     = 1
 	MaxWorkspaceGiB     = 16383 // a sparse image must fit ext4's largest file, 16 TiB less 4 KiB
-	DefaultRootfsGiB    = 10
+	DefaultRootfsGiB    = 4
 	MinRootfsGiB        = 1
 	MaxRootfsGiB        = 16383 // as a workspace: a sparse image on the host
 	DefaultCPUs         = 2.0
