@@ -48,6 +48,7 @@ const (
 	CodeRegistryError        ErrorCode = "registry_error"         // the registry refused or failed the pull
 	CodeBodyTooLarge         ErrorCode = "body_too_large"         // a body over MaxBodyBytes
 	CodeInsufficientStorage  ErrorCode = "insufficient_storage"   // the host has no room for it
+	CodeSessionLogFull       ErrorCode = "session_log_full"       // the session's (or its sandbox's) event log is at its limit
 	CodeUnsupported          ErrorCode = "unsupported_capability" // this deployment cannot do that
 	CodeInternal             ErrorCode = "internal"               // a bug or a host failure
 	CodeUnavailable          ErrorCode = "unavailable"            // the daemon is shutting down
@@ -116,6 +117,7 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeRegistryError:        {http.StatusBadGateway, ExitCodeError},
 	CodeBodyTooLarge:         {http.StatusRequestEntityTooLarge, ExitCodeUsage},
 	CodeInsufficientStorage:  {http.StatusInsufficientStorage, ExitCodeNoCapacity},
+	CodeSessionLogFull:       {http.StatusInsufficientStorage, ExitCodeNoCapacity},
 	CodeUnsupported:          {http.StatusNotImplemented, ExitCodeUnsupported},
 	CodeInternal:             {http.StatusInternalServerError, ExitCodeError},
 	CodeUnavailable:          {http.StatusServiceUnavailable, ExitCodeUnreachable},
