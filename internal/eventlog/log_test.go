@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
@@ -28,6 +29,9 @@ func openTestLog(t testing.TB, noSync bool) (*Log, string) {
 func openTestLogWith(t testing.TB, cfg Config) (*Log, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "events.db")
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	l, err := Open(path, cfg)
 	if err != nil {
 		t.Fatal(err)
