@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -96,6 +97,7 @@ type Log struct {
 	usage     map[string]usage      // session → what its stored events take
 	sandboxes map[string]Usage      // sandbox → what its sessions' stored events take
 	full      map[string]*FullError // sessions refused an append since they last had room
+	fullN     atomic.Int64          // len(full), read without mu by Enqueue
 	onFull    func(session string, err *FullError)
 }
 
@@ -258,7 +260,7 @@ func (l *Log) EnqueueCall(session string, typ api.EventType, data json.RawMessag
 	if len(data) > 0 && !json.Valid(data) {
 		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
 	}
-	if limited(typ) {
+	if limited(typ) && l.fullN.Load() > 0 {
 		l.mu.Lock()
 		full := l.full[session]
 		l.mu.Unlock()
@@ -355,6 +357,41 @@ type accounts struct {
 	sessions  map[string]usage
 	sandboxes map[string]Usage
 	deleted   bool // the batch deleted a session: its pages are free
+
+	// The session being appended to and its sandbox's total, out of the maps until another
+	// session comes (flush): a batch is mostly one session's, and this keeps the accounting off
+	// the maps for each event.
+	open bool
+	id   string
+	u    usage
+	t    Usage
+}
+
+// take makes session the one being appended to and returns its usage and its sandbox's total
+// to update ("" sandbox: a total nobody reads).
+func (a *accounts) take(l *Log, session string) (*usage, *Usage) {
+	if !a.open || a.id != session {
+		a.flush()
+		a.open, a.id = true, session
+		a.u = a.session(l, session)
+		a.t = Usage{}
+		if a.u.sandbox != "" {
+			a.t = a.sandbox(l, a.u.sandbox)
+		}
+	}
+	return &a.u, &a.t
+}
+
+// flush puts the session being appended to back in the maps.
+func (a *accounts) flush() {
+	if !a.open {
+		return
+	}
+	a.open = false
+	a.sessions[a.id] = a.u
+	if a.u.sandbox != "" {
+		a.sandboxes[a.u.sandbox] = a.t
+	}
 }
 
 // session returns what session uses so far in the batch; the writer reads l.usage without mu,
@@ -393,6 +430,7 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 				if err := calls.Delete([]byte(r.session)); err != nil {
 					return err
 				}
+				acct.flush()
 				u := acct.session(l, r.session)
 				if u.sandbox != "" {
 					t := acct.sandbox(l, u.sandbox)
@@ -420,13 +458,9 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			if err != nil {
 				return err
 			}
-			u := acct.session(l, r.session)
-			var t Usage
-			if u.sandbox != "" {
-				t = acct.sandbox(l, u.sandbox)
-			}
+			u, t := acct.take(l, r.session)
 			if limited(r.typ) {
-				if r.refused = l.admit(r.session, u, t, int64(len(v))); r.refused != nil {
+				if r.refused = l.admit(r.session, *u, *t, int64(len(v))); r.refused != nil {
 					continue
 				}
 			}
@@ -442,13 +476,10 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			}
 			u.Events++
 			u.Bytes += int64(len(v))
-			acct.sessions[r.session] = u
-			if u.sandbox != "" {
-				t.Events++
-				t.Bytes += int64(len(v))
-				acct.sandboxes[u.sandbox] = t
-			}
+			t.Events++
+			t.Bytes += int64(len(v))
 		}
+		acct.flush()
 		for id, u := range acct.sessions {
 			var err error
 			if u.Events == 0 {
@@ -537,6 +568,7 @@ func (l *Log) publish(batch []*appendReq, acct *accounts) {
 	if acct.deleted {
 		clear(l.full) // room was made; whoever is still over finds out at its next append
 	}
+	defer func() { l.fullN.Store(int64(len(l.full))) }()
 	for _, r := range batch {
 		if r.refused != nil {
 			if l.full[r.session] == nil {

@@ -11,12 +11,23 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
+// openBenchLog opens a log as the daemon runs it: every limit checked (none reached) and every
+// session in a sandbox.
+func openBenchLog(b *testing.B) *Log {
+	const far = 1 << 50
+	l, _ := openTestLogWith(b, Config{
+		Limits:    Limits{SessionEvents: far, SessionBytes: far, SandboxEvents: far, SandboxBytes: far},
+		SandboxOf: func(string) string { return "box" },
+	})
+	return l
+}
+
 // BenchmarkAppend measures durable (fsynced) appends with 1 and 8 concurrent appenders, plus more
 // to show how group commit scales.
 func BenchmarkAppend(b *testing.B) {
 	for _, k := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("appenders=%d", k), func(b *testing.B) {
-			l, _ := openTestLog(b, false)
+			l := openBenchLog(b)
 			payload := data(42)
 			var next atomic.Int64
 			b.ResetTimer()
@@ -40,7 +51,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkEnqueue measures one producer queueing durable appends without waiting for each, as
 // the session supervisor stores a harness's updates; the last one is waited for.
 func BenchmarkEnqueue(b *testing.B) {
-	l, _ := openTestLog(b, false)
+	l := openBenchLog(b)
 	payload := data(42)
 	var last Pending
 	for range b.N {
