@@ -24,7 +24,7 @@ type Limits struct {
 }
 
 // DefaultLimits are the limits of a daemon that sets none: far above a long working session
-// (a 10,000-update turn stores about 2 MiB), far below a disk.
+// (a 10,000-update turn of short chunks stores under 2 MiB), far below a disk.
 var DefaultLimits = Limits{
 	SessionEvents: 1_000_000,
 	SessionBytes:  256 << 20,

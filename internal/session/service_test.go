@@ -1019,6 +1019,15 @@ func TestStopWinsOverATurnNotStartedYet(t *testing.T) {
 	}
 }
 
+// newEnvLimited is newEnv with a log held to lim.
+func newEnvLimited(t *testing.T, lim eventlog.Limits) *testEnv {
+	e := newEnv(t)
+	e.close()
+	e.limits = lim
+	e.open()
+	return e
+}
+
 // A harness that floods its session past the log's limit has its turn stopped with a notice
 // that says so; the next prompt is session_log_full until the session is deleted (for the
 // session's own limit) or the sandbox's other sessions are (for the sandbox's).
@@ -1038,10 +1047,7 @@ func TestFullLogEndsTheTurnAndRefusesPrompts(t *testing.T) {
 		}
 	}
 	t.Run("session", func(t *testing.T) {
-		e := newEnv(t)
-		e.close()
-		e.limits = eventlog.Limits{SessionEvents: 200}
-		e.open()
+		e := newEnvLimited(t, eventlog.Limits{SessionEvents: 200})
 		id := e.create("")
 		fullTurn(t, e, id, "hiloop session delete "+id)
 		if u := e.log.Usage(id); u.Events > 200+3 {
@@ -1051,10 +1057,7 @@ func TestFullLogEndsTheTurnAndRefusesPrompts(t *testing.T) {
 		expect(t, e.turn(e.create(""), "hello"), "prompt", "update:agent_message_chunk:echo: hello", "turn_end:end_turn")
 	})
 	t.Run("sandbox", func(t *testing.T) {
-		e := newEnv(t)
-		e.close()
-		e.limits = eventlog.Limits{SandboxEvents: 200}
-		e.open()
+		e := newEnvLimited(t, eventlog.Limits{SandboxEvents: 200})
 		first := e.create("")
 		e.turn(first, e.script("some.fake", "repeat 50 message chunk {i}\n"))
 		second := e.create("")
