@@ -25,18 +25,25 @@ const (
 	copyTxBytes = 64 << 20
 )
 
-// maybeCompact compacts the file when the free pages are more than half of it and more than
-// CompactMin. It runs on the writer goroutine, so no append is made meanwhile; readers go on
-// reading the old file until the swap, which waits for their transactions. A compaction that
-// fails leaves the old file in use, and says so.
+// maybeCompact compacts the file when what a copy would give back (the free pages, and the tail
+// bbolt grew the file by ahead of its pages) is more than half of it and more than CompactMin.
+// It runs on the writer goroutine, so no append is made meanwhile; readers go on reading the old
+// file until the swap, which waits for their transactions. A compaction that fails leaves the
+// old file in use, and says so.
 func (l *Log) maybeCompact() {
 	st, err := os.Stat(l.path)
 	if err != nil {
 		l.cfg.Logger.Warn("event log: stat its file", "err", err)
 		return
 	}
-	dead := int64(l.db.Stats().FreeAlloc)
+	var used int64 // up to the highest page written
+	_ = l.db.View(func(tx *bolt.Tx) error {
+		used = tx.Size()
+		return nil
+	})
+	dead := st.Size() - (used - int64(l.db.Stats().FreeAlloc))
 	if dead < l.cfg.CompactMin || 2*dead < st.Size() {
+		l.cfg.Logger.Debug("event log: not worth compacting", "size", st.Size(), "dead", dead)
 		return
 	}
 	start := time.Now()

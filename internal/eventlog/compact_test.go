@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,17 @@ import (
 	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 )
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
 
 func fileSize(t *testing.T, path string) int64 {
 	t.Helper()
@@ -33,7 +46,9 @@ func bulk(i int) json.RawMessage {
 // Deleting a large session shrinks the file, while other sessions are appended to and watched:
 // the watchers get every event once, in order, across the swap, and the log reads and reopens.
 func TestCompactionWithWatchersAndAppends(t *testing.T) {
-	l, path := openTestLogWith(t, Config{noSync: true, CompactMin: 1 << 20})
+	var logged strings.Builder // what the log says of the compaction, for a failure
+	var logMu sync.Mutex
+	l, path := openTestLogWith(t, Config{noSync: true, CompactMin: 1 << 20, Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	const big = 2500 // ~10 MiB
 	for i := 0; i < big; i += 500 {
 		var last Pending
@@ -111,7 +126,9 @@ func TestCompactionWithWatchersAndAppends(t *testing.T) {
 	after := fileSize(t, path)
 	wg.Wait()
 	if after >= before/2 {
-		t.Errorf("the file is %d bytes after deleting most of its %d: not compacted", after, before)
+		logMu.Lock()
+		t.Errorf("the file is %d bytes after deleting most of its %d: not compacted; the log said:\n%s", after, before, logged.String())
+		logMu.Unlock()
 	}
 	if _, err := os.Stat(path + compactSuffix); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the compaction's copy is left behind: %v", err)
