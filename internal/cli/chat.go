@@ -403,14 +403,14 @@ func (d *chatDriver) replay(ctx context.Context) (last uint64, ok bool) {
 			reported = false
 			d.send(chat.ConnMsg{State: chat.ConnLoading})
 		}
-		if len(page) > 0 {
-			d.send(chat.EventsMsg(page))
-			d.trace.events(page)
-			last = page[len(page)-1].Seq
-		}
-		if len(page) < api.MaxEventsPage {
+		// A page short of api.MaxEventsPage may have been cut for its bytes: only an empty one
+		// is the end.
+		if len(page) == 0 {
 			return last, true
 		}
+		d.send(chat.EventsMsg(page))
+		d.trace.events(page)
+		last = page[len(page)-1].Seq
 	}
 }
 
@@ -456,7 +456,7 @@ func (d *chatDriver) fetchAhead(ctx context.Context) (last uint64) {
 		d.trace.events(res.page)
 		last = res.page[len(res.page)-1].Seq
 		if len(res.page) < api.MaxEventsPage {
-			return last
+			return last // the end, or a page cut for its bytes: replay reads on from last
 		}
 	}
 	return last

@@ -88,6 +88,9 @@ type Config struct {
 	// ExecKeepalive is how often an exec's client is pinged; one that does not answer within
 	// it has its command killed (--exec-keepalive). 0: DefaultExecKeepalive.
 	ExecKeepalive time.Duration
+	// EventLimits bound each session's and each sandbox's event log (--session-log-events,
+	// --session-log-mib, --sandbox-log-events, --sandbox-log-mib); 0 fields are no limit.
+	EventLimits eventlog.Limits
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -139,7 +142,14 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if _, err := os.Stat(cfg.InitPath); err != nil {
 		return nil, fmt.Errorf("sandbox init binary: %w (build it with `make build` or pass --init-path)", err)
 	}
-	st, err := store.Open(filepath.Join(cfg.DataDir, "sandboxd.db"))
+	// Before the store opens it: an older daemon kept the event log in the store's file.
+	dbPath := filepath.Join(cfg.DataDir, "sandboxd.db")
+	if moved, err := eventlog.Migrate(dbPath, filepath.Join(cfg.DataDir, eventsFile)); err != nil {
+		return nil, err
+	} else if moved {
+		cfg.Log.Info("moved the session event logs out of sandboxd.db into their own file, and compacted sandboxd.db", "file", eventsFile)
+	}
+	st, err := store.Open(dbPath)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +284,12 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.pruneEgressLog(); err != nil {
 		return fmt.Errorf("prune the egress log: %w", err)
 	}
-	if d.events, err = eventlog.Open(d.store.Bolt()); err != nil {
+	d.events, err = eventlog.Open(filepath.Join(d.cfg.DataDir, eventsFile), eventlog.Config{
+		Limits:    d.cfg.EventLimits,
+		SandboxOf: d.sessionSandboxID,
+		Logger:    d.log.With("component", "events"),
+	})
+	if err != nil {
 		return err
 	}
 	d.sessions = session.New(session.Config{
@@ -350,6 +365,19 @@ func (d *Daemon) setStorageBudget() {
 		pools = append(pools, d.layers)
 	}
 	d.sandboxes.SetBudget(cmp.Or(d.cfg.Overcommit, 1), pools...)
+}
+
+// eventsFile is the session event log's file in the data dir.
+const eventsFile = "events.db"
+
+// sessionSandboxID is the id of the sandbox a session runs in, "" for a session that is gone: the
+// event log's limits per sandbox.
+func (d *Daemon) sessionSandboxID(session string) string {
+	rec, err := d.store.GetSession(session)
+	if err != nil {
+		return ""
+	}
+	return rec.SandboxID
 }
 
 // Close stops the harnesses and releases the store. Sandboxes keep running; the next daemon

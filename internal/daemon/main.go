@@ -35,6 +35,7 @@ func Main() int {
 	cfg := Config{Version: Version}
 	var tokenFile, logLevel string
 	var routes, allowCIDRs, upstreamCAs, providerURLs []string
+	var eventLimits func() error
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
 		Short:         "Run the hiloop sandbox daemon",
@@ -54,6 +55,9 @@ func Main() int {
 				return err
 			}
 			cfg.Token = token
+			if err := eventLimits(); err != nil {
+				return err
+			}
 			for _, r := range routes {
 				route, err := gateway.ParseRoute(r)
 				if err != nil {
@@ -130,6 +134,7 @@ func Main() int {
 	f.StringArrayVar(&providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt=URL (the ChatGPT backend's host, where Codex with a ChatGPT login is sent: by default https://chatgpt.com, the path /backend-api/codex/… kept), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	eventLimits = addEventLimitFlags(f, &cfg.EventLimits)
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandboxd:", err)
 		return 1

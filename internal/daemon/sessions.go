@@ -148,7 +148,7 @@ func (d *Daemon) sessionEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	body := make([]byte, 0, 64<<10)
 	body = append(body, `{"events":[`...) // api.SessionEventList; "events": [], never null
-	body, _, err = d.events.AppendStored(body, id, after, int(limit))
+	body, _, err = d.events.AppendStored(body, id, after, int(limit), api.MaxEventsPageBytes)
 	if err != nil {
 		return err
 	}

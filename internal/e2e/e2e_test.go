@@ -159,6 +159,7 @@ func scriptParams(dir string) testscript.Params {
 			"fakeprovider":          cmdFakeProvider,
 			"fakeprovider-requests": cmdFakeProviderRequests,
 			"meteringcheck":         cmdMeteringCheck,
+			"oldeventlog":           cmdOldEventLog,
 		},
 	}
 }

@@ -1,7 +1,9 @@
 // Package eventlog owns the durable, sequenced event log of every session: it stores events (the
-// API's api.SessionEvent, encoded as the API sends them) in the "events" bucket of the daemon's
-// bbolt file and streams them to watchers. It knows nothing of ACP, harnesses or HTTP, and must
-// not touch any other bucket than those and "event_calls".
+// API's api.SessionEvent, encoded as the API sends them) in a bbolt file of its own beside the
+// daemon's (<data>/events.db), streams them to watchers, holds each session and sandbox to its
+// Limits, and gives the space of deleted sessions back by compacting that file online. It knows
+// nothing of ACP, harnesses or HTTP. The daemon's own file (sandboxd.db) it touches only in
+// Migrate, once, to move the event buckets an older daemon kept there into events.db.
 //
 // internal/session (the session service) is its only writer and decides which sessions exist.
 package eventlog
@@ -12,8 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,6 +30,7 @@ import (
 var (
 	bucketEvents = []byte("events")      // session id → nested bucket: big-endian seq → api.SessionEvent JSON
 	bucketCalls  = []byte("event_calls") // session id → the session's last call: call, NUL, big-endian seq
+	bucketUsage  = []byte("event_usage") // session id → usage.encode(): its events, bytes and sandbox
 )
 
 const (
@@ -50,13 +56,35 @@ var ErrDeleted = errors.New("session was deleted")
 // ErrUnknownType is returned by Append for an event type outside api.EventTypes.
 var ErrUnknownType = errors.New("unknown event type")
 
+// Config is how the daemon runs the log.
+type Config struct {
+	// Limits bound each session's and each sandbox's events.
+	Limits Limits
+	// SandboxOf returns the sandbox (its id) a session belongs to, "" for none; it is asked once
+	// per session, at its first append, and must not call the log.
+	SandboxOf func(session string) string
+	// CompactMin is how much dead space (bytes in free pages) deletes must leave, besides half
+	// the file, before the file is compacted; 0 is DefaultCompactMin.
+	CompactMin int64
+	// Logger tells of compactions; nil is slog's default.
+	Logger *slog.Logger
+
+	noSync bool // tests: no fsync
+}
+
 // Log is the durable event log of all sessions. One writer goroutine assigns sequence numbers and
 // group-commits queued appends, so a chatty producer pays for one fsync per batch, not per event.
 type Log struct {
-	db   *bolt.DB
+	cfg  Config
+	path string
 	reqs chan *appendReq // buffered: a producer queues while the writer fsyncs the previous batch
 	quit chan struct{}   // closed by Close once no producer can queue any more
 	done chan struct{}   // closed when the writer has exited
+
+	// db is swapped by a compaction, under dbMu; a reader holds dbMu.RLock for one transaction
+	// (view), the writer, which compacts, uses db as it is.
+	dbMu sync.RWMutex
+	db   *bolt.DB
 
 	mu        sync.Mutex
 	closed    bool
@@ -65,6 +93,12 @@ type Log struct {
 	deleted   map[string]bool                       // sessions whose events were deleted
 	failed    map[string]error                      // session → first failed commit not yet taken
 	subs      map[string]map[*Subscription]struct{} // session → live watchers
+	// Written by the writer only, under mu: the writer reads them without it.
+	usage     map[string]usage      // session → what its stored events take
+	sandboxes map[string]Usage      // sandbox → what its sessions' stored events take
+	full      map[string]*FullError // sessions refused an append since they last had room
+	fullN     atomic.Int64          // len(full), read without mu by Enqueue
+	onFull    func(session string, err *FullError)
 }
 
 type appendReq struct {
@@ -74,6 +108,7 @@ type appendReq struct {
 	call    string // the API call that makes the event, if any
 	del     bool   // delete the session's events instead of appending
 	ev      Entry
+	refused *FullError // not stored: over a limit
 	err     error
 	done    chan struct{}
 }
@@ -86,10 +121,25 @@ type Entry struct {
 	JSON []byte `json:"-"`
 }
 
-// Open opens the event log kept in db, creating its bucket if needed, and starts its writer.
-func Open(db *bolt.DB) (*Log, error) {
-	err := db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketEvents, bucketCalls} {
+// Open opens the event log kept in the bbolt file at path (created if needed) and starts its
+// writer. The file is the log's alone.
+func Open(path string, cfg Config) (*Log, error) {
+	if cfg.CompactMin <= 0 {
+		cfg.CompactMin = DefaultCompactMin
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	// A compaction cut short by a crash left its copy; the file itself is whole.
+	if err := os.Remove(path + compactSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	db, err := openBolt(path, cfg.noSync)
+	if err != nil {
+		return nil, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketEvents, bucketCalls, bucketUsage} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -97,9 +147,12 @@ func Open(db *bolt.DB) (*Log, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("init events bucket: %w", err)
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
 	l := &Log{
+		cfg:       cfg,
+		path:      path,
 		db:        db,
 		reqs:      make(chan *appendReq, maxBatch),
 		quit:      make(chan struct{}),
@@ -108,13 +161,39 @@ func Open(db *bolt.DB) (*Log, error) {
 		deleted:   map[string]bool{},
 		failed:    map[string]error{},
 		subs:      map[string]map[*Subscription]struct{}{},
+		usage:     map[string]usage{},
+		sandboxes: map[string]Usage{},
+		full:      map[string]*FullError{},
+	}
+	if err := l.loadUsage(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("count the events in %s: %w", path, err)
 	}
 	go l.write()
 	return l, nil
 }
 
-// Close commits every append already queued, stops the writer and ends every subscription with
-// ErrClosed. It does not close the database, which belongs to the caller.
+// openBolt opens a bbolt file of the log's, saying so when another sandboxd holds it.
+func openBolt(path string, noSync bool) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: noSync})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: the file is locked by another sandboxd using the same --data-dir", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// view runs fn in a read transaction of the current file: a compaction waits for it.
+func (l *Log) view(fn func(tx *bolt.Tx) error) error {
+	l.dbMu.RLock()
+	defer l.dbMu.RUnlock()
+	return l.db.View(fn)
+}
+
+// Close commits every append already queued, stops the writer, ends every subscription with
+// ErrClosed and closes the file.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -128,13 +207,15 @@ func (l *Log) Close() error {
 	<-l.done
 
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for _, set := range l.subs {
 		for s := range set {
 			s.end(ErrClosed)
 		}
 	}
-	return nil
+	l.mu.Unlock()
+	l.dbMu.Lock()
+	defer l.dbMu.Unlock()
+	return l.db.Close()
 }
 
 // Append stores one event for session and returns it once it is durable. It is published to
@@ -178,6 +259,14 @@ func (l *Log) EnqueueCall(session string, typ api.EventType, data json.RawMessag
 	}
 	if len(data) > 0 && !json.Valid(data) {
 		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
+	}
+	if limited(typ) && l.fullN.Load() > 0 {
+		l.mu.Lock()
+		full := l.full[session]
+		l.mu.Unlock()
+		if full != nil {
+			return Pending{err: full} // a flood past the limit is not even queued
+		}
 	}
 	r := &appendReq{session: session, typ: typ, data: data, call: call, done: make(chan struct{})}
 	return Pending{r: r, err: l.send(r)}
@@ -236,7 +325,8 @@ func (l *Log) write() {
 				break fill
 			}
 		}
-		err := l.commit(batch, next)
+		acct := accounts{sessions: map[string]usage{}, sandboxes: map[string]Usage{}}
+		err := l.commit(batch, next, &acct)
 		if err != nil {
 			clear(next) // the seqs handed out were not stored; reload from the bucket
 			l.fail(batch, err)
@@ -247,19 +337,91 @@ func (l *Log) write() {
 				}
 			}
 		} else {
-			l.publish(batch)
+			l.publish(batch, &acct)
+			if acct.deleted {
+				l.maybeCompact()
+			}
 		}
 		for _, r := range batch {
+			if r.refused != nil {
+				r.err = r.refused
+			}
 			close(r.done)
 		}
 	}
 }
 
-func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
+// accounts is what one batch changes of the usage: the sessions and sandboxes it touched, as
+// they are after it. They replace l.usage's and l.sandboxes' entries once the batch is durable.
+type accounts struct {
+	sessions  map[string]usage
+	sandboxes map[string]Usage
+	deleted   bool // the batch deleted a session: its pages are free
+
+	// The session being appended to and its sandbox's total, out of the maps until another
+	// session comes (flush): a batch is mostly one session's, and this keeps the accounting off
+	// the maps for each event.
+	open bool
+	id   string
+	u    usage
+	t    Usage
+}
+
+// take makes session the one being appended to and returns its usage and its sandbox's total
+// to update ("" sandbox: a total nobody reads).
+func (a *accounts) take(l *Log, session string) (*usage, *Usage) {
+	if !a.open || a.id != session {
+		a.flush()
+		a.open, a.id = true, session
+		a.u = a.session(l, session)
+		a.t = Usage{}
+		if a.u.sandbox != "" {
+			a.t = a.sandbox(l, a.u.sandbox)
+		}
+	}
+	return &a.u, &a.t
+}
+
+// flush puts the session being appended to back in the maps.
+func (a *accounts) flush() {
+	if !a.open {
+		return
+	}
+	a.open = false
+	a.sessions[a.id] = a.u
+	if a.u.sandbox != "" {
+		a.sandboxes[a.u.sandbox] = a.t
+	}
+}
+
+// session returns what session uses so far in the batch; the writer reads l.usage without mu,
+// as it is the only one to write it.
+func (a *accounts) session(l *Log, session string) usage {
+	u, ok := a.sessions[session]
+	if !ok {
+		if u, ok = l.usage[session]; !ok {
+			u.sandbox = l.sandboxOf(session)
+		}
+		a.sessions[session] = u
+	}
+	return u
+}
+
+func (a *accounts) sandbox(l *Log, sandbox string) Usage {
+	t, ok := a.sandboxes[sandbox]
+	if !ok {
+		t = l.sandboxes[sandbox]
+		a.sandboxes[sandbox] = t
+	}
+	return t
+}
+
+func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts) error {
 	return l.db.Update(func(tx *bolt.Tx) error {
-		root, calls := tx.Bucket(bucketEvents), tx.Bucket(bucketCalls)
+		root, calls, recs := tx.Bucket(bucketEvents), tx.Bucket(bucketCalls), tx.Bucket(bucketUsage)
 		now := time.Now().UTC()
 		for _, r := range batch {
+			r.refused = nil // a batch retried after a failed commit is judged again
 			if r.del {
 				delete(next, r.session)
 				if err := root.DeleteBucket([]byte(r.session)); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
@@ -268,6 +430,16 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 				if err := calls.Delete([]byte(r.session)); err != nil {
 					return err
 				}
+				acct.flush()
+				u := acct.session(l, r.session)
+				if u.sandbox != "" {
+					t := acct.sandbox(l, u.sandbox)
+					t.Events -= u.Events
+					t.Bytes -= u.Bytes
+					acct.sandboxes[u.sandbox] = t
+				}
+				acct.sessions[r.session] = usage{sandbox: u.sandbox}
+				acct.deleted = true
 				continue
 			}
 			b, err := root.CreateBucketIfNotExists([]byte(r.session))
@@ -281,12 +453,18 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 				}
 			}
 			seq++
-			next[r.session] = seq
 			ev := api.SessionEvent{Seq: seq, Type: r.typ, Time: now, Data: r.data}
 			v, err := json.Marshal(ev)
 			if err != nil {
 				return err
 			}
+			u, t := acct.take(l, r.session)
+			if limited(r.typ) {
+				if r.refused = l.admit(r.session, *u, *t, int64(len(v))); r.refused != nil {
+					continue
+				}
+			}
+			next[r.session] = seq
 			r.ev = Entry{SessionEvent: ev, JSON: v}
 			if err := b.Put(seqKey(seq), v); err != nil {
 				return err
@@ -295,6 +473,22 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64) error {
 				if err := calls.Put([]byte(r.session), append([]byte(r.call+"\x00"), seqKey(seq)...)); err != nil {
 					return err
 				}
+			}
+			u.Events++
+			u.Bytes += int64(len(v))
+			t.Events++
+			t.Bytes += int64(len(v))
+		}
+		acct.flush()
+		for id, u := range acct.sessions {
+			var err error
+			if u.Events == 0 {
+				err = recs.Delete([]byte(id))
+			} else {
+				err = recs.Put([]byte(id), u.encode())
+			}
+			if err != nil {
+				return err
 			}
 		}
 		return nil
@@ -309,7 +503,7 @@ func (l *Log) CallSeq(session, call string) (uint64, bool, error) {
 	}
 	var seq uint64
 	var found bool
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketCalls).Get([]byte(session))
 		if c, s, ok := bytes.Cut(v, []byte{0}); ok && string(c) == call && len(s) == 8 {
 			seq, found = binary.BigEndian.Uint64(s), true
@@ -343,7 +537,7 @@ func (l *Log) TakeFailure(session string) error {
 // Sessions lists the sessions that have stored events.
 func (l *Log) Sessions() ([]string, error) {
 	var out []string
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketEvents).ForEachBucket(func(k []byte) error {
 			out = append(out, string(k))
 			return nil
@@ -352,12 +546,39 @@ func (l *Log) Sessions() ([]string, error) {
 	return out, err
 }
 
-// publish hands committed events to live watchers. It never blocks: a watcher whose buffer is
-// full is cut off with ErrSlow.
-func (l *Log) publish(batch []*appendReq) {
+// publish hands committed events to live watchers and takes the batch's accounts. It never
+// blocks: a watcher whose buffer is full is cut off with ErrSlow.
+func (l *Log) publish(batch []*appendReq, acct *accounts) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for id, u := range acct.sessions {
+		if u.Events == 0 {
+			delete(l.usage, id)
+		} else {
+			l.usage[id] = u
+		}
+	}
+	for sb, t := range acct.sandboxes {
+		if t.Events <= 0 && t.Bytes <= 0 {
+			delete(l.sandboxes, sb)
+		} else {
+			l.sandboxes[sb] = t
+		}
+	}
+	if acct.deleted {
+		clear(l.full) // room was made; whoever is still over finds out at its next append
+	}
+	defer func() { l.fullN.Store(int64(len(l.full))) }()
 	for _, r := range batch {
+		if r.refused != nil {
+			if l.full[r.session] == nil {
+				l.full[r.session] = r.refused
+				if fn := l.onFull; fn != nil {
+					go fn(r.session, r.refused)
+				}
+			}
+			continue
+		}
 		if r.del {
 			delete(l.published, r.session)
 			l.deleted[r.session] = true
@@ -403,11 +624,16 @@ func (l *Log) entries(session string, after uint64, limit int) ([]Entry, error) 
 // AppendStored appends to dst the stored JSON of up to limit events of session with Seq > after,
 // in order and separated by commas (the elements of a JSON array), exactly as they were encoded
 // at append and as a Subscription delivers them. Nothing is decoded: serving a page of history
-// this way costs a copy, not a decode and an encode per event. It returns the extended buffer
-// and the number of events appended.
-func (l *Log) AppendStored(dst []byte, session string, after uint64, limit int) ([]byte, int, error) {
-	n := 0
+// this way costs a copy, not a decode and an encode per event. It stops before an event that
+// would take what it appends past maxBytes (0: no such limit), but always appends the first
+// one, whatever its size, so that a reader paging by seq moves on. It returns the extended
+// buffer and the number of events appended.
+func (l *Log) AppendStored(dst []byte, session string, after uint64, limit, maxBytes int) ([]byte, int, error) {
+	n, start := 0, len(dst)
 	err := l.scan(session, after, limit, func(_, v []byte) error {
+		if n > 0 && maxBytes > 0 && len(dst)-start+1+len(v) > maxBytes {
+			return errPageFull
+		}
 		if n > 0 {
 			dst = append(dst, ',')
 		}
@@ -415,8 +641,14 @@ func (l *Log) AppendStored(dst []byte, session string, after uint64, limit int) 
 		n++
 		return nil
 	})
+	if errors.Is(err, errPageFull) {
+		err = nil
+	}
 	return dst, n, err
 }
+
+// errPageFull stops AppendStored's scan.
+var errPageFull = errors.New("page full")
 
 // read calls fn with up to limit stored events of session after seq after, in order; the bytes
 // fn gets live only as long as the call.
@@ -434,7 +666,7 @@ func (l *Log) read(session string, after uint64, limit int, fn func(ev api.Sessi
 // scan calls fn with the key and stored bytes of up to limit events of session after seq after,
 // in order; both live only as long as the call.
 func (l *Log) scan(session string, after uint64, limit int, fn func(k, v []byte) error) error {
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents).Bucket([]byte(session))
 		if b == nil {
 			return nil
@@ -596,7 +828,7 @@ func (s *Subscription) Close() {
 // LastSeq returns the seq of session's last stored event (0 when it has none).
 func (l *Log) LastSeq(session string) (uint64, error) {
 	var seq uint64
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.view(func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bucketEvents).Bucket([]byte(session)); b != nil {
 			if k, _ := b.Cursor().Last(); k != nil {
 				seq = binary.BigEndian.Uint64(k)
@@ -611,7 +843,7 @@ func (l *Log) LastSeq(session string) (uint64, error) {
 // running when the daemon stopped.
 func (l *Log) TurnOpen(session string) (bool, error) {
 	open := false
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEvents).Bucket([]byte(session))
 		if b == nil {
 			return nil

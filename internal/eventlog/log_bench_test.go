@@ -11,12 +11,23 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
+// openBenchLog opens a log as the daemon runs it: every limit checked (none reached) and every
+// session in a sandbox.
+func openBenchLog(b *testing.B) *Log {
+	const far = 1 << 50
+	l, _ := openTestLogWith(b, Config{
+		Limits:    Limits{SessionEvents: far, SessionBytes: far, SandboxEvents: far, SandboxBytes: far},
+		SandboxOf: func(string) string { return "box" },
+	})
+	return l
+}
+
 // BenchmarkAppend measures durable (fsynced) appends with 1 and 8 concurrent appenders, plus more
 // to show how group commit scales.
 func BenchmarkAppend(b *testing.B) {
 	for _, k := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("appenders=%d", k), func(b *testing.B) {
-			l, _, _ := openTestLog(b, false)
+			l := openBenchLog(b)
 			payload := data(42)
 			var next atomic.Int64
 			b.ResetTimer()
@@ -40,7 +51,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkEnqueue measures one producer queueing durable appends without waiting for each, as
 // the session supervisor stores a harness's updates; the last one is waited for.
 func BenchmarkEnqueue(b *testing.B) {
-	l, _, _ := openTestLog(b, false)
+	l := openBenchLog(b)
 	payload := data(42)
 	var last Pending
 	for range b.N {
@@ -56,7 +67,7 @@ func BenchmarkEnqueue(b *testing.B) {
 // BenchmarkReplay100k reads 100,000 stored events from cursor 0, with Since and with a Subscription.
 func BenchmarkReplay100k(b *testing.B) {
 	const total = 100000
-	l, _, _ := openTestLog(b, true)
+	l, _ := openTestLog(b, true)
 	appendN(b, l, "s", total, 64)
 	b.Run("since", func(b *testing.B) {
 		for b.Loop() {
@@ -84,7 +95,7 @@ func BenchmarkReplay100k(b *testing.B) {
 // receiving the event.
 func BenchmarkLiveLatency(b *testing.B) {
 	const watchers = 100
-	l, _, _ := openTestLog(b, false)
+	l, _ := openTestLog(b, false)
 	n := b.N
 	called := make([]int64, n)
 	returned := make([]int64, n)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
@@ -18,24 +19,25 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// openTestLog opens a log on a fresh bbolt file. noSync skips fsync for tests that check ordering,
-// not durability, so they stay fast under -race.
-func openTestLog(t testing.TB, noSync bool) (*Log, *bolt.DB, string) {
+// openTestLog opens a log on a fresh file with no limits. noSync skips fsync for tests that check
+// ordering, not durability, so they stay fast under -race.
+func openTestLog(t testing.TB, noSync bool) (*Log, string) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "hiloop.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: noSync})
+	return openTestLogWith(t, Config{noSync: noSync})
+}
+
+func openTestLogWith(t testing.TB, cfg Config) (*Log, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "events.db")
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l, err := Open(path, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.Close()
-		db.Close()
-	})
-	return l, db, path
+	t.Cleanup(func() { l.Close() })
+	return l, path
 }
 
 func data(i int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)) }
@@ -75,7 +77,7 @@ func checkSeqs(t *testing.T, evs []api.SessionEvent, from, to uint64) {
 }
 
 func TestAppendConcurrentSeqHasNoHoles(t *testing.T) {
-	l, _, _ := openTestLog(t, false)
+	l, _ := openTestLog(t, false)
 	const appenders, each = 8, 200
 	var mu sync.Mutex
 	var seqs []uint64
@@ -118,7 +120,7 @@ func TestAppendConcurrentSeqHasNoHoles(t *testing.T) {
 }
 
 func TestSinceLimit(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	appendN(t, l, "s", 10, 1)
 	tests := []struct {
 		after    uint64
@@ -153,7 +155,7 @@ func TestSinceLimit(t *testing.T) {
 // TestAppendStoredIsSinceAsAnArray: the stored bytes of a window, put in brackets, are a JSON
 // array of exactly the events Since returns for it, and they extend what dst held.
 func TestAppendStoredIsSinceAsAnArray(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	appendN(t, l, "s", 10, 1)
 	for _, w := range []struct {
 		after uint64
@@ -164,7 +166,7 @@ func TestAppendStoredIsSinceAsAnArray(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, n, err := l.AppendStored([]byte("x["), "s", w.after, w.limit)
+			b, n, err := l.AppendStored([]byte("x["), "s", w.after, w.limit, 0)
 			if err != nil || n != len(want) {
 				t.Fatalf("AppendStored = %d events, %v; want %d", n, err, len(want))
 			}
@@ -185,13 +187,13 @@ func TestAppendStoredIsSinceAsAnArray(t *testing.T) {
 			}
 		})
 	}
-	if b, n, err := l.AppendStored(nil, "nobody", 0, 0); err != nil || n != 0 || len(b) != 0 {
+	if b, n, err := l.AppendStored(nil, "nobody", 0, 0, 0); err != nil || n != 0 || len(b) != 0 {
 		t.Fatalf("unknown session: %q, %d, %v", b, n, err)
 	}
 }
 
 func TestDurableAcrossReopen(t *testing.T) {
-	l, db, path := openTestLog(t, false)
+	l, path := openTestLog(t, false)
 	appendN(t, l, "s", 25, 4)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
@@ -199,16 +201,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if _, err := l.Append("s", api.EventNotice, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append after close: %v, want ErrClosed", err)
 	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	l, err = Open(db)
+	l, err := Open(path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +239,7 @@ func receive(t *testing.T, sub *Subscription, after, last uint64) {
 }
 
 func TestSubscribeMidStream(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	const total = 10000
 	done := make(chan struct{})
 	go func() {
@@ -281,7 +274,7 @@ func TestSubscribeMidStream(t *testing.T) {
 }
 
 func TestSubscribeFromZeroBeforeAnyEvent(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	sub := l.Subscribe("s", 0)
 	defer sub.Close()
 	appendN(t, l, "s", 100, 2)
@@ -289,7 +282,7 @@ func TestSubscribeFromZeroBeforeAnyEvent(t *testing.T) {
 }
 
 func TestReconnectAtRandomPoints(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	const total, reconnects = 10000, 100
 	done := make(chan struct{})
 	go func() {
@@ -341,7 +334,7 @@ func TestReconnectAtRandomPoints(t *testing.T) {
 }
 
 func TestSlowSubscriberIsCutOff(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	stuck := l.Subscribe("s", 0) // never reads
 	defer stuck.Close()
 	reader := l.Subscribe("s", 0)
@@ -387,7 +380,7 @@ func waitLive(t testing.TB, l *Log, session string, n int) {
 }
 
 func TestAppendRefusesBadInput(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	if _, err := l.Append("s", "bogus", nil); !errors.Is(err, ErrUnknownType) {
 		t.Fatalf("unknown type: err %v, want ErrUnknownType", err)
 	}
@@ -407,7 +400,7 @@ func TestAppendRefusesBadInput(t *testing.T) {
 }
 
 func TestCloseLogEndsSubscriptions(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	sub := l.Subscribe("s", 0)
 	waitLive(t, l, "s", 1)
 	l.Close()
@@ -421,7 +414,7 @@ func TestCloseLogEndsSubscriptions(t *testing.T) {
 }
 
 func TestEnqueueKeepsOneProducersOrder(t *testing.T) {
-	l, _, _ := openTestLog(t, false)
+	l, _ := openTestLog(t, false)
 	const n = 20000
 	var last Pending
 	for i := range n {
@@ -444,13 +437,8 @@ func TestEnqueueKeepsOneProducersOrder(t *testing.T) {
 }
 
 func TestCloseStoresWhatWasQueued(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hiloop.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	l, err := Open(db)
+	path := filepath.Join(t.TempDir(), "events.db")
+	l, err := Open(path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +451,7 @@ func TestCloseStoresWhatWasQueued(t *testing.T) {
 	if _, err := l.Enqueue("s", api.EventUpdate, data(0)).Wait(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Enqueue after Close = %v, want ErrClosed", err)
 	}
-	l2, err := Open(db)
+	l2, err := Open(path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +461,7 @@ func TestCloseStoresWhatWasQueued(t *testing.T) {
 }
 
 func TestDeleteSession(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	appendN(t, l, "gone", 10, 1)
 	appendN(t, l, "kept", 5, 1)
 	sub := l.Subscribe("gone", 10)
@@ -498,7 +486,7 @@ func TestDeleteSession(t *testing.T) {
 }
 
 func TestLastSeqAndTurnOpen(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	check := func(wantSeq uint64, wantOpen bool) {
 		t.Helper()
 		seq, err := l.LastSeq("s")
@@ -525,7 +513,7 @@ func TestLastSeqAndTurnOpen(t *testing.T) {
 // Whether appended, read back or streamed, an event encodes as it was stored: the stream and
 // GET /events send the same bytes.
 func TestEventJSONIsWhatWasStored(t *testing.T) {
-	l, db, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	live := l.Subscribe("s", 0)
 	defer live.Close()
 	waitLive(t, l, "s", 1)
@@ -534,7 +522,7 @@ func TestEventJSONIsWhatWasStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stored []byte
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := l.view(func(tx *bolt.Tx) error {
 		stored = bytes.Clone(tx.Bucket(bucketEvents).Bucket([]byte("s")).Get(seqKey(1)))
 		return nil
 	}); err != nil {
@@ -557,7 +545,7 @@ func TestEventJSONIsWhatWasStored(t *testing.T) {
 }
 
 func TestDeleteEndsASubscriptionStillCatchingUp(t *testing.T) {
-	l, _, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
 	appendN(t, l, "gone", subscriberBuffer+1000, 8)
 	sub := l.Subscribe("gone", 0) // catching up: its buffer fills before it reads everything
 	if err := l.DeleteSession("gone"); err != nil {
@@ -581,7 +569,8 @@ func TestDeleteEndsASubscriptionStillCatchingUp(t *testing.T) {
 }
 
 func TestTakeFailureReportsAFailedCommitOnce(t *testing.T) {
-	l, db, _ := openTestLog(t, true)
+	l, _ := openTestLog(t, true)
+	db := l.db
 	if err := l.Enqueue("s", api.EventUpdate, data(1)).err; err != nil {
 		t.Fatal(err)
 	}
@@ -609,7 +598,7 @@ func TestTakeFailureReportsAFailedCommitOnce(t *testing.T) {
 // The call that made a session's last called event is found with that event's seq, across a
 // reopen, until another call makes one or the session is deleted.
 func TestCallSeq(t *testing.T) {
-	l, db, _ := openTestLog(t, false)
+	l, path := openTestLog(t, false)
 	seq := func(call string) (uint64, bool) {
 		t.Helper()
 		s, ok, err := l.CallSeq("s1", call)
@@ -631,7 +620,7 @@ func TestCallSeq(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if l, err = Open(db); err != nil {
+	if l, err = Open(path, Config{}); err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()

@@ -94,7 +94,7 @@ type Service struct {
 
 // New returns a Service. Call Recover before serving.
 func New(cfg Config) *Service {
-	return &Service{
+	s := &Service{
 		cfg:      cfg,
 		store:    cfg.Store,
 		log:      cfg.Log,
@@ -107,6 +107,8 @@ func New(cfg Config) *Service {
 		acp:      map[acpKey]string{},
 		waiters:  map[string]chan store.Permission{},
 	}
+	cfg.Log.OnFull(s.logFull)
+	return s
 }
 
 // turn is a session's running turn.
@@ -125,6 +127,7 @@ type turn struct {
 	waiting     int    // permission requests waiting for an operator
 	budget      string // the notice of a spent token budget, once the route refused the turn
 	routeFailed string // the notice of a request the route could not serve, once it failed
+	logFull     string // the notice of a full event log, once the log refused the turn's events
 }
 
 // Recover finishes what the previous daemon left: sessions of sandboxes that are gone are
@@ -429,6 +432,41 @@ func (s *Service) turnNotice(id string, field func(*turn) *string, msg string) {
 	s.Notice(id, msg)
 }
 
+// logFull ends the running turn of a session whose log refused an event for a limit, with a
+// notice that says so: the harness is cancelled rather than left to fill the disk. The next
+// prompt is refused (fullError) until there is room.
+func (s *Service) logFull(id string, full *eventlog.FullError) {
+	rec, err := s.store.GetSession(id)
+	if err != nil {
+		return // deleted meanwhile
+	}
+	msg := fullMessage(rec, full) + "; this turn was stopped"
+	s.turnNotice(id, func(t *turn) *string { return &t.logFull }, msg)
+	if err := s.cancelTurn(id); err != nil {
+		s.lg.Error("cancel the turn of a session whose event log is full", "session", id, "err", err)
+	}
+}
+
+// fullMessage says which log is full and how to make room.
+func fullMessage(rec store.Session, full *eventlog.FullError) string {
+	if full.Sandbox != "" {
+		return fmt.Sprintf("the event logs of sandbox %s's sessions are full (%s): delete the sessions you no longer need (`hiloop session delete ID`) or use another sandbox",
+			rec.Sandbox, full.Measure())
+	}
+	return fmt.Sprintf("the event log of session %s is full (%s): start a new session (`hiloop session new %s`) and delete this one (`hiloop session delete %s`) to give its space back",
+		rec.ID, full.Measure(), rec.Sandbox, rec.ID)
+}
+
+// fullError turns a log's refusal of a session's prompt into the API's session_log_full; any
+// other error is returned as it is.
+func fullError(rec store.Session, err error) error {
+	var full *eventlog.FullError
+	if errors.As(err, &full) {
+		return api.Errorf(api.CodeSessionLogFull, "%s", fullMessage(rec, full))
+	}
+	return err
+}
+
 // Events returns up to limit stored events of a session after seq after.
 func (s *Service) Events(id string, after uint64, limit int) ([]api.SessionEvent, error) {
 	if _, err := s.record(id); err != nil {
@@ -474,6 +512,9 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 	if seq, stored, err := s.log.CallSeq(id, string(store.CallOf(ctx))); err != nil || stored {
 		return api.PromptAccepted{Seq: seq}, err
 	}
+	if err := s.log.Room(id, len(text)); err != nil {
+		return api.PromptAccepted{}, fullError(rec, err)
+	}
 	policy, err := s.policy(ctx, rec)
 	if err != nil {
 		return api.PromptAccepted{}, err
@@ -490,7 +531,7 @@ func (s *Service) Prompt(ctx context.Context, id, text string) (api.PromptAccept
 		s.mu.Unlock()
 		t.cancel()
 		close(t.done)
-		return api.PromptAccepted{}, err
+		return api.PromptAccepted{}, fullError(rec, err)
 	}
 	go s.runTurn(t, rec, text)
 	return api.PromptAccepted{Seq: ev.Seq}, nil
@@ -547,6 +588,14 @@ func (s *Service) Cancel(ctx context.Context, id string) (api.Session, error) {
 	if err != nil {
 		return api.Session{}, err
 	}
+	if err := s.cancelTurn(id); err != nil {
+		return api.Session{}, err
+	}
+	return s.view(ctx, rec, nil)
+}
+
+// cancelTurn cancels a session's running turn, if it has one that is not cancelled already.
+func (s *Service) cancelTurn(id string) (err error) {
 	// Under permMu no permission request can be recorded, so the ones resolved here are the
 	// cancelled turn's.
 	s.permMu.Lock()
@@ -562,10 +611,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (api.Session, error) {
 		err = s.resolveUndecidedLocked(id, api.ResolvedByCancel)
 	}
 	s.permMu.Unlock()
-	if err != nil {
-		return api.Session{}, err
-	}
-	return s.view(ctx, rec, nil)
+	return err
 }
 
 // enforceCancel stops a harness that does not end a cancelled turn in time; the harness's other

@@ -228,6 +228,7 @@ type testEnv struct {
 	boxes  *localBoxes
 	st     *store.Store
 	log    *eventlog.Log
+	limits eventlog.Limits // of the log; none unless a test sets them before open
 	svc    *Service
 	logDir string
 }
@@ -255,7 +256,15 @@ func (e *testEnv) open() {
 	if e.st, err = store.Open(e.dbPath); err != nil {
 		e.t.Fatal(err)
 	}
-	if e.log, err = eventlog.Open(e.st.Bolt()); err != nil {
+	e.log, err = eventlog.Open(filepath.Join(filepath.Dir(e.dbPath), "events.db"), eventlog.Config{
+		Limits: e.limits,
+		SandboxOf: func(id string) string {
+			rec, _ := e.st.GetSession(id)
+			return rec.SandboxID
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.svc = New(Config{
@@ -1008,4 +1017,54 @@ func TestStopWinsOverATurnNotStartedYet(t *testing.T) {
 	if e.boxes.starts != 1 {
 		t.Errorf("a prompt after the stop started the sandbox %d times, want 1", e.boxes.starts)
 	}
+}
+
+// newEnvLimited is newEnv with a log held to lim.
+func newEnvLimited(t *testing.T, lim eventlog.Limits) *testEnv {
+	e := newEnv(t)
+	e.close()
+	e.limits = lim
+	e.open()
+	return e
+}
+
+// A harness that floods its session past the log's limit has its turn stopped with a notice
+// that says so; the next prompt is session_log_full until the session is deleted (for the
+// session's own limit) or the sandbox's other sessions are (for the sandbox's).
+func TestFullLogEndsTheTurnAndRefusesPrompts(t *testing.T) {
+	flood := "repeat 100000 message chunk {i}\n"
+	fullTurn := func(t *testing.T, e *testEnv, id string, want string) {
+		t.Helper()
+		evs := e.turn(id, e.script("flood.fake", flood))
+		n := len(evs)
+		expect(t, evs[n-2:], "notice", "turn_end:cancelled")
+		if msg := data[api.NoticeData](t, evs[n-2]).Message; !strings.Contains(msg, want) || !strings.Contains(msg, "this turn was stopped") {
+			t.Fatalf("notice = %q, want it to say %q", msg, want)
+		}
+		_, err := e.svc.Prompt(context.Background(), id, "more")
+		if apiCode(err) != api.CodeSessionLogFull || !strings.Contains(err.Error(), want) {
+			t.Fatalf("prompt to a full session: %v, want %s saying %q", err, api.CodeSessionLogFull, want)
+		}
+	}
+	t.Run("session", func(t *testing.T) {
+		e := newEnvLimited(t, eventlog.Limits{SessionEvents: 200})
+		id := e.create("")
+		fullTurn(t, e, id, "hiloop session delete "+id)
+		if u := e.log.Usage(id); u.Events > 200+3 {
+			t.Errorf("the session stored %d events, over its limit of 200 and the turn's end", u.Events)
+		}
+		// Another session of the sandbox has room of its own.
+		expect(t, e.turn(e.create(""), "hello"), "prompt", "update:agent_message_chunk:echo: hello", "turn_end:end_turn")
+	})
+	t.Run("sandbox", func(t *testing.T) {
+		e := newEnvLimited(t, eventlog.Limits{SandboxEvents: 200})
+		first := e.create("")
+		e.turn(first, e.script("some.fake", "repeat 50 message chunk {i}\n"))
+		second := e.create("")
+		fullTurn(t, e, second, "sandbox box")
+		if err := e.svc.Delete(context.Background(), first); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, e.turn(second, "hello"), "prompt", "update:agent_message_chunk:echo: hello", "turn_end:end_turn")
+	})
 }

@@ -52,6 +52,7 @@ const (
 	CodeBodyTooLarge         ErrorCode = "body_too_large"         // a body over MaxBodyBytes
 	CodeInsufficientStorage  ErrorCode = "insufficient_storage"   // the host has no room for it
 	CodeHostLimitReached     ErrorCode = "host_limit_reached"     // a host-wide kernel pool has no room for another running sandbox
+	CodeSessionLogFull       ErrorCode = "session_log_full"       // the session's (or its sandbox's) event log is at its limit
 	CodeUnsupported          ErrorCode = "unsupported_capability" // this deployment cannot do that
 	CodeInternal             ErrorCode = "internal"               // a bug or a host failure
 	CodeUnavailable          ErrorCode = "unavailable"            // the daemon is shutting down
@@ -124,6 +125,7 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeBodyTooLarge:         {http.StatusRequestEntityTooLarge, ExitCodeUsage},
 	CodeInsufficientStorage:  {http.StatusInsufficientStorage, ExitCodeNoCapacity},
 	CodeHostLimitReached:     {http.StatusConflict, ExitCodeNoCapacity},
+	CodeSessionLogFull:       {http.StatusInsufficientStorage, ExitCodeNoCapacity},
 	CodeUnsupported:          {http.StatusNotImplemented, ExitCodeUnsupported},
 	CodeInternal:             {http.StatusInternalServerError, ExitCodeError},
 	CodeUnavailable:          {http.StatusServiceUnavailable, ExitCodeUnreachable},

@@ -213,6 +213,11 @@ type SessionEventList struct {
 // capped to it.
 const MaxEventsPage = 10000
 
+// MaxEventsPageBytes bounds the events' JSON in one GET /v1/sessions/{id}/events: a page holds
+// fewer events than asked once they would take more, but always at least one. A reader pages on
+// from the last seq it got until a page comes back empty.
+const MaxEventsPageBytes = 4 << 20
+
 // PermissionOption is one answer a harness offers to a permission request.
 type PermissionOption struct {
 	OptionID string `json:"option_id"`

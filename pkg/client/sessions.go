@@ -75,7 +75,8 @@ func (c *Client) AnswerPermission(ctx context.Context, id, toolCallID string, a 
 }
 
 // Events returns one page of a session's stored events: those with seq > after, in order, at
-// most limit of them (0 or more than api.MaxEventsPage for api.MaxEventsPage).
+// most limit of them (0 or more than api.MaxEventsPage for api.MaxEventsPage), fewer when their
+// bytes reach api.MaxEventsPageBytes (never none while there are more).
 func (c *Client) Events(ctx context.Context, id string, after uint64, limit int) ([]api.SessionEvent, error) {
 	q := url.Values{"after": {strconv.FormatUint(after, 10)}}
 	if limit > 0 && limit < api.MaxEventsPage {
@@ -99,7 +100,8 @@ func (c *Client) Events(ctx context.Context, id string, after uint64, limit int)
 }
 
 // AllEvents yields every stored event of a session with seq > after, in order, fetching them a
-// page at a time. It stops at the first error, which it yields with a zero event.
+// page at a time until a page comes back empty (a page may be short of api.MaxEventsPage for its
+// bytes, api.MaxEventsPageBytes). It stops at the first error, which it yields with a zero event.
 func (c *Client) AllEvents(ctx context.Context, id string, after uint64) iter.Seq2[api.SessionEvent, error] {
 	return func(yield func(api.SessionEvent, error) bool) {
 		last := after
@@ -107,6 +109,9 @@ func (c *Client) AllEvents(ctx context.Context, id string, after uint64) iter.Se
 			page, err := c.Events(ctx, id, last, api.MaxEventsPage)
 			if err != nil {
 				yield(api.SessionEvent{}, err)
+				return
+			}
+			if len(page) == 0 {
 				return
 			}
 			for _, ev := range page {
@@ -118,9 +123,6 @@ func (c *Client) AllEvents(ctx context.Context, id string, after uint64) iter.Se
 				if !yield(ev, nil) {
 					return
 				}
-			}
-			if len(page) < api.MaxEventsPage {
-				return
 			}
 		}
 	}

@@ -34,6 +34,7 @@ type fakeDaemon struct {
 	keys      map[string]api.Session // idempotency key → session created
 	requests  []string               // "METHOD path?query" of every request
 	lastKey   string
+	pageBytes int // cut pages of events once their data pass it (0: never)
 
 	// slowAfter, if set, says after how many events a stream connection is cut off with
 	// StreamCloseSlow (-1: never).
@@ -226,6 +227,14 @@ func (d *fakeDaemon) handler() http.Handler {
 		l := api.SessionEventList{Events: []api.SessionEvent{}}
 		if after < uint64(len(evs)) {
 			l.Events = evs[after:min(uint64(len(evs)), after+uint64(limit))]
+		}
+		// As sandboxd does: a page is cut once its events' data reach pageBytes, after one.
+		size := 0
+		for i, ev := range l.Events {
+			if size += len(ev.Data); i > 0 && d.pageBytes > 0 && size > d.pageBytes {
+				l.Events = l.Events[:i]
+				break
+			}
 		}
 		writeJSON(w, http.StatusOK, l)
 	})
@@ -443,10 +452,25 @@ func TestAllEventsPages(t *testing.T) {
 		if want := max(after, n) + 1; next != want {
 			t.Errorf("AllEvents(after %d) ended before %d, want %d", after, next, want)
 		}
-		if want := int(max(n, after)-after)/api.MaxEventsPage + 1; len(d.requests) != want {
+		// Full pages, then the empty one that says there is no more.
+		if want := (int(max(n, after)-after)+api.MaxEventsPage-1)/api.MaxEventsPage + 1; len(d.requests) != want {
 			t.Errorf("AllEvents(after %d) made %d requests, want %d", after, len(d.requests), want)
 		}
 	}
+
+	// Pages cut short by their bytes: paging goes on from the last seq to the end.
+	d.pageBytes = 1000
+	next := uint64(1)
+	for ev, err := range c.AllEvents(ctx, "s1", 0) {
+		if err != nil || ev.Seq != next {
+			t.Fatalf("AllEvents over short pages: seq %d, %v; want %d", ev.Seq, err, next)
+		}
+		next++
+	}
+	if next != n+1 {
+		t.Errorf("AllEvents over short pages ended before %d, want %d", next, n+1)
+	}
+	d.pageBytes = 0
 
 	// Stopping early makes no further request.
 	d.requests = nil
