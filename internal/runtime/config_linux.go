@@ -46,8 +46,9 @@ var defaultCaps = []string{
 }
 
 // pingGroupRange lets every group of the sandbox open ICMP datagram sockets (ping without
-// CAP_NET_RAW), in the sandbox's own network namespace, as Docker does.
-const pingGroupRange = "0 2147483647"
+// CAP_NET_RAW), in the sandbox's own network namespace, as Docker does. The kernel reads the
+// range in the sandbox's user namespace, so it must not reach past the ids mapped there.
+var pingGroupRange = "0 " + strconv.Itoa(IDRangeSize-1)
 
 // Masked paths (a file reads as empty, a directory as an empty read-only tmpfs) and read-only
 // paths: Docker's and runc's, plus the kernel state a sandbox has no business reading.
@@ -112,6 +113,7 @@ func CgroupPrefix(stateDir string) string {
 // ociSpec describes the sandbox as an OCI runtime spec; rootfs is the mounted overlay.
 func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 	ns := []specs.LinuxNamespace{
+		{Type: specs.UserNamespace},
 		{Type: specs.PIDNamespace},
 		{Type: specs.NetworkNamespace},
 		{Type: specs.IPCNamespace},
@@ -151,6 +153,8 @@ func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 		Linux: &specs.Linux{
 			CgroupsPath: cgroup,
 			Namespaces:  ns,
+			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: s.IDBase, Size: IDRangeSize}},
+			GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: s.IDBase, Size: IDRangeSize}},
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 				Pids:    &specs.LinuxPids{Limit: ptr(int64(pidsLimit))},
@@ -171,8 +175,9 @@ func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 		})
 	}
 	if s.WorkspaceDir != "" {
+		// idmap with the sandbox's own mapping: ids on disk are ids inside (see userns_linux.go).
 		spec.Mounts = append(spec.Mounts, specs.Mount{
-			Destination: "/workspace", Type: "bind", Source: s.WorkspaceDir, Options: []string{"rbind", "rw"},
+			Destination: "/workspace", Type: "bind", Source: s.WorkspaceDir, Options: []string{"rbind", "rw", "idmap"},
 		})
 	}
 	if s.MemoryMB > 0 {

@@ -86,6 +86,9 @@ type Manager struct {
 	log      *slog.Logger
 	egress   Egress // nil: sandboxes have loopback only
 
+	idMu        sync.Mutex // one assignment of a host id range at a time (idrange.go)
+	hostIDFiles []string   // the host's ids and ranges no sandbox's range overlaps
+
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
 	seals map[string]*sealing    // per sandbox id: the snapshot being sealed
@@ -96,7 +99,7 @@ type Manager struct {
 
 // NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
 func NewManager(st *store.Store, rt Runtime, vol volume.Driver, img Images, layerDir string, log *slog.Logger) *Manager {
-	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
+	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, hostIDFiles: hostIDFiles, locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
 }
 
 // SetEgress gives every sandbox the manager starts from now on, and every one Reconcile finds
@@ -138,7 +141,8 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Unanswered:   true,
 		Call:         store.CallOf(ctx),
 	}
-	if err := m.store.CreateSandbox(rec); err != nil {
+	// The range is chosen and the record stored in one step, so no other create picks it too.
+	if err := m.assignIDBase(&rec, func(r *store.Sandbox) error { return m.store.CreateSandbox(*r) }); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return m.createdBefore(ctx, p.Name)
 		}
@@ -307,6 +311,11 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	// A sandbox recorded before user namespaces gets its range now; its workspace is idmapped,
+	// so nothing in it changes.
+	if err := m.assignIDBase(rec, m.save); err != nil {
+		return err
+	}
 	if err := m.setState(rec, api.StateStarting, ""); err != nil {
 		return err
 	}
@@ -344,6 +353,7 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 		ImageDir:     img.Path,
 		LayerDir:     filepath.Join(m.layerDir, rec.ID),
 		WorkspaceDir: ws,
+		IDBase:       rec.IDBase,
 		CPUs:         rec.CPUs,
 		MemoryMB:     rec.MemoryMB,
 	}

@@ -76,8 +76,10 @@ func NewXFS(dir string) (*XFS, error) {
 	if err != nil {
 		return nil, err
 	}
-	// 0711: a user-namespaced container init must be able to traverse to its workspace.
-	if err := os.MkdirAll(abs, 0o711); err != nil {
+	// Root's alone: a sandbox's workspace reaches it through an idmapped mount its runtime
+	// opens as host root, and the data dir above is open to passing through (for sandboxes'
+	// roots to reach their root filesystems), so what is below must not be.
+	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
 	resolved, err := filepath.EvalSymlinks(abs)
@@ -89,7 +91,10 @@ func NewXFS(dir string) (*XFS, error) {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
 	mnt := filepath.Join(resolved, "mnt")
-	if err := os.MkdirAll(mnt, 0o711); err != nil {
+	if err := os.MkdirAll(mnt, 0o700); err == nil {
+		err = os.Chmod(mnt, 0o700) // 0711 before user namespaces
+	}
+	if err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
 	if err := os.MkdirAll(x.snapshotsDir(), 0o700); err != nil {
