@@ -35,8 +35,8 @@ const (
 // /etc/resolv.conf when nameserver is set, and the trust store's files when cas is set. The
 // image appears with its ids shifted to the sandbox's range from base, and the upper layer and
 // the files written belong to the sandbox's root (host id base), so that root inside owns
-// its root filesystem as it would the image's.
-func mountRootfs(imageDir, layerDir string, base uint32, hostname, nameserver string, cas []byte) (string, error) {
+// its root filesystem as it would the image's; userns is the sandbox's (see newUserNS).
+func mountRootfs(imageDir, layerDir string, base uint32, userns *os.File, hostname, nameserver string, cas []byte) (string, error) {
 	for _, p := range []string{imageDir, layerDir} {
 		if strings.ContainsAny(p, ",:") {
 			return "", fmt.Errorf("path %q: overlay paths must not contain ',' or ':'", p)
@@ -71,19 +71,14 @@ func mountRootfs(imageDir, layerDir string, base uint32, hostname, nameserver st
 	if err := os.Chown(upper, int(base), int(base)); err != nil {
 		return "", err
 	}
-	userns, err := newUserNS(base)
-	if err != nil {
-		return "", err
-	}
-	err = mountIDMapped(imageDir, lower, userns)
-	userns.Close()
-	if err != nil {
+	if err := mountIDMapped(imageDir, lower, userns); err != nil {
 		return "", err
 	}
 	// The overlay keeps its own private copy of the idmapped image mount, so the one at lower
 	// goes as soon as the overlay is mounted, or the attempt failed.
 	defer func() { _ = unmountAll(lower) }()
 	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	var err error
 	// index=off: the inodes index (for hard-link copy-up and NFS export) costs ~8 ms per mount
 	// here and ties an upper dir to one lower. volatile skips syncs of an upper layer that is
 	// thrown away at the next start anyway. Older kernels may lack either option.

@@ -152,10 +152,16 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if err := os.WriteFile(r.rootfsRecord(s.ID), []byte(merged), 0o600); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.IDBase, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
+	userns, err := newUserNS(s.IDBase)
+	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	config, err := containerConfig(s, merged, r.cfg, cgroupName(r.cfg.StateDir, s.ID))
+	// Held until the sandbox runs in it: libcontainer joins it by its holder's path.
+	defer userns.Close()
+	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.IDBase, userns.File, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	config, err := containerConfig(s, merged, userns.Path, r.cfg, cgroupName(r.cfg.StateDir, s.ID))
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
@@ -890,6 +891,7 @@ func TestUserNamespace(t *testing.T) {
 		{"root writes workspace", "echo x > /workspace/root-file && stat -c %u:%g /workspace/root-file", "", "0:0\n"},
 		{"root writes rootfs", "echo x > /root-file && stat -c %u /root-file", "", "0\n"},
 		{"host root is nobody", "stat -c %u /.hiloop/init", "", "65534\n"},
+		{"open files", "ulimit -Sn", "agent", wantNofile()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := run(t, r, s.ID, ExecSpec{Argv: sh(tc.script), User: tc.user}, "")
@@ -898,6 +900,29 @@ func TestUserNamespace(t *testing.T) {
 			}
 		})
 	}
+	// The namespace is owned by the range's first id, to which the kernel charges the per-user
+	// limits of everything in the sandbox; owned by host root, every sandbox would share root's.
+	c, err := libcontainer.Load(testConfig().StateDir, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", st.InitProcessPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var owner uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), unix.NS_GET_OWNER_UID, uintptr(unsafe.Pointer(&owner))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	if int(owner) != base {
+		t.Errorf("the sandbox's user namespace is owned by host uid %d, want %d", owner, base)
+	}
+
 	// Seen from the host: the workspace keeps the ids inside, the upper layer has them shifted.
 	for p, want := range map[string]int{
 		filepath.Join(s.WorkspaceDir, "agent-file"):             1000,
@@ -913,6 +938,16 @@ func TestUserNamespace(t *testing.T) {
 			t.Errorf("%s is owned by %d:%d on the host, want %d:%d", p, st.Uid, st.Gid, want, want)
 		}
 	}
+}
+
+// wantNofile is the soft limit of open files in a sandbox: set by the daemon where it holds
+// CAP_SYS_RESOURCE, else by the init, under the hard limit it inherits from us.
+func wantNofile() string {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || hasSysResource() {
+		return fmt.Sprintf("%d\n", nofileSoft)
+	}
+	return fmt.Sprintf("%d\n", min(nofileSoft, lim.Max))
 }
 
 // A range that would map a sandbox id onto a host account is refused before anything is made.
