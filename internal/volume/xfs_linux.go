@@ -90,6 +90,10 @@ func NewXFS(dir string) (*XFS, error) {
 	if err := x.openPool(); err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
+	// Also when the pool was mounted already, by a daemon that made it 0711.
+	if err := os.Chmod(resolved, 0o700); err != nil {
+		return nil, fmt.Errorf("xfs volume driver: %w", err)
+	}
 	mnt := filepath.Join(resolved, "mnt")
 	if err := os.MkdirAll(mnt, 0o700); err == nil {
 		err = os.Chmod(mnt, 0o700) // 0711 before user namespaces
