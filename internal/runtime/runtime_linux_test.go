@@ -104,7 +104,8 @@ func testMain(m *testing.M) int {
 		}()
 		// A sandbox's root, an unprivileged host id, passes these on its way to its rootfs.
 		for _, d := range []string{base, filepath.Join(base, "layers")} {
-			if err := os.MkdirAll(d, 0o711); err == nil {
+			err := os.MkdirAll(d, 0o711)
+			if err == nil {
 				err = os.Chmod(d, 0o711)
 			}
 			if err != nil {

@@ -37,7 +37,8 @@ func NewDir(dir string) (*Dir, error) {
 		return nil, err
 	}
 	// Root's alone, as the xfs driver's (see NewXFS).
-	if err := os.MkdirAll(abs, 0o700); err == nil {
+	err = os.MkdirAll(abs, 0o700)
+	if err == nil {
 		err = os.Chmod(abs, 0o700)
 	}
 	if err != nil {

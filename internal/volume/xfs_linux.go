@@ -95,7 +95,8 @@ func NewXFS(dir string) (*XFS, error) {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
 	mnt := filepath.Join(resolved, "mnt")
-	if err := os.MkdirAll(mnt, 0o700); err == nil {
+	err = os.MkdirAll(mnt, 0o700)
+	if err == nil {
 		err = os.Chmod(mnt, 0o700) // 0711 before user namespaces
 	}
 	if err != nil {
