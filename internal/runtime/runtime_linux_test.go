@@ -618,14 +618,7 @@ func TestStopCleansUp(t *testing.T) {
 	if err != nil || !contains(ids, s.ID) {
 		t.Fatalf("List = %v, %v", ids, err)
 	}
-	c, err := libcontainer.Load(testConfig().StateDir, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.State()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, st := loadContainer(t, s.ID)
 	// Put a few processes in to see them all go.
 	var procs []Process
 	for range 3 {
@@ -903,14 +896,7 @@ func TestUserNamespace(t *testing.T) {
 	}
 	// The namespace is owned by the range's first id, to which the kernel charges the per-user
 	// limits of everything in the sandbox; owned by host root, every sandbox would share root's.
-	c, err := libcontainer.Load(testConfig().StateDir, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.State()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := loadContainer(t, s.ID)
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", st.InitProcessPid))
 	if err != nil {
 		t.Fatal(err)
@@ -939,6 +925,20 @@ func TestUserNamespace(t *testing.T) {
 			t.Errorf("%s is owned by %d:%d on the host, want %d:%d", p, st.Uid, st.Gid, want, want)
 		}
 	}
+}
+
+// loadContainer returns libcontainer's view of the sandbox id and its state.
+func loadContainer(t *testing.T, id string) (*libcontainer.Container, *libcontainer.State) {
+	t.Helper()
+	c, err := libcontainer.Load(testConfig().StateDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, st
 }
 
 // wantNofile is the soft limit of open files in a sandbox: set by the daemon where it holds
