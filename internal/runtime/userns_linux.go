@@ -108,6 +108,8 @@ func cloneUserNS(base uint32) (*os.Process, error) {
 	proc, err := os.StartProcess("/proc/self/exe", []string{"sandboxd-userns"}, &os.ProcAttr{Sys: &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWUSER,
 		Ptrace:     true,
+		// Should the thread ever end first, the process must not go on to run this binary.
+		Pdeathsig: unix.SIGKILL,
 	}})
 	if rerr := setEUID(0); rerr != nil {
 		if proc != nil {
