@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-40}
 declare -A bin=([before]=${BEFORE:?set BEFORE to a tree with the earlier build in bin/}/bin [after]=$ROOT/bin)
 work=$(mktemp -d /tmp/hlhard.XXXX)
+chmod 711 "$work" # sandboxes' roots, unprivileged host ids, pass through it (user namespaces)
 declare -A pids
 cleanup() {
 	set +e
@@ -30,7 +31,7 @@ h() { HILOOP_HOST=unix://$work/$1/s.sock "${bin[$1]}/hiloop" "${@:2}"; }
 us() { local t0; t0=$(date +%s%N); "$@" >/dev/null; echo $((($(date +%s%N) - t0) / 1000)); }
 
 for v in before after; do
-	mkdir -p "$work/$v"
+	mkdir -m 711 -p "$work/$v"
 	"${bin[$v]}/sandboxd" --data-dir "$work/$v/d" --socket "$work/$v/s.sock" --images-dir "$IMAGES_DIR" \
 		--init-path "${bin[$v]}/hiloop-init" --log-level warn 2>"$work/$v/sandboxd.log" &
 	pids[$v]=$!

@@ -7,6 +7,8 @@ hiloop=$ROOT/bin/hiloop
 # start_daemon [sandboxd flags...] starts a private sandboxd on $work and waits for it; it
 # sets HILOOP_HOST and daemon_pid and builds (or reuses) the test image.
 start_daemon() {
+	# Sandboxes' roots, unprivileged host ids, pass through it to their root filesystems.
+	chmod 711 "$work"
 	export HILOOP_HOST=unix://$work/s.sock
 	"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
 		--init-path "$ROOT/bin/hiloop-init" --log-level warn "$@" 2>"$work/sandboxd.log" &

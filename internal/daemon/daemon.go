@@ -139,6 +139,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 			return nil, err
 		}
 	}
+	// Sandboxes' roots pass through it to their own directories (see checkDataDir).
+	if err := os.Chmod(filepath.Join(cfg.DataDir, "sandboxes"), dataDirMode); err != nil {
+		return nil, err
+	}
+	if err := runtime.CheckSearchable(filepath.Join(cfg.DataDir, "sandboxes")); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
 	if _, err := os.Stat(cfg.InitPath); err != nil {
 		return nil, fmt.Errorf("sandbox init binary: %w (build it with `make build` or pass --init-path)", err)
 	}
@@ -185,10 +192,14 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	return d, nil
 }
 
-// checkDataDir makes sure no host user but root can reach into the data dir: the images,
+// checkDataDir makes sure no host user but root can list or read the data dir: the images,
 // every sandbox's root filesystem and the workspaces sit under it, with whatever setuid files
-// and device nodes sandboxes wrote. A looser mode is fixed, and said so; a directory owned by
-// another user is refused, as its owner could loosen it again.
+// and device nodes sandboxes wrote. Its mode is 0711, not 0700: a sandbox's root is an
+// unprivileged host id (its user namespace's) that must pass through it, and through
+// sandboxes/, to reach its own root filesystem; each sandbox's directory below is open to that
+// sandbox alone, and everything else in the data dir is root's alone. Any other mode is fixed,
+// and a mode that was open to others is said so; a directory owned by another user is refused,
+// as its owner could loosen it again.
 func checkDataDir(dir string, log *slog.Logger) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -197,16 +208,19 @@ func checkDataDir(dir string, log *slog.Logger) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("data dir %s is owned by uid %d, not by sandboxd's uid %d: its owner could reach every sandbox's files; chown it to root or choose another --data-dir", dir, st.Uid, os.Geteuid())
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
+	if perm := fi.Mode().Perm(); perm != dataDirMode {
+		if err := os.Chmod(dir, dataDirMode); err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}
-		if log != nil {
-			log.Warn("data dir was open to other users; set its mode to 0700", "dir", dir, "mode", fmt.Sprintf("%04o", perm))
+		if log != nil && perm&^dataDirMode != 0 {
+			log.Warn("data dir was open to other users; set its mode to 0711", "dir", dir, "mode", fmt.Sprintf("%04o", perm))
 		}
 	}
 	return nil
 }
+
+// dataDirMode is the mode of the data dir and of its sandboxes/ (see checkDataDir).
+const dataDirMode = 0o711
 
 func (d *Daemon) open(ctx context.Context) error {
 	// First: a CA that cannot be loaded stops the start before anything is mounted.

@@ -181,6 +181,10 @@ func setupScript(env *testscript.Env) error {
 	if err != nil {
 		return err
 	}
+	// Sandboxes' roots, unprivileged host ids, pass through it to their root filesystems.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return err
+	}
 	d := &scriptDaemon{
 		dataDir: filepath.Join(dir, "d"),
 		socket:  filepath.Join(dir, "s.sock"),

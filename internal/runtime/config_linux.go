@@ -17,6 +17,8 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/runtime/initproc"
 )
 
 // initPathInSandbox is where the host's hiloop-init is bind-mounted read-only.
@@ -46,8 +48,9 @@ var defaultCaps = []string{
 }
 
 // pingGroupRange lets every group of the sandbox open ICMP datagram sockets (ping without
-// CAP_NET_RAW), in the sandbox's own network namespace, as Docker does.
-const pingGroupRange = "0 2147483647"
+// CAP_NET_RAW), in the sandbox's own network namespace, as Docker does. The kernel reads the
+// range in the sandbox's user namespace, so it must not reach past the ids mapped there.
+var pingGroupRange = "0 " + strconv.Itoa(IDRangeSize-1)
 
 // Masked paths (a file reads as empty, a directory as an empty read-only tmpfs) and read-only
 // paths: Docker's and runc's, plus the kernel state a sandbox has no business reading.
@@ -91,7 +94,7 @@ var (
 // Limits that apply to every sandbox whatever its spec.
 const (
 	pidsLimit   = PidsPerSandbox
-	nofileSoft  = 65536
+	nofileSoft  = initproc.NofileSoft
 	nofileHard  = 524288
 	cpuPeriodUS = 100000
 )
@@ -109,9 +112,11 @@ func CgroupPrefix(stateDir string) string {
 	return fmt.Sprintf("hiloop-%08x-", h.Sum32())
 }
 
-// ociSpec describes the sandbox as an OCI runtime spec; rootfs is the mounted overlay.
-func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
+// ociSpec describes the sandbox as an OCI runtime spec; rootfs is the mounted overlay, userns
+// the path of the sandbox's user namespace (see newUserNS), which maps s.IDBase.
+func ociSpec(s Spec, rootfs, userns string, cfg Config, cgroup string) *specs.Spec {
 	ns := []specs.LinuxNamespace{
+		{Type: specs.UserNamespace, Path: userns},
 		{Type: specs.PIDNamespace},
 		{Type: specs.NetworkNamespace},
 		{Type: specs.IPCNamespace},
@@ -171,8 +176,9 @@ func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 		})
 	}
 	if s.WorkspaceDir != "" {
+		// idmap with the sandbox's own mapping: ids on disk are ids inside (see userns_linux.go).
 		spec.Mounts = append(spec.Mounts, specs.Mount{
-			Destination: "/workspace", Type: "bind", Source: s.WorkspaceDir, Options: []string{"rbind", "rw"},
+			Destination: "/workspace", Type: "bind", Source: s.WorkspaceDir, Options: []string{"rbind", "rw", "idmap"},
 		})
 	}
 	if s.MemoryMB > 0 {
@@ -188,10 +194,10 @@ func ociSpec(s Spec, rootfs string, cfg Config, cgroup string) *specs.Spec {
 }
 
 // containerConfig turns the spec into libcontainer's config.
-func containerConfig(s Spec, rootfs string, rc Config, cgroup string) (*configs.Config, error) {
+func containerConfig(s Spec, rootfs, userns string, rc Config, cgroup string) (*configs.Config, error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName: cgroup,
-		Spec:       ociSpec(s, rootfs, rc, cgroup),
+		Spec:       ociSpec(s, rootfs, userns, rc, cgroup),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("container config: %w", err)
@@ -199,13 +205,12 @@ func containerConfig(s Spec, rootfs string, rc Config, cgroup string) (*configs.
 	if s.MemoryMB > 0 && !swapLimitSupported(cfg) {
 		cfg.Cgroups.Resources.MemorySwap = 0
 	}
-	// Raising a hard limit needs CAP_SYS_RESOURCE, which some hosts withhold: stay within ours.
-	hard, soft := uint64(nofileHard), uint64(nofileSoft)
-	var cur unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &cur); err == nil && cur.Max < hard && !hasSysResource() {
-		hard = cur.Max
+	// libcontainer sets the limits of the sandbox's init from here, once it is in the sandbox's
+	// user namespace, which is not ours: that takes CAP_SYS_RESOURCE, which some hosts withhold.
+	// Without it the init keeps our hard limit and raises its soft one itself (initproc).
+	if hasSysResource() {
+		cfg.Rlimits = []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Soft: nofileSoft, Hard: nofileHard}}
 	}
-	cfg.Rlimits = []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Soft: min(soft, hard), Hard: hard}}
 	return cfg, nil
 }
 

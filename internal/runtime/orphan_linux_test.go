@@ -156,7 +156,7 @@ func TestStopCgroupOnly(t *testing.T) {
 func TestRemoveLayer(t *testing.T) {
 	r := newRuntime(t)
 	layer := filepath.Join(testBase, "layers", "removelayer")
-	if _, err := mountRootfs(testRootfs, layer, "removelayer", "", nil); err != nil {
+	if _, err := mountRootfs(testRootfs, layer, testIDBase, testUserNS(t), "removelayer", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	merged := filepath.Join(layer, mergedName)

@@ -25,14 +25,18 @@ const (
 	upperName  = "upper"
 	workName   = "work"
 	mergedName = "merged"
+	lowerName  = "lower" // the image, idmapped, while the overlay is being mounted
 	trashMark  = ".trash-"
 	initLog    = "init.log"
 )
 
 // mountRootfs wipes the upper layer, mounts a fresh overlay of image and upper at
 // layerDir/merged and writes the sandbox's /etc/hostname and /etc/hosts into it,
-// /etc/resolv.conf when nameserver is set, and the trust store's files when cas is set.
-func mountRootfs(imageDir, layerDir, hostname, nameserver string, cas []byte) (string, error) {
+// /etc/resolv.conf when nameserver is set, and the trust store's files when cas is set. The
+// image appears with its ids shifted to the sandbox's range from base, and the upper layer and
+// the files written belong to the sandbox's root (host id base), so that root inside owns
+// its root filesystem as it would the image's; userns is the sandbox's (see newUserNS).
+func mountRootfs(imageDir, layerDir string, base uint32, userns *os.File, hostname, nameserver string, cas []byte) (string, error) {
 	for _, p := range []string{imageDir, layerDir} {
 		if strings.ContainsAny(p, ",:") {
 			return "", fmt.Errorf("path %q: overlay paths must not contain ',' or ':'", p)
@@ -43,28 +47,41 @@ func mountRootfs(imageDir, layerDir, hostname, nameserver string, cas []byte) (s
 	} else if !st.IsDir() {
 		return "", fmt.Errorf("image %q is not a directory", imageDir)
 	}
-	if err := os.MkdirAll(layerDir, 0o700); err != nil {
+	if err := prepareLayerDir(layerDir, base); err != nil {
 		return "", err
 	}
 	upper := filepath.Join(layerDir, upperName)
 	work := filepath.Join(layerDir, workName)
 	merged := filepath.Join(layerDir, mergedName)
-	if err := unmountAll(merged); err != nil {
-		return "", err
+	lower := filepath.Join(layerDir, lowerName)
+	for _, d := range []string{merged, lower} {
+		if err := unmountAll(d); err != nil {
+			return "", err
+		}
 	}
 	if err := wipeLayer(layerDir, upper, work); err != nil {
 		return "", err
 	}
-	for _, d := range []string{upper, work, merged} {
+	for _, d := range []string{upper, work, merged, lower} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return "", err
 		}
 	}
-	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", imageDir, upper, work)
+	// The upper dir's owner and mode are those of the sandbox's /.
+	if err := os.Chown(upper, int(base), int(base)); err != nil {
+		return "", err
+	}
+	if err := mountIDMapped(imageDir, lower, userns); err != nil {
+		return "", err
+	}
+	// The overlay keeps its own private copy of the idmapped image mount, so the one at lower
+	// goes as soon as the overlay is mounted, or the attempt failed.
+	defer func() { _ = unmountAll(lower) }()
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	var err error
 	// index=off: the inodes index (for hard-link copy-up and NFS export) costs ~8 ms per mount
 	// here and ties an upper dir to one lower. volatile skips syncs of an upper layer that is
 	// thrown away at the next start anyway. Older kernels may lack either option.
-	var err error
 	for _, opts := range []string{",index=off,volatile", ",index=off", ""} {
 		err = unix.Mount("overlay", merged, "overlay", 0, data+opts)
 		if !errors.Is(err, unix.EINVAL) {
@@ -74,7 +91,7 @@ func mountRootfs(imageDir, layerDir, hostname, nameserver string, cas []byte) (s
 	if err != nil {
 		return "", fmt.Errorf("mount overlay on %s: %w", merged, err)
 	}
-	if err := writeEtc(merged, hostname, nameserver, cas); err != nil {
+	if err := writeEtc(merged, int(base), hostname, nameserver, cas); err != nil {
 		_ = unmountAll(merged)
 		return "", err
 	}
@@ -180,8 +197,9 @@ func (r *Runtime) RemoveLayer(layerDir string) error {
 // cas) the trust store's files (see Spec.ExtraCAs) into the rootfs without following symlinks
 // out of it, so an image cannot point the writes, or the read of its bundle, at the host. A file
 // of the image that is a symlink (systemd-resolved's stub resolv.conf, a bundle linked to
-// /etc/pki) is replaced by a file.
-func writeEtc(rootfs, hostname, nameserver string, cas []byte) error {
+// /etc/pki) is replaced by a file. What it creates belongs to owner (uid and gid), the host id
+// of the sandbox's root.
+func writeEtc(rootfs string, owner int, hostname, nameserver string, cas []byte) error {
 	if hostname == "" {
 		return nil
 	}
@@ -190,7 +208,7 @@ func writeEtc(rootfs, hostname, nameserver string, cas []byte) error {
 		return fmt.Errorf("open rootfs: %w", err)
 	}
 	defer unix.Close(root)
-	etc, err := openDir(root, "etc", false)
+	etc, err := openDir(root, "etc", false, owner)
 	if err != nil {
 		return fmt.Errorf("open /etc: %w", err)
 	}
@@ -203,12 +221,12 @@ func writeEtc(rootfs, hostname, nameserver string, cas []byte) error {
 		files["resolv.conf"] = "nameserver " + nameserver + "\n"
 	}
 	for name, content := range files {
-		if err := replaceFile(etc, name, []byte(content)); err != nil {
+		if err := replaceFile(etc, name, []byte(content), owner); err != nil {
 			return fmt.Errorf("write /etc/%s: %w", name, err)
 		}
 	}
 	if len(cas) > 0 {
-		return writeCAs(root, cas)
+		return writeCAs(root, cas, owner)
 	}
 	return nil
 }
@@ -219,16 +237,16 @@ const maxBundle = 16 << 20
 // writeCAs writes cas alone to ExtraCAPath and the image's bundle followed by cas to
 // CABundlePath. The image's bundle is read as the sandbox would see it: a symlink in its path
 // resolves inside the rootfs (RESOLVE_IN_ROOT), never on the host.
-func writeCAs(root int, cas []byte) error {
+func writeCAs(root int, cas []byte, owner int) error {
 	if !bytes.HasSuffix(cas, []byte("\n")) {
 		cas = append(slices.Clip(cas), '\n')
 	}
 	dir, name := path.Split(strings.TrimPrefix(ExtraCAPath, "/"))
-	fd, err := openDir(root, dir, false)
+	fd, err := openDir(root, dir, false, owner)
 	if err != nil {
 		return fmt.Errorf("open /%s: %w", dir, err)
 	}
-	err = replaceFile(fd, name, cas)
+	err = replaceFile(fd, name, cas, owner)
 	unix.Close(fd)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", ExtraCAPath, err)
@@ -245,12 +263,12 @@ func writeCAs(root int, cas []byte) error {
 	dir, name = path.Split(rel)
 	// The directories may be symlinks within the image (/etc/ssl → /usr/lib/ssl): followed
 	// inside the rootfs, as the sandbox's readers follow them.
-	fd, err = openDir(root, dir, true)
+	fd, err = openDir(root, dir, true, owner)
 	if err != nil {
 		return fmt.Errorf("open /%s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	if err := replaceFile(fd, name, append(bundle, cas...)); err != nil {
+	if err := replaceFile(fd, name, append(bundle, cas...), owner); err != nil {
 		return fmt.Errorf("write %s: %w", CABundlePath, err)
 	}
 	return nil
@@ -287,10 +305,10 @@ func readInRoot(root int, rel string) ([]byte, error) {
 	return b, nil
 }
 
-// openDir opens the directory rel under root, creating what is missing (0755). Without
-// inRoot, no component may be a symlink; with it, symlinks resolve inside root, as they do for
-// the sandbox's own processes.
-func openDir(root int, rel string, inRoot bool) (int, error) {
+// openDir opens the directory rel under root, creating what is missing (0755, belonging to
+// owner). Without inRoot, no component may be a symlink; with it, symlinks resolve inside root,
+// as they do for the sandbox's own processes.
+func openDir(root int, rel string, inRoot bool, owner int) (int, error) {
 	resolve := uint64(unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS)
 	if inRoot {
 		resolve = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
@@ -323,6 +341,9 @@ func openDir(root int, rel string, inRoot bool) (int, error) {
 				}
 			}
 			if err == nil {
+				err = unix.Fchownat(fd, name, owner, owner, unix.AT_SYMLINK_NOFOLLOW)
+			}
+			if err == nil {
 				next, err = open(prefix)
 			}
 		}
@@ -335,9 +356,9 @@ func openDir(root int, rel string, inRoot bool) (int, error) {
 	return fd, nil
 }
 
-// replaceFile makes name in dir a new file (0644) holding content, replacing whatever was there
-// (a file or a symlink, which is not followed).
-func replaceFile(dir int, name string, content []byte) error {
+// replaceFile makes name in dir a new file (0644, belonging to owner) holding content, replacing
+// whatever was there (a file or a symlink, which is not followed).
+func replaceFile(dir int, name string, content []byte, owner int) error {
 	if err := unix.Unlinkat(dir, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return err
 	}
@@ -346,7 +367,10 @@ func replaceFile(dir int, name string, content []byte) error {
 		return err
 	}
 	f := os.NewFile(uintptr(fd), name)
-	_, werr := f.Write(content)
+	werr := f.Chown(owner, owner)
+	if werr == nil {
+		_, werr = f.Write(content)
+	}
 	cerr := f.Close()
 	return errors.Join(werr, cerr)
 }

@@ -53,7 +53,7 @@ func TestMountRootfsTrustsExtraCAs(t *testing.T) {
 				}
 			}
 			layer := filepath.Join(t.TempDir(), "layer")
-			merged, err := mountRootfs(img, layer, "box", "127.0.0.1", []byte(testCA))
+			merged, err := mountRootfs(img, layer, testIDBase, testUserNS(t), "box", "127.0.0.1", []byte(testCA))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +95,7 @@ func TestMountRootfsWithoutExtraCAs(t *testing.T) {
 	img := t.TempDir()
 	mkfile(t, filepath.Join(img, CABundlePath), "image\n")
 	layer := filepath.Join(t.TempDir(), "layer")
-	merged, err := mountRootfs(img, layer, "box", "", nil)
+	merged, err := mountRootfs(img, layer, testIDBase, testUserNS(t), "box", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,4 +124,15 @@ func readFile(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// testUserNS returns a user namespace mapping testIDBase, closed when the test ends.
+func testUserNS(t *testing.T) *os.File {
+	t.Helper()
+	u, err := newUserNS(testIDBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	return u.File
 }

@@ -28,8 +28,14 @@ type Spec struct {
 	ImageDir string
 	// LayerDir is a directory the runtime owns for this sandbox: upper, work and merged live here.
 	LayerDir string
-	// WorkspaceDir is a host directory bind-mounted at /workspace; empty means none.
+	// WorkspaceDir is a host directory bind-mounted at /workspace; empty means none. It is
+	// mounted idmapped: the ids on disk are the ids inside (uid 1000 on disk is agent inside),
+	// whatever IDBase is.
 	WorkspaceDir string
+	// IDBase is the first of the IDRangeSize host uids and gids the sandbox's user namespace
+	// maps its ids 0..IDRangeSize-1 to: root inside is host uid IDBase. It must be at least
+	// IDRangeSize (no host account), and no other sandbox may have an overlapping range.
+	IDBase uint32
 	// CPUs limits CPU time in cores (0 means no limit).
 	CPUs float64
 	// MemoryMB limits memory in MiB (0 means no limit).
@@ -42,6 +48,10 @@ type Spec struct {
 	// bundle at CABundlePath (created if the image has none). Empty leaves the image's files.
 	ExtraCAs []byte
 }
+
+// IDRangeSize is how many host uids (and as many gids) each sandbox's user namespace maps:
+// ids 0 to 65535 inside, which covers every account an image has (nobody is 65534).
+const IDRangeSize = 1 << 16
 
 // Where a sandbox finds Spec.ExtraCAs.
 const (

@@ -122,6 +122,12 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if s.CPUs < 0 || s.MemoryMB < 0 {
 		return fmt.Errorf("runtime: CPUs and MemoryMB must not be negative")
 	}
+	if err := checkIDBase(s.IDBase); err != nil {
+		return err
+	}
+	if err := CheckSearchable(filepath.Dir(s.LayerDir)); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
 	if s.Hostname == "" {
 		s.Hostname = s.ID
 	}
@@ -146,10 +152,16 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if err := os.WriteFile(r.rootfsRecord(s.ID), []byte(merged), 0o600); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
+	userns, err := newUserNS(s.IDBase)
+	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	config, err := containerConfig(s, merged, r.cfg, cgroupName(r.cfg.StateDir, s.ID))
+	// Held until the sandbox runs in it: libcontainer joins it by its holder's path.
+	defer userns.Close()
+	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.IDBase, userns.File, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	config, err := containerConfig(s, merged, userns.Path, r.cfg, cgroupName(r.cfg.StateDir, s.ID))
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}

@@ -13,11 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer"
@@ -99,6 +102,17 @@ func testMain(m *testing.M) int {
 			}
 			os.RemoveAll(base)
 		}()
+		// A sandbox's root, an unprivileged host id, passes these on its way to its rootfs.
+		for _, d := range []string{base, filepath.Join(base, "layers")} {
+			err := os.MkdirAll(d, 0o711)
+			if err == nil {
+				err = os.Chmod(d, 0o711)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
 		testBase = base
 		testInit = filepath.Join(base, "hiloop-init")
 		cmd := exec.Command("go", "build", "-o", testInit, "github.com/hiloop/hiloop/cmd/hiloop-init")
@@ -141,12 +155,18 @@ func newRuntime(t *testing.T) *Runtime {
 	return r
 }
 
+// testIDBase is the first host id of the test sandboxes' ranges; each testSpec gets its own.
+const testIDBase = 1 << 30
+
+var nextRange atomic.Uint32
+
 func testSpec(id string) Spec {
 	ws := filepath.Join(testBase, "ws-"+id)
 	_ = os.MkdirAll(ws, 0o777)
 	_ = os.Chown(ws, 1000, 1000)
 	return Spec{
 		ID:           id,
+		IDBase:       testIDBase + uint32(nextRange.Add(1))*IDRangeSize,
 		Hostname:     "box-" + id,
 		ImageDir:     testRootfs,
 		LayerDir:     filepath.Join(testBase, "layers", id),
@@ -598,14 +618,7 @@ func TestStopCleansUp(t *testing.T) {
 	if err != nil || !contains(ids, s.ID) {
 		t.Fatalf("List = %v, %v", ids, err)
 	}
-	c, err := libcontainer.Load(testConfig().StateDir, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := c.State()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, st := loadContainer(t, s.ID)
 	// Put a few processes in to see them all go.
 	var procs []Process
 	for range 3 {
@@ -705,7 +718,7 @@ func TestDaemonRestart(t *testing.T) {
 	r := newRuntime(t)
 	s := testSpec("restart")
 	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join([]string{testBase, testInit, s.ID, s.ImageDir, s.LayerDir}, ","))
+	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join([]string{testBase, testInit, s.ID, s.ImageDir, s.LayerDir, strconv.FormatUint(uint64(s.IDBase), 10)}, ","))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -748,7 +761,8 @@ func helperMain(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s := Spec{ID: f[2], Hostname: f[2], ImageDir: f[3], LayerDir: f[4], MemoryMB: 128}
+	base, _ := strconv.ParseUint(f[5], 10, 32)
+	s := Spec{ID: f[2], Hostname: f[2], ImageDir: f[3], LayerDir: f[4], IDBase: uint32(base), MemoryMB: 128}
 	if err := r.Start(context.Background(), s); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -847,5 +861,106 @@ func TestSetuidOnlyInsideTheSandbox(t *testing.T) {
 	}
 	if string(out) != "65534\n" {
 		t.Errorf("through the host's view as nobody: euid %q, want 65534 (nosuid)", out)
+	}
+}
+
+// TestUserNamespace: root inside is the first id of the sandbox's range outside, the image and
+// the files the runtime wrote belong to root inside, and the workspace is idmapped so that its
+// ids on disk are those inside.
+func TestUserNamespace(t *testing.T) {
+	r := newRuntime(t)
+	s := testSpec("userns")
+	startSandbox(t, r, s)
+	base := int(s.IDBase)
+
+	for _, tc := range []struct {
+		name, script, user, want string
+	}{
+		{"uid map", "awk '{print $1, $2, $3}' /proc/self/uid_map /proc/self/gid_map", "", fmt.Sprintf("0 %d 65536\n0 %d 65536\n", base, base)},
+		{"image owned by root", "stat -c %u:%g / /etc/passwd /usr/bin", "", "0:0\n0:0\n0:0\n"},
+		{"written files owned by root", "stat -c %u:%g /etc/hostname /etc/hosts", "", "0:0\n0:0\n"},
+		{"ping groups", "cat /proc/sys/net/ipv4/ping_group_range | tr -s '\\t ' ' '", "", "0 65535\n"},
+		{"root chowns", "touch /tmp/f && chown 1000:1000 /tmp/f && stat -c %u /tmp/f", "", "1000\n"},
+		{"agent writes workspace", "echo x > /workspace/agent-file && stat -c %u:%g /workspace/agent-file", "agent", "1000:1000\n"},
+		{"root writes workspace", "echo x > /workspace/root-file && stat -c %u:%g /workspace/root-file", "", "0:0\n"},
+		{"root writes rootfs", "echo x > /root-file && stat -c %u /root-file", "", "0\n"},
+		{"host root is nobody", "stat -c %u /.hiloop/init", "", "65534\n"},
+		{"open files", "ulimit -Sn", "agent", wantNofile()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := run(t, r, s.ID, ExecSpec{Argv: sh(tc.script), User: tc.user}, "")
+			if res.err != nil || res.stdout != tc.want || res.status.Code != 0 {
+				t.Errorf("%s: stdout %q, stderr %q, status %+v, err %v; want %q", tc.script, res.stdout, res.stderr, res.status, res.err, tc.want)
+			}
+		})
+	}
+	// The namespace is owned by the range's first id, to which the kernel charges the per-user
+	// limits of everything in the sandbox; owned by host root, every sandbox would share root's.
+	_, st := loadContainer(t, s.ID)
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", st.InitProcessPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var owner uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), unix.NS_GET_OWNER_UID, uintptr(unsafe.Pointer(&owner))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	if int(owner) != base {
+		t.Errorf("the sandbox's user namespace is owned by host uid %d, want %d", owner, base)
+	}
+
+	// Seen from the host: the workspace keeps the ids inside, the upper layer has them shifted.
+	for p, want := range map[string]int{
+		filepath.Join(s.WorkspaceDir, "agent-file"):             1000,
+		filepath.Join(s.WorkspaceDir, "root-file"):              0,
+		filepath.Join(s.LayerDir, upperName, "root-file"):       base,
+		filepath.Join(s.LayerDir, upperName, "etc", "hosts"):    base,
+		filepath.Join(s.LayerDir, upperName, "etc", "hostname"): base,
+	} {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			t.Errorf("stat %s: %v", p, err)
+		} else if int(st.Uid) != want || int(st.Gid) != want {
+			t.Errorf("%s is owned by %d:%d on the host, want %d:%d", p, st.Uid, st.Gid, want, want)
+		}
+	}
+}
+
+// loadContainer returns libcontainer's view of the sandbox id and its state.
+func loadContainer(t *testing.T, id string) (*libcontainer.Container, *libcontainer.State) {
+	t.Helper()
+	c, err := libcontainer.Load(testConfig().StateDir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, st
+}
+
+// wantNofile is the soft limit of open files in a sandbox: set by the daemon where it holds
+// CAP_SYS_RESOURCE, else by the init, under the hard limit it inherits from us.
+func wantNofile() string {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || hasSysResource() {
+		return fmt.Sprintf("%d\n", nofileSoft)
+	}
+	return fmt.Sprintf("%d\n", min(nofileSoft, lim.Max))
+}
+
+// A range that would map a sandbox id onto a host account is refused before anything is made.
+func TestStartRefusesHostIDs(t *testing.T) {
+	r := newRuntime(t)
+	s := testSpec("hostids")
+	s.IDBase = 1000
+	err := r.Start(context.Background(), s)
+	if err == nil || !strings.Contains(err.Error(), "IDBase 1000") {
+		t.Fatalf("start with IDBase 1000: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(s.LayerDir); !os.IsNotExist(err) {
+		t.Errorf("layer dir made for a refused start: %v", err)
 	}
 }

@@ -110,6 +110,9 @@ type Manager struct {
 	hostBudget HostBudget // nil: starts are not held to the host's kernel pools
 	admitMu    sync.Mutex // one start admitted at a time
 
+	idMu        sync.Mutex // one assignment of a host id range at a time (idrange.go)
+	hostIDFiles []string   // the host's ids and ranges no sandbox's range overlaps
+
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
 	seals map[string]*sealing    // per sandbox id: the snapshot being sealed
@@ -120,7 +123,7 @@ type Manager struct {
 
 // NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
 func NewManager(st *store.Store, rt Runtime, vol volume.Driver, img Images, layerDir string, log *slog.Logger) *Manager {
-	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
+	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, hostIDFiles: hostIDFiles, locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
 }
 
 // SetEgress gives every sandbox the manager starts from now on, and every one Reconcile finds
@@ -167,7 +170,9 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Unanswered:   true,
 		Call:         store.CallOf(ctx),
 	}
-	if err := m.recordCreate(rec, p); err != nil {
+	// The range is chosen and the record stored (once the capacity budget admits it) in one
+	// step, so no other create picks it too.
+	if err := m.assignIDBase(&rec, func(r *store.Sandbox) error { return m.recordCreate(*r, p) }); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return m.createdBefore(ctx, p.Name)
 		}
@@ -346,6 +351,11 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	// A sandbox recorded before user namespaces gets its range now; its workspace is idmapped,
+	// so nothing in it changes.
+	if err := m.assignIDBase(rec, m.save); err != nil {
+		return err
+	}
 	if err := m.admitStart(rec); err != nil {
 		return err
 	}
@@ -392,6 +402,7 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 		ImageDir:     img.Path,
 		LayerDir:     layerDir,
 		WorkspaceDir: ws,
+		IDBase:       rec.IDBase,
 		CPUs:         rec.CPUs,
 		MemoryMB:     rec.MemoryMB,
 	}

@@ -76,6 +76,10 @@ func newDaemon(t *testing.T) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Sandboxes' roots, unprivileged host ids, pass through it to their root filesystems.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	d := &Daemon{Command: []string{self}, Env: []string{daemonEnv + "=1"}, Dir: dir, ImagesDir: imagesDir,
 		InitPath: filepath.Join(bin, "hiloop-init")}
 	t.Cleanup(func() {

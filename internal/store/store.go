@@ -84,6 +84,10 @@ type Sandbox struct {
 	RootfsGiB int     `json:"rootfs_gib,omitempty"`
 	CPUs      float64 `json:"cpus"`
 	MemoryMB  int     `json:"memory_mb"`
+	// IDBase is the first of the sandbox's own range of host uids and gids (as many as
+	// internal/runtime's IDRangeSize) that its user namespace maps to; no other record holds an
+	// overlapping one. 0 (records from before user namespaces) gets one at the next start.
+	IDBase uint32 `json:"id_base,omitempty"`
 	// Policy is the sandbox's permission policy; empty (records from before policies) means
 	// auto-approve.
 	Policy string `json:"permission_policy,omitempty"`

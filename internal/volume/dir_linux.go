@@ -36,7 +36,12 @@ func NewDir(dir string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(abs, 0o711); err != nil {
+	// Root's alone, as the xfs driver's (see NewXFS).
+	err = os.MkdirAll(abs, 0o700)
+	if err == nil {
+		err = os.Chmod(abs, 0o700)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("dir volume driver: %w", err)
 	}
 	resolved, err := filepath.EvalSymlinks(abs)

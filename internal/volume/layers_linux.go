@@ -62,6 +62,15 @@ func NewLayers(dir string) (*Layers, error) {
 	if err := os.MkdirAll(filepath.Join(x.dir, "templates"), 0o700); err != nil {
 		return nil, fmt.Errorf("root layers: %w", err)
 	}
+	// Unlike a workspace, a root layer is reached by the sandbox's own root, an unprivileged
+	// host id, as it pivots into its root filesystem: the pool and mnt let every id pass (not
+	// list), and the runtime gives each layer's root to the sandbox alone (0710). The images
+	// and templates beside them stay root's (0600, 0700).
+	for _, d := range []string{x.dir, filepath.Join(x.dir, "mnt")} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("root layers: %w", err)
+		}
+	}
 	return &Layers{x: x, mkfs: mkfs}, nil
 }
 

@@ -160,7 +160,7 @@ func (x *XFS) mountPool(img string) error {
 		return fmt.Errorf("pool: mount %s (%s) on %s: %w", img, dev, x.dir, err)
 	}
 	x.pool = img
-	if err := os.Chmod(x.dir, 0o711); err != nil {
+	if err := os.Chmod(x.dir, 0o700); err != nil {
 		return fmt.Errorf("pool: %w", err)
 	}
 	m, _, err := mountinfo.At(x.dir)

@@ -136,8 +136,8 @@ func TestXFSPool(t *testing.T) {
 	if err != nil || free <= 0 || free > int64(host.Bavail)*host.Bsize+1<<30 {
 		t.Errorf("FreeBytes = %d, %v; host has %d free", free, err, int64(host.Bavail)*host.Bsize)
 	}
-	if fi, err := os.Stat(x.Dir()); err != nil || fi.Mode().Perm() != 0o711 {
-		t.Errorf("pool root mode %v (err %v), want 0711", fi.Mode().Perm(), err)
+	if fi, err := os.Stat(x.Dir()); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("pool root mode %v (err %v), want 0700", fi.Mode().Perm(), err)
 	}
 	if ids, err := x.ListSnapshots(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("ListSnapshots = %v, %v", ids, err)

@@ -83,8 +83,10 @@ func NewXFS(dir string) (*XFS, error) {
 	if err != nil {
 		return nil, err
 	}
-	// 0711: a user-namespaced container init must be able to traverse to its workspace.
-	if err := os.MkdirAll(abs, 0o711); err != nil {
+	// Root's alone: a sandbox's workspace reaches it through an idmapped mount its runtime
+	// opens as host root, and the data dir above is open to passing through (for sandboxes'
+	// roots to reach their root filesystems), so what is below must not be.
+	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
 	resolved, err := filepath.EvalSymlinks(abs)
@@ -95,8 +97,16 @@ func NewXFS(dir string) (*XFS, error) {
 	if err := x.openPool(); err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
+	// Also when the pool was mounted already, by a daemon that made it 0711.
+	if err := os.Chmod(resolved, 0o700); err != nil {
+		return nil, fmt.Errorf("xfs volume driver: %w", err)
+	}
 	mnt := filepath.Join(resolved, "mnt")
-	if err := os.MkdirAll(mnt, 0o711); err != nil {
+	err = os.MkdirAll(mnt, 0o700)
+	if err == nil {
+		err = os.Chmod(mnt, 0o700) // 0711 before user namespaces
+	}
+	if err != nil {
 		return nil, fmt.Errorf("xfs volume driver: %w", err)
 	}
 	if err := os.MkdirAll(x.snapshotsDir(), 0o700); err != nil {

@@ -37,6 +37,21 @@ type probe struct {
 }
 
 func main() {
+	if len(os.Args) > 3 && os.Args[1] == "as" {
+		// as UID PROBE: the probe as host user UID (run by root, outside any sandbox).
+		uid, err := strconv.Atoi(os.Args[2])
+		if err == nil {
+			err = errors.Join(unix.Setgroups(nil), unix.Setresgid(uid, uid, uid), unix.Setresuid(uid, uid, uid))
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "syscallprobe: as", os.Args[2], err)
+			os.Exit(2)
+		}
+		os.Args = append(os.Args[:1], os.Args[3:]...)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "inotify-hold" {
+		holdInotify()
+	}
 	if len(os.Args) > 1 {
 		if run, ok := poolCommands[os.Args[1]]; ok {
 			os.Exit(run(os.Args[2:]))
@@ -67,6 +82,24 @@ func main() {
 }
 
 func report(p probe) { fmt.Println(p.name, errName(p.run())) }
+
+// holdInotify takes inotify instances until the kernel refuses one, prints "inotify-hold N
+// ERRNO" and holds them until killed: another user's (or another sandbox's) instances are
+// then tried with the "inotify" probe.
+func holdInotify() {
+	n := 0
+	var err error
+	for ; n < 1<<16; n++ {
+		if _, err = unix.InotifyInit1(unix.IN_CLOEXEC); err != nil {
+			break
+		}
+	}
+	fmt.Println("inotify-hold", n, errName(err))
+	os.Stdout.Close()
+	for {
+		_ = unix.Pause()
+	}
+}
 
 func errName(err error) string {
 	if err == nil {
@@ -155,6 +188,14 @@ func probes() []probe {
 		{"chroot", func() error { return unix.Chroot("/") }},
 		{"ptrace-peek-self", func() error { return sys(unix.SYS_PTRACE, unix.PTRACE_PEEKDATA, 0, 0, 0) }},
 		{"io_setup", ioSetup},
+		// A per-user kernel limit: one instance, given back at once (isolation_userns.txtar).
+		{"inotify", func() error {
+			fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}},
 	}
 }
 

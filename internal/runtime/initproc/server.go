@@ -30,8 +30,19 @@ const ListenFD = 3
 // DefaultPath is the PATH every exec starts with.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// NofileSoft is the soft limit of open files every process of a sandbox starts with (or its
+// hard limit, if that is lower).
+const NofileSoft = 65536
+
 // Main runs the init until the sandbox is killed; it returns only on a setup error.
 func Main() int {
+	// Where the daemon could not set it (see the runtime's containerConfig); set explicitly, it
+	// is what children inherit, not the soft limit the init started with.
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		lim.Cur = min(NofileSoft, lim.Max)
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
 	f := os.NewFile(ListenFD, "listener")
 	if f == nil {
 		fmt.Fprintln(os.Stderr, "hiloop-init: no listening socket on fd 3")
