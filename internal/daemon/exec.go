@@ -114,6 +114,12 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		go f.feedStdin(ctx, s)
 	}
 
+	// A read takes what the pipe holds, up to a chunk, and never more than the client's window,
+	// which a message must fit in whole.
+	chunk := execChunk
+	if req.Window > 0 {
+		chunk = int(min(req.Window, execChunk))
+	}
 	var pumps sync.WaitGroup
 	pump := func(id byte, r io.Reader) {
 		if r == nil {
@@ -122,7 +128,7 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
-			buf := make([]byte, 32<<10)
+			buf := make([]byte, 1+chunk)
 			buf[0] = id
 			for {
 				n, err := r.Read(buf[1:])
@@ -194,6 +200,12 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	return exit, nil
 }
 
+// execChunk is the most output one message carries: large enough that the per-message costs
+// (a frame, a syscall at each end, a wakeup) vanish beside the copying, small enough to fit an
+// older client's read limit (api.MaxBodyBytes) and to leave a default window room for several in
+// flight.
+const execChunk = 256 << 10
+
 // execStdinWindow is how much of a flow-controlled client's stdin the daemon queues for a
 // command that has not read it yet.
 const execStdinWindow = 4 << 20
@@ -222,24 +234,44 @@ func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
 	if f.stdin != nil {
 		defer f.stdin.Close()
 	}
+	var buf []byte // stdin's copy buffer without flow control
 	for {
-		typ, data, err := conn.Read(ctx)
+		typ, r, err := conn.Reader(ctx)
 		if err != nil {
 			return nil
 		}
 		if typ == websocket.MessageBinary {
-			if len(data) == 0 || data[0] != api.StreamStdin {
+			// Stdin is read from the socket straight into its queue (or the command's pipe),
+			// never gathered into a message first.
+			var id [1]byte
+			if _, err := io.ReadFull(r, id[:]); err != nil && err != io.EOF {
+				return nil // the connection's
+			} else if err != nil || id[0] != api.StreamStdin {
 				return errors.New("a binary message to the daemon must be stdin (stream 0)")
 			}
-			if len(data) == 1 {
+			if f.stdin != nil {
+				if _, err := f.stdin.ReadFrom(api.StreamStdin, r); err != nil {
+					if errors.Is(err, execflow.ErrOverrun) || errors.Is(err, execflow.ErrEnded) {
+						return err
+					}
+					return nil // the connection's
+				}
 				continue
 			}
-			if f.stdin == nil {
-				_, _ = f.proc.Stdin().Write(data[1:])
-			} else if err := f.stdin.Put(data[1:], int64(len(data)-1)); err != nil {
-				return err
+			if buf == nil {
+				buf = make([]byte, execChunk)
+			}
+			// A command that closed its stdin loses the rest, as a pipe's reader would.
+			if _, err := io.CopyBuffer(struct{ io.Writer }{f.proc.Stdin()}, r, buf); err != nil {
+				if _, err := io.Copy(io.Discard, r); err != nil {
+					return nil
+				}
 			}
 			continue
+		}
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return nil
 		}
 		var c api.ExecControl
 		if err := json.Unmarshal(data, &c); err != nil {
@@ -274,7 +306,7 @@ func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
 // (it closed its stdin) is dropped but still acknowledged, so the client is never stuck.
 func (f *execFlow) feedStdin(ctx context.Context, s *execStream) {
 	broken := false
-	_ = execflow.Drain(ctx, f.stdin, func(b []byte) error {
+	_ = execflow.Drain(ctx, f.stdin, func(_ byte, b []byte) error {
 		if !broken {
 			_, err := f.proc.Stdin().Write(b)
 			broken = err != nil

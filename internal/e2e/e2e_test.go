@@ -292,7 +292,8 @@ func lookPath(name, path string) (string, error) {
 	return "", fmt.Errorf("%s not in PATH", name)
 }
 
-// cmdDaemon: daemon start [sandboxd flags...] | stop | kill | restart [flags...] | log
+// cmdDaemon: daemon start [sandboxd flags...] | stop | kill | restart [flags...] | log. Start and
+// restart set $DAEMON_PID, for scripts that look at the daemon in /proc.
 func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 {
 		ts.Fatalf("usage: daemon start|stop|kill|restart|log")
@@ -311,6 +312,7 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 			return
 		}
 		ts.Check(err)
+		ts.Setenv("DAEMON_PID", strconv.Itoa(d.cmd.Process.Pid))
 	case "stop":
 		d.stop(syscall.SIGTERM)
 	case "kill":
@@ -322,6 +324,7 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		d.stop(syscall.SIGTERM)
 		ts.Check(d.start(ts.Getenv("PATH"), extra))
+		ts.Setenv("DAEMON_PID", strconv.Itoa(d.cmd.Process.Pid))
 	case "log":
 		b, _ := os.ReadFile(d.logPath)
 		_, _ = ts.Stdout().Write(b) // for stdout and stderr assertions; shown on failure
