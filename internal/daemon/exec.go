@@ -25,13 +25,11 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// Refuse before the upgrade where we can, so a plain HTTP error reaches the client.
-	sb, err := d.sandboxes.Get(r.Context(), name)
-	if err != nil {
+	// Refuse before the upgrade where we can, so a plain HTTP error reaches the client. The
+	// record says enough: probing the init as `sandbox get` does cost more than the exec itself,
+	// and an init found gone by the exec fails it the same way.
+	if err := d.sandboxes.CheckExec(name); err != nil {
 		return err
-	}
-	if sb.State != api.StateRunning {
-		return api.Errorf(api.CodeSandboxNotRunning, "sandbox %q is %s: start it with `hiloop sandbox start %s`", name, sb.State, name)
 	}
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
