@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hiloop/hiloop/internal/execflow"
+	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -31,7 +34,7 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := d.sandboxes.CheckExec(name); err != nil {
 		return err
 	}
-	conn, err := websocket.Accept(w, r, nil)
+	conn, err := websocket.Accept(streamWriter{w}, r, nil)
 	if err != nil {
 		return nil // Accept has answered the client already
 	}
@@ -350,6 +353,23 @@ func keepAlive(ctx context.Context, conn *websocket.Conn, proc runtime.Process, 
 		}
 	}()
 	return cancel
+}
+
+// streamWriter is a ResponseWriter whose hijacked connection carries a stream: on a unix
+// socket it gets a stream's send buffer (netcopy.WidenUnix), so that output in flight to the
+// client is not cut into ~208 KiB pieces, each waking both ends.
+type streamWriter struct{ http.ResponseWriter }
+
+func (w streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		raw := c
+		if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+			raw = u.NetConn()
+		}
+		netcopy.WidenUnix(raw)
+	}
+	return c, brw, err
 }
 
 // execStream serializes writes on the exec WebSocket.
