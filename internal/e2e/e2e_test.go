@@ -142,6 +142,7 @@ func scriptParams(dir string) testscript.Params {
 			"signalinit":  cmdSignalInit,
 			"sandboxpids": cmdSandboxPids,
 			"streamcheck": cmdStreamCheck,
+			"execwindow":  cmdExecWindow,
 			"capture":     cmdCapture,
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
