@@ -3,7 +3,9 @@
 #   - `hiloop sandbox create` → first `exec true` (target: under 100 ms)
 #   - `hiloop sandbox exec x -- true` against `nsenter -t PID -a true` (the floor) and OpenSSH's
 #     `ssh localhost true` (target: under half of OpenSSH's)
-# and writes the table into docs/performance.md. Run as root after `make build`.
+#   - 1 GB of stdout and of stdin through `hiloop sandbox exec` on the unix socket (target: 1 GB/s
+#     each) against a pipe (the floor), two pipe hops and OpenSSH's `ssh localhost head -c`
+# and writes the tables into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -38,7 +40,8 @@ sshd_port=$(free_ports 1)
 	-o AuthorizedKeysFile="$work/ssh/authorized_keys" -o StrictModes=no -o UsePAM=no -o PidFile=none &
 sshd_pid=$!
 sleep 0.3
-ssh_cmd="ssh -p $sshd_port -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes root@127.0.0.1 true"
+ssh_base="ssh -p $sshd_port -i $work/ssh/user -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes root@127.0.0.1"
+ssh_cmd="$ssh_base true"
 
 $hiloop sandbox create bench --image "$IMAGE" >/dev/null
 pid=$(pgrep -f '^/.hiloop/init' | head -1)
@@ -52,6 +55,28 @@ hyperfine -N --runs "$RUNS" --warmup 3 --export-json "$work/exec.json" \
 	-n "hiloop sandbox exec x -- true" "$hiloop sandbox exec bench -- true" \
 	-n "nsenter -t PID -a true (floor)" "nsenter -t $pid -a true" \
 	-n "ssh localhost true (OpenSSH)" "$ssh_cmd" >/dev/null
+
+# Throughput: SIZE bytes of zeros out of the sandbox and into it, beside the same bytes through
+# one and two pipes on the host and through OpenSSH (its default cipher).
+SIZE=${SIZE:-1000000000}
+TRUNS=${TRUNS:-5}
+hyperfine -N --runs "$TRUNS" --warmup 1 --export-json "$work/tp.json" \
+	-n "hiloop sandbox exec x -- head -c 1GB /dev/zero (stdout)" "$hiloop sandbox exec bench -- head -c $SIZE /dev/zero" \
+	-n "head -c 1GB /dev/zero | hiloop sandbox exec -i x -- cat (stdin)" "bash -c 'head -c $SIZE /dev/zero | $hiloop sandbox exec -i bench -- sh -c \"cat >/dev/null\"'" \
+	-n "head -c 1GB /dev/zero | cat (a pipe: the floor)" "bash -c 'head -c $SIZE /dev/zero | cat >/dev/null'" \
+	-n "head -c 1GB /dev/zero | cat | cat (two pipe hops)" "bash -c 'head -c $SIZE /dev/zero | cat | cat >/dev/null'" \
+	-n "ssh localhost head -c 1GB /dev/zero (OpenSSH)" "$ssh_base head -c $SIZE /dev/zero" >/dev/null
+tptable=$(python3 - "$work/tp.json" "$SIZE" <<'PY'
+import json, sys
+size = int(sys.argv[2])
+print("| transfer | median s | MB/s |")
+print("|---|---:|---:|")
+for r in json.load(open(sys.argv[1]))["results"]:
+    name = r['command'].replace('|', '\\|')
+    print(f"| {name} | {r['median']:.2f} | {size / r['median'] / 1e6:,.0f} |")
+PY
+)
+echo "$tptable"
 
 table=$(python3 - "$work/create.json" "$work/exec.json" <<'PY'
 import json, sys
@@ -69,6 +94,10 @@ PY
 )
 echo "$table"
 
-write_block bench/exec.sh "Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), image \`$IMAGE\`, $RUNS runs each:
+write_block bench/exec.sh "Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), image \`$IMAGE\`, $RUNS runs each (load average $(cut -d' ' -f1-3 /proc/loadavg) at the end):
 
-$table"
+$table
+
+Throughput, $TRUNS runs each:
+
+$tptable"

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -703,9 +704,45 @@ func writeEvent(w io.Writer, format string, ev api.SessionEvent) error {
 		_, err = fmt.Fprintf(w, "---\n%s", b)
 		return err
 	}
+	if b, ok := appendEventJSON(nil, ev); ok {
+		_, err := w.Write(b)
+		return err
+	}
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false) // keep the data as the daemon sent it
 	return enc.Encode(ev)
+}
+
+// appendEventJSON appends ev as the JSON line writeEvent's encoder would write, without the
+// encoder's reflection and its re-validation of the data, which cost a chatty turn's `-o json`
+// as much as everything else the CLI does with an event. ok is false for an event it cannot
+// write so (its data is not on one line, its type needs escaping): the encoder writes those.
+// The data goes out as it came: for the compact JSON the daemon sends, the line is the
+// encoder's byte for byte (TestAppendEventJSON).
+func appendEventJSON(b []byte, ev api.SessionEvent) (_ []byte, ok bool) {
+	for _, c := range []byte(ev.Type) {
+		if c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return b, false
+		}
+	}
+	if bytes.ContainsAny(ev.Data, "\r\n") {
+		return b, false
+	}
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, ev.Seq, 10)
+	b = append(b, `,"type":"`...)
+	b = append(b, ev.Type...)
+	b = append(b, `","time":`...)
+	t, err := ev.Time.MarshalJSON()
+	if err != nil {
+		return b, false
+	}
+	b = append(b, t...)
+	if len(ev.Data) > 0 {
+		b = append(b, `,"data":`...)
+		b = append(b, ev.Data...)
+	}
+	return append(b, "}\n"...), true
 }
 
 // acpUpdate is the part of an ACP SessionUpdate that hiloop shows.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -627,5 +628,55 @@ func TestTurnPrinterKeepsLinesApart(t *testing.T) {
 	}
 	if got := shellQuote("t'1"); got != `'t'\''1'` {
 		t.Errorf("shellQuote = %s", got)
+	}
+}
+
+// TestAppendEventJSON: the fast JSON line of an event is the encoder's, byte for byte, for
+// every field of api.SessionEvent set and unset; an event it cannot write so is left to the
+// encoder.
+func TestAppendEventJSON(t *testing.T) {
+	// A field added to the event must be written by appendEventJSON too.
+	var fields []string
+	for f := range reflect.TypeFor[api.SessionEvent]().Fields() {
+		fields = append(fields, f.Name)
+	}
+	if got := strings.Join(fields, " "); got != "Seq Type Time Data" {
+		t.Fatalf("api.SessionEvent has the fields %s: teach appendEventJSON the new ones", got)
+	}
+	at := time.Date(2026, 11, 30, 20, 5, 1, 123456789, time.UTC)
+	for _, tc := range []struct {
+		name string
+		ev   api.SessionEvent
+		fast bool
+	}{
+		{"update", api.SessionEvent{Seq: 42, Type: api.EventUpdate, Time: at, Data: json.RawMessage(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"<b>é & \u2028\"x\"\\n"}}`)}, true},
+		{"no data", api.SessionEvent{Seq: 1, Type: api.EventTurnEnd, Time: at}, true},
+		{"zero time", api.SessionEvent{Seq: 7, Type: api.EventNotice, Data: json.RawMessage(`[1,2]`)}, true},
+		{"offset zone", api.SessionEvent{Seq: 8, Type: api.EventPrompt, Time: at.In(time.FixedZone("", 5*3600+1800)), Data: json.RawMessage(`"a"`)}, true},
+		{"type to escape", api.SessionEvent{Seq: 2, Type: `a"b`, Time: at}, false},
+		{"data on two lines", api.SessionEvent{Seq: 3, Type: api.EventUpdate, Time: at, Data: json.RawMessage("{\n}")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want bytes.Buffer
+			enc := json.NewEncoder(&want)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(tc.ev); err != nil {
+				t.Fatal(err)
+			}
+			got, ok := appendEventJSON(nil, tc.ev)
+			if ok != tc.fast {
+				t.Fatalf("appendEventJSON ok = %v, want %v", ok, tc.fast)
+			}
+			if ok && string(got) != want.String() {
+				t.Fatalf("appendEventJSON = %s\nthe encoder writes %s", got, want.String())
+			}
+			var out bytes.Buffer
+			if err := writeEvent(&out, "json", tc.ev); err != nil {
+				t.Fatal(err)
+			}
+			if out.String() != want.String() {
+				t.Fatalf("writeEvent = %s, want %s", out.String(), want.String())
+			}
+		})
 	}
 }

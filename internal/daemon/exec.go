@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hiloop/hiloop/internal/execflow"
+	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -25,15 +28,13 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// Refuse before the upgrade where we can, so a plain HTTP error reaches the client.
-	sb, err := d.sandboxes.Get(r.Context(), name)
-	if err != nil {
+	// Refuse before the upgrade where we can, so a plain HTTP error reaches the client. The
+	// record says enough: probing the init as `sandbox get` does cost more than the exec itself,
+	// and an init found gone by the exec fails it the same way.
+	if err := d.sandboxes.CheckExec(name); err != nil {
 		return err
 	}
-	if sb.State != api.StateRunning {
-		return api.Errorf(api.CodeSandboxNotRunning, "sandbox %q is %s: start it with `hiloop sandbox start %s`", name, sb.State, name)
-	}
-	conn, err := websocket.Accept(w, r, nil)
+	conn, err := websocket.Accept(streamWriter{w}, r, nil)
 	if err != nil {
 		return nil // Accept has answered the client already
 	}
@@ -114,6 +115,12 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		go f.feedStdin(ctx, s)
 	}
 
+	// A read takes what the pipe holds, up to a chunk, and never more than the client's window,
+	// which a message must fit in whole.
+	chunk := execChunk
+	if req.Window > 0 {
+		chunk = int(min(req.Window, execChunk))
+	}
 	var pumps sync.WaitGroup
 	pump := func(id byte, r io.Reader) {
 		if r == nil {
@@ -122,7 +129,7 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		pumps.Add(1)
 		go func() {
 			defer pumps.Done()
-			buf := make([]byte, 32<<10)
+			buf := make([]byte, 1+chunk)
 			buf[0] = id
 			for {
 				n, err := r.Read(buf[1:])
@@ -194,6 +201,12 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	return exit, nil
 }
 
+// execChunk is the most output one message carries: large enough that the per-message costs
+// (a frame, a syscall at each end, a wakeup) vanish beside the copying, small enough to fit an
+// older client's read limit (api.MaxBodyBytes) and to leave a default window room for several in
+// flight.
+const execChunk = 256 << 10
+
 // execStdinWindow is how much of a flow-controlled client's stdin the daemon queues for a
 // command that has not read it yet.
 const execStdinWindow = 4 << 20
@@ -222,24 +235,44 @@ func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
 	if f.stdin != nil {
 		defer f.stdin.Close()
 	}
+	var buf []byte // stdin's copy buffer without flow control
 	for {
-		typ, data, err := conn.Read(ctx)
+		typ, r, err := conn.Reader(ctx)
 		if err != nil {
 			return nil
 		}
 		if typ == websocket.MessageBinary {
-			if len(data) == 0 || data[0] != api.StreamStdin {
+			// Stdin is read from the socket straight into its queue (or the command's pipe),
+			// never gathered into a message first.
+			var id [1]byte
+			if _, err := io.ReadFull(r, id[:]); err != nil && err != io.EOF {
+				return nil // the connection's
+			} else if err != nil || id[0] != api.StreamStdin {
 				return errors.New("a binary message to the daemon must be stdin (stream 0)")
 			}
-			if len(data) == 1 {
+			if f.stdin != nil {
+				if _, err := f.stdin.ReadFrom(api.StreamStdin, r); err != nil {
+					if errors.Is(err, execflow.ErrOverrun) || errors.Is(err, execflow.ErrEnded) {
+						return err
+					}
+					return nil // the connection's
+				}
 				continue
 			}
-			if f.stdin == nil {
-				_, _ = f.proc.Stdin().Write(data[1:])
-			} else if err := f.stdin.Put(data[1:], int64(len(data)-1)); err != nil {
-				return err
+			if buf == nil {
+				buf = make([]byte, execChunk)
+			}
+			// A command that closed its stdin loses the rest, as a pipe's reader would.
+			if _, err := io.CopyBuffer(struct{ io.Writer }{f.proc.Stdin()}, r, buf); err != nil {
+				if _, err := io.Copy(io.Discard, r); err != nil {
+					return nil
+				}
 			}
 			continue
+		}
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return nil
 		}
 		var c api.ExecControl
 		if err := json.Unmarshal(data, &c); err != nil {
@@ -274,7 +307,7 @@ func (f *execFlow) readInput(ctx context.Context, conn *websocket.Conn) error {
 // (it closed its stdin) is dropped but still acknowledged, so the client is never stuck.
 func (f *execFlow) feedStdin(ctx context.Context, s *execStream) {
 	broken := false
-	_ = execflow.Drain(ctx, f.stdin, func(b []byte) error {
+	_ = execflow.Drain(ctx, f.stdin, func(_ byte, b []byte) error {
 		if !broken {
 			_, err := f.proc.Stdin().Write(b)
 			broken = err != nil
@@ -320,6 +353,23 @@ func keepAlive(ctx context.Context, conn *websocket.Conn, proc runtime.Process, 
 		}
 	}()
 	return cancel
+}
+
+// streamWriter is a ResponseWriter whose hijacked connection carries a stream: on a unix
+// socket it gets a stream's send buffer (netcopy.WidenUnix), so that output in flight to the
+// client is not cut into ~208 KiB pieces, each waking both ends.
+type streamWriter struct{ http.ResponseWriter }
+
+func (w streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		raw := c
+		if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+			raw = u.NetConn()
+		}
+		netcopy.WidenUnix(raw)
+	}
+	return c, brw, err
 }
 
 // execStream serializes writes on the exec WebSocket.

@@ -63,6 +63,7 @@ func (d *Daemon) portStream(w http.ResponseWriter, r *http.Request) error {
 	if u, ok := conn.(interface{ NetConn() net.Conn }); ok {
 		raw = u.NetConn()
 	}
+	netcopy.WidenUnix(raw)
 	_, _, _ = netcopy.Join(raw, upstream)
 	conn.Close()
 	return nil

@@ -166,6 +166,10 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	batch, err := boolQuery(r, "batch")
+	if err != nil {
+		return err
+	}
 	id := r.PathValue("id")
 	sub, err := d.sessions.Subscribe(id, after)
 	if err != nil {
@@ -180,6 +184,7 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 	ctx := conn.CloseRead(r.Context()) // ends when the watcher hangs up
 	ping := time.NewTicker(streamPingInterval)
 	defer ping.Stop()
+	var msg []byte
 	for {
 		select {
 		case ev, ok := <-sub.C():
@@ -187,11 +192,20 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 				closeStream(conn, sub.Err())
 				return nil
 			}
+			msg = append(msg[:0], ev.JSON...) // what GET /events encodes, as stored
+			ended := false
+			if batch {
+				msg, ended = appendReady(msg, sub.C())
+			}
 			wctx, cancel := context.WithTimeout(ctx, streamWriteTimeout)
-			err := conn.Write(wctx, websocket.MessageText, ev.JSON) // what GET /events encodes, as stored
+			err := conn.Write(wctx, websocket.MessageText, msg)
 			cancel()
 			if err != nil {
 				return nil // the watcher is gone; it reconnects from its cursor
+			}
+			if ended {
+				closeStream(conn, sub.Err())
+				return nil
 			}
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, streamPingInterval)
@@ -204,6 +218,27 @@ func (d *Daemon) streamSession(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 	}
+}
+
+// streamBatchBytes is about the most a batched stream message carries: a chatty turn's small
+// updates go many to a message, one frame and one write for them all, instead of one each.
+const streamBatchBytes = 64 << 10
+
+// appendReady appends to msg, a line each, the events the subscription has ready now, without
+// waiting for more, until msg holds streamBatchBytes; ended says the subscription ended.
+func appendReady(msg []byte, events <-chan eventlog.Entry) (_ []byte, ended bool) {
+	for len(msg) < streamBatchBytes {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return msg, true
+			}
+			msg = append(append(msg, '\n'), ev.JSON...)
+		default:
+			return msg, false
+		}
+	}
+	return msg, false
 }
 
 func closeStream(conn *websocket.Conn, err error) {

@@ -142,6 +142,7 @@ func scriptParams(dir string) testscript.Params {
 			"signalinit":  cmdSignalInit,
 			"sandboxpids": cmdSandboxPids,
 			"streamcheck": cmdStreamCheck,
+			"execwindow":  cmdExecWindow,
 			"capture":     cmdCapture,
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
@@ -301,7 +302,8 @@ func lookPath(name, path string) (string, error) {
 	return "", fmt.Errorf("%s not in PATH", name)
 }
 
-// cmdDaemon: daemon start [sandboxd flags...] | stop | kill | restart [flags...] | log
+// cmdDaemon: daemon start [sandboxd flags...] | stop | kill | restart [flags...] | log. Start and
+// restart set $DAEMON_PID, for scripts that look at the daemon in /proc.
 func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 0 {
 		ts.Fatalf("usage: daemon start|stop|kill|restart|log")
@@ -320,6 +322,7 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 			return
 		}
 		ts.Check(err)
+		ts.Setenv("DAEMON_PID", strconv.Itoa(d.cmd.Process.Pid))
 	case "stop":
 		d.stop(syscall.SIGTERM)
 	case "kill":
@@ -331,6 +334,7 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		d.stop(syscall.SIGTERM)
 		ts.Check(d.start(ts.Getenv("PATH"), extra))
+		ts.Setenv("DAEMON_PID", strconv.Itoa(d.cmd.Process.Pid))
 	case "log":
 		b, _ := os.ReadFile(d.logPath)
 		_, _ = ts.Stdout().Write(b) // for stdout and stderr assertions; shown on failure

@@ -5,6 +5,7 @@
 package execflow
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,9 @@ func (c *Credit) Take(ctx context.Context, n int64) error {
 	}
 }
 
+// Window is the peer's window.
+func (c *Credit) Window() int64 { return c.window }
+
 // Add returns n bytes the peer acknowledged. Acknowledging more than was sent is the peer's
 // protocol error.
 func (c *Credit) Add(n int64) error {
@@ -63,44 +67,95 @@ func (c *Credit) Add(n int64) error {
 // ErrOverrun is a peer sending more than the window it was given.
 var ErrOverrun = errors.New("the peer sent more data than its window allows")
 
-// Queue holds received data until its consumer takes it, at most limit bytes.
+// Queue holds received data until its consumer takes it, at most limit bytes: a ring the
+// socket's messages are read into and the consumer writes out from, so that a chunk of data
+// costs no allocation and no copy beyond the two the kernel makes. Consecutive data of one
+// stream is handed to the consumer as one stretch, whatever the messages it came in.
 type Queue struct {
-	mu     sync.Mutex
-	bufs   []queued
-	size   int64
-	limit  int64
-	closed bool
-	ready  chan struct{} // has a value while bufs is not empty or the queue is closed
+	mu         sync.Mutex
+	limit      int64
+	buf        []byte // the ring, allocated with the first data
+	head, tail int64  // bytes taken and bytes put since the start; tail-head are queued
+	runs       []run  // the stream of each stretch of the queued bytes, oldest first
+	closed     bool
+	ready      chan struct{} // has a value while data is queued or the queue is closed
+}
+
+// run is a stretch of queued bytes of one stream.
+type run struct {
+	id byte
+	n  int64
 }
 
 // NewQueue returns a queue for a window of limit bytes.
 func NewQueue(limit int64) *Queue {
-	return &Queue{limit: limit, ready: make(chan struct{}, 1)}
+	return &Queue{limit: max(limit, 1), ready: make(chan struct{}, 1)}
 }
 
-type queued struct {
-	b []byte
-	n int64
+// ErrEnded is a peer sending data after the end of its stream.
+var ErrEnded = errors.New("data after the end of the stream")
+
+// Put queues a copy of b as stream id's data: ErrOverrun if that would exceed the limit.
+func (q *Queue) Put(id byte, b []byte) error {
+	_, err := q.ReadFrom(id, bytes.NewReader(b))
+	return err
 }
 
-// Put queues b, which the queue keeps, as n bytes of the window (a message's payload, without
-// its stream id): ErrOverrun if that would exceed the limit.
-func (q *Queue) Put(b []byte, n int64) error {
+// ReadFrom reads r to its end into the queue as stream id's data (r is one message's payload)
+// and returns how many bytes it queued. The peer's errors are ErrOverrun, once r holds more than
+// the room left, and ErrEnded after Close; any other is r's. What it reads is handed to the
+// consumer as it arrives.
+func (q *Queue) ReadFrom(id byte, r io.Reader) (int64, error) {
+	var total int64
+	var probe [1]byte
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return total, ErrEnded
+		}
+		if q.buf == nil {
+			q.buf = make([]byte, q.limit)
+		}
+		off := q.tail % q.limit
+		span := min(q.limit-(q.tail-q.head), q.limit-off)
+		p := q.buf[off : off+span]
+		q.mu.Unlock()
+		// Only this writer touches the ring beyond tail; the consumer reads below it.
+		if span == 0 {
+			p = probe[:] // full: any more data is the peer's overrun
+		}
+		n, err := r.Read(p)
+		if n > 0 {
+			if span == 0 {
+				return total, ErrOverrun
+			}
+			q.put(id, int64(n))
+			total += int64(n)
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// put makes n bytes written beyond tail the consumer's.
+func (q *Queue) put(id byte, n int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed {
-		return errors.New("data after the end of the stream")
+	q.tail += n
+	if last := len(q.runs) - 1; last >= 0 && q.runs[last].id == id {
+		q.runs[last].n += n
+	} else {
+		q.runs = append(q.runs, run{id, n})
 	}
-	if q.size+n > q.limit {
-		return ErrOverrun
-	}
-	q.bufs = append(q.bufs, queued{b, n})
-	q.size += n
 	q.signal()
-	return nil
 }
 
-// Close ends the stream: Get returns io.EOF once what is queued has been taken.
+// Close ends the stream: Drain returns once what is queued has been taken.
 func (q *Queue) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -115,56 +170,67 @@ func (q *Queue) signal() {
 	}
 }
 
-// Get waits for the next queued buffer and its size in the window; io.EOF once the queue is
-// closed and empty.
-func (q *Queue) Get(ctx context.Context) (b []byte, n int64, err error) {
+// get waits for queued data and returns the oldest stretch of one stream, at most most bytes
+// and contiguous in the ring; io.EOF once the queue is closed and empty. The bytes stay the
+// caller's until it releases them.
+func (q *Queue) get(ctx context.Context, most int64) (id byte, b []byte, err error) {
 	for {
 		q.mu.Lock()
-		if len(q.bufs) > 0 {
-			e := q.bufs[0]
-			q.bufs[0] = queued{}
-			q.bufs = q.bufs[1:]
-			q.size -= e.n
-			if len(q.bufs) > 0 || q.closed {
-				q.signal()
-			}
+		if len(q.runs) > 0 {
+			r := q.runs[0]
+			off := q.head % q.limit
+			b := q.buf[off : off+min(r.n, most, q.limit-off)]
 			q.mu.Unlock()
-			return e.b, e.n, nil
+			return r.id, b, nil
 		}
-		if q.closed {
-			q.signal()
-			q.mu.Unlock()
-			return nil, 0, io.EOF
-		}
+		closed := q.closed
 		q.mu.Unlock()
+		if closed {
+			return 0, nil, io.EOF
+		}
 		select {
 		case <-q.ready:
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
 	}
 }
 
-// Drain hands every queued buffer to consume, in order, and acknowledges the consumed bytes
-// through ack each time a quarter of the window has been consumed: a sender that has spent
-// its credit then has three quarters of the window queued or in flight, whose consumption
-// brings the next ack, so it is never stuck, and acks cost one message per quarter window
-// rather than one per chunk. It returns nil at the end of the stream, or the first error.
-func Drain(ctx context.Context, q *Queue, consume func([]byte) error, ack func(n int64) error) error {
+// release gives back the room of n bytes that get returned.
+func (q *Queue) release(n int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.head += n
+	if q.runs[0].n -= n; q.runs[0].n == 0 {
+		q.runs[0] = run{}
+		q.runs = q.runs[1:]
+	}
+}
+
+// Drain hands the queued data to consume, in order, with the stream id it came with, and
+// acknowledges the consumed bytes through ack each time a quarter of the window has been
+// consumed: a sender that has spent its credit then has three quarters of the window queued or
+// in flight, whose consumption brings the next ack, so it is never stuck, and acks cost one
+// message per quarter window rather than one per chunk. consume gets at most an eighth of the
+// window at a time, so that acks keep coming while it writes. Drain returns nil at the end of
+// the stream, or the first error.
+func Drain(ctx context.Context, q *Queue, consume func(id byte, b []byte) error, ack func(n int64) error) error {
 	var pending int64
+	quarter := max(q.limit/4, 1)
 	for {
-		b, n, err := q.Get(ctx)
+		id, b, err := q.get(ctx, max(q.limit/8, 1))
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := consume(b); err != nil {
+		if err := consume(id, b); err != nil {
 			return err
 		}
-		pending += n
-		if pending >= max(q.limit/4, 1) {
+		q.release(int64(len(b)))
+		pending += int64(len(b))
+		if pending >= quarter {
 			if err := ack(pending); err != nil {
 				return err
 			}

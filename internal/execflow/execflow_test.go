@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,36 +62,88 @@ func TestCreditChunkLargerThanWindow(t *testing.T) {
 }
 
 func TestQueueOverrunAndOrder(t *testing.T) {
-	q := NewQueue(6)
-	if err := q.Put([]byte("abc"), 3); err != nil {
-		t.Fatal(err)
+	q := NewQueue(8)
+	for _, p := range []struct {
+		id   byte
+		data string
+	}{{1, "abc"}, {1, "de"}, {2, "x"}, {1, "f"}} {
+		if err := q.Put(p.id, []byte(p.data)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := q.Put([]byte("de"), 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Put([]byte("fg"), 2); !errors.Is(err, ErrOverrun) {
+	// One byte of room left: a message of two overruns (what fit stays queued; the caller ends
+	// the stream on the error).
+	if err := q.Put(2, []byte("yz")); !errors.Is(err, ErrOverrun) {
 		t.Fatalf("Put beyond the limit = %v, want ErrOverrun", err)
 	}
 	q.Close()
-	if err := q.Put([]byte("h"), 1); err == nil {
+	if err := q.Put(1, []byte("h")); err == nil {
 		t.Fatal("Put after Close succeeded")
 	}
-	var got bytes.Buffer
-	var acks []int64
-	err := Drain(context.Background(), q, func(b []byte) error { got.Write(b); return nil },
-		func(n int64) error { acks = append(acks, n); return nil })
+	var got []string
+	var acked int64
+	err := Drain(context.Background(), q, func(id byte, b []byte) error {
+		got = append(got, fmt.Sprintf("%d:%s", id, b))
+		return nil
+	}, func(n int64) error { acked += n; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.String() != "abcde" {
-		t.Fatalf("drained %q, want abcde", got.String())
+	// A stretch is at most an eighth of the window (1 byte here) at a time; consecutive
+	// messages of one stream run together.
+	want := "1:a 1:b 1:c 1:d 1:e 2:x 1:f 2:y"
+	if s := strings.Join(got, " "); s != want {
+		t.Fatalf("drained %q, want %q", s, want)
 	}
-	var sum int64
-	for _, n := range acks {
-		sum += n
+	if acked != 8 { // a quarter of 8 is 2: everything consumed is acknowledged
+		t.Fatalf("acknowledged %d bytes, want 8", acked)
 	}
-	if len(acks) != 2 || sum != 5 { // a quarter of 6 is 1: each buffer is acknowledged
-		t.Fatalf("acknowledged %v, want [3 2]", acks)
+}
+
+func TestQueueWrapsAround(t *testing.T) {
+	// Through a ring of 16 bytes, 1,000 messages of sizes that never line up with it: the
+	// consumer sees every byte once, in order, each with its stream.
+	const window = 16
+	ctx := context.Background()
+	q := NewQueue(window)
+	credit := NewCredit(window)
+	var want bytes.Buffer
+	errc := make(chan error, 1)
+	go func() {
+		for i := range 1000 {
+			n := 1 + i%7
+			b := bytes.Repeat([]byte{byte(i)}, n)
+			want.Write(b)
+			if err := credit.Take(ctx, int64(n)); err != nil {
+				errc <- err
+				return
+			}
+			if err := q.Put(byte(1+i%2), b); err != nil {
+				errc <- err
+				return
+			}
+		}
+		q.Close()
+		errc <- nil
+	}()
+	var got bytes.Buffer
+	err := Drain(ctx, q, func(id byte, b []byte) error {
+		for _, c := range b {
+			if id != byte(1+int(c)%2) {
+				return fmt.Errorf("byte %d came as stream %d", c, id)
+			}
+		}
+		got.Write(b)
+		return nil
+	}, credit.Add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("drained %d bytes differing from the %d put", got.Len(), want.Len())
 	}
 }
 
@@ -108,7 +162,7 @@ func TestDrainAcksAsTheConsumerTakes(t *testing.T) {
 				errc <- err
 				return
 			}
-			if err := q.Put(b, 16); err != nil {
+			if err := q.Put(1, b); err != nil {
 				errc <- err
 				return
 			}
@@ -117,7 +171,7 @@ func TestDrainAcksAsTheConsumerTakes(t *testing.T) {
 		errc <- nil
 	}()
 	var got []byte
-	err := Drain(ctx, q, func(b []byte) error {
+	err := Drain(ctx, q, func(_ byte, b []byte) error {
 		time.Sleep(100 * time.Microsecond)
 		got = append(got, b...)
 		return nil
@@ -140,9 +194,9 @@ func TestDrainAcksAsTheConsumerTakes(t *testing.T) {
 
 func TestDrainStopsOnConsumerError(t *testing.T) {
 	q := NewQueue(10)
-	_ = q.Put([]byte("x"), 1)
+	_ = q.Put(1, []byte("x"))
 	boom := errors.New("boom")
-	if err := Drain(context.Background(), q, func([]byte) error { return boom }, func(int64) error { return nil }); !errors.Is(err, boom) {
+	if err := Drain(context.Background(), q, func(byte, []byte) error { return boom }, func(int64) error { return nil }); !errors.Is(err, boom) {
 		t.Fatalf("Drain = %v, want the consumer's error", err)
 	}
 }

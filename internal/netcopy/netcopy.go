@@ -48,6 +48,21 @@ func copyHalf(dst, src net.Conn) (int64, error) {
 	return n, err
 }
 
+// unixSendBuffer is the send buffer a unix socket carrying a forwarded stream asks for. A unix
+// stream socket holds at most its sender's buffer in flight; with the default ~208 KiB, a
+// forward that copies at gigabytes a second wakes both ends for every few hundred KiB, and
+// carried half the loopback's rate here. The kernel caps it at net.core.wmem_max, as TCP's
+// own buffers are capped by their sysctls.
+const unixSendBuffer = 4 << 20
+
+// WidenUnix gives c, if it is a unix socket, the send buffer of a forwarded stream; other
+// connections keep theirs (TCP tunes its own).
+func WidenUnix(c net.Conn) {
+	if u, ok := c.(*net.UnixConn); ok {
+		_ = u.SetWriteBuffer(unixSendBuffer)
+	}
+}
+
 func ordinary(err error) error {
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return nil

@@ -176,6 +176,10 @@ func handshakeError(ctx context.Context, err error) error {
 	return fmt.Errorf("runtime: exec: %w", err)
 }
 
+// execPipeSize is the capacity of an exec's stdio pipes. The kernel allocates their pages as
+// data is written, charged to the writer's memory cgroup.
+const execPipeSize = 1 << 20
+
 // pipe returns a pipe as (our end, the process's end). Our end is non-blocking and pollable;
 // the process's end stays blocking, as programs expect of their stdio.
 func pipe(localReads bool) (local, remote *os.File, err error) {
@@ -192,6 +196,10 @@ func pipe(localReads bool) (local, remote *os.File, err error) {
 		unix.Close(rm)
 		return nil, nil, err
 	}
+	// A larger pipe lets the command run ahead while the daemon sends a chunk, and lets a read
+	// take a whole chunk (internal/daemon's execChunk): with the default 64 KiB, a fast writer
+	// and the daemon wake each other for every 64 KiB. Best effort: the default still works.
+	_, _ = unix.FcntlInt(uintptr(l), unix.F_SETPIPE_SZ, execPipeSize)
 	return os.NewFile(uintptr(l), "pipe"), os.NewFile(uintptr(rm), "pipe"), nil
 }
 

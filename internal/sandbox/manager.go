@@ -608,6 +608,14 @@ func (m *Manager) detach(id string) {
 }
 
 // runningRecord returns the record of a sandbox that is running, else sandbox_not_running.
+// CheckExec returns the error an exec in name would get for its state, from the record alone
+// (no probe of the sandbox's init): the exec API answers with it before it opens the stream,
+// and Exec checks again.
+func (m *Manager) CheckExec(name string) error {
+	_, err := m.runningRecord(name)
+	return err
+}
+
 func (m *Manager) runningRecord(name string) (store.Sandbox, error) {
 	rec, err := m.record(name)
 	if err == nil {

@@ -18,7 +18,8 @@ import (
 // sets ExecRequest.Window acknowledges the stdout and stderr bytes it has written out with
 // "ack" controls, and the daemon sends no more than Window bytes beyond them; the daemon's
 // "started" control carries its own Window for stdin, which it acknowledges likewise as the
-// command reads. A peer that sends no window gets none of this (the older protocol): writes
+// command reads. One data message never carries more than its receiver's window, so that a
+// receiver can keep what it has not consumed in a buffer of the window's size. A peer that sends no window gets none of this (the older protocol): writes
 // then block the socket until the other end consumes them.
 
 // Stream ids of binary exec messages.

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hiloop/hiloop/internal/execflow"
+	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -47,6 +48,9 @@ type ExecResult struct {
 // daemon sends no more before the client acknowledges what it wrote (pkg/api/exec.go).
 const execWindow = 4 << 20
 
+// execChunk is the most stdin one message carries (the daemon's output chunk is its own).
+const execChunk = 256 << 10
+
 // Exec runs a command in a running sandbox, streaming its output until it ends. Output reaches
 // stdio in the order the command wrote it, per stream; a slow Stdout holds the command back
 // (flow control) rather than buffering without bound or losing the connection.
@@ -57,7 +61,13 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	}
 	wsURL := "ws" + c.baseURL[len("http"):] + "/v1/sandboxes/" + url.PathEscape(name) + "/exec"
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{
-		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: c.dial}},
+		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := c.dial(ctx, network, addr)
+			if err == nil {
+				netcopy.WidenUnix(conn) // stdin in flight, as the daemon does for output
+			}
+			return conn, err
+		}}},
 		HTTPHeader: header,
 	})
 	if err != nil {
@@ -91,15 +101,15 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	outDone := make(chan struct{})
 	go func() {
 		defer close(outDone)
-		outErr = execflow.Drain(readCtx, out, func(b []byte) error {
+		outErr = execflow.Drain(readCtx, out, func(id byte, b []byte) error {
 			w := stdio.Stdout
-			if b[0] == api.StreamStderr {
+			if id == api.StreamStderr {
 				w = stdio.Stderr
 			}
 			if w == nil {
 				return nil
 			}
-			if _, err := w.Write(b[1:]); err != nil {
+			if _, err := w.Write(b); err != nil {
 				return fmt.Errorf("write command output: %w", err)
 			}
 			return nil
@@ -118,7 +128,20 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 
 	var stdinCredit *execflow.Credit
 	for {
-		typ, data, err := conn.Read(readCtx)
+		typ, r, err := conn.Reader(readCtx)
+		var data []byte
+		switch {
+		case err != nil:
+		case typ == websocket.MessageBinary:
+			if err = readOutput(out, r); err == nil {
+				continue
+			}
+			if errors.Is(err, execflow.ErrOverrun) {
+				return ExecResult{}, fmt.Errorf("exec in %q: %w", name, err)
+			}
+		default:
+			data, err = io.ReadAll(r)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ExecResult{}, ctx.Err()
@@ -128,15 +151,6 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 				return ExecResult{}, outErr
 			}
 			return ExecResult{}, fmt.Errorf("exec in %q: connection to sandboxd lost: %w", name, err)
-		}
-		if typ == websocket.MessageBinary {
-			if len(data) < 2 {
-				continue
-			}
-			if err := out.Put(data, int64(len(data)-1)); err != nil {
-				return ExecResult{}, fmt.Errorf("exec in %q: %w", name, err)
-			}
-			continue
 		}
 		var ctl api.ExecControl
 		if err := json.Unmarshal(data, &ctl); err != nil {
@@ -175,6 +189,20 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	}
 }
 
+// readOutput queues one output message, read from the socket straight into the queue rather
+// than gathered into a message first.
+func readOutput(out *execflow.Queue, r io.Reader) error {
+	var id [1]byte
+	if _, err := io.ReadFull(r, id[:]); err != nil {
+		if err == io.EOF {
+			return nil // an empty message
+		}
+		return err
+	}
+	_, err := out.ReadFrom(id[0], r)
+	return err
+}
+
 // forwardInput sends stdin, window sizes and signals until ctx ends. Stdin waits for the
 // command to start, and then for the daemon's credit when it gives one.
 func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, stdio ExecIO, started <-chan *execflow.Credit) {
@@ -186,7 +214,12 @@ func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, std
 			case <-ctx.Done():
 				return
 			}
-			buf := make([]byte, 32<<10)
+			// One message fits the daemon's window whole.
+			chunk := int64(execChunk)
+			if credit != nil {
+				chunk = min(chunk, credit.Window())
+			}
+			buf := make([]byte, 1+chunk)
 			buf[0] = api.StreamStdin
 			for {
 				n, err := stdio.Stdin.Read(buf[1:])

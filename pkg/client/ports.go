@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -68,6 +69,7 @@ func (c *Client) DialPort(ctx context.Context, name string, port int) (net.Conn,
 		return nil, ctx.Err()
 	}
 	_ = conn.SetDeadline(time.Time{})
+	netcopy.WidenUnix(conn)
 	if br.Buffered() > 0 {
 		// The stream's first bytes came with the answer.
 		return &bufferedConn{Conn: conn, r: br}, nil

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -283,8 +284,13 @@ func (s *eventStream) run(ctx context.Context) (_ streamResult, progressed bool,
 	if s.onConnected != nil {
 		s.onConnected()
 	}
+	var buf bytes.Buffer // a message, reused: a chatty turn sends thousands
 	for {
-		typ, data, err := conn.Read(ctx)
+		typ, r, err := conn.Reader(ctx)
+		if err == nil {
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -304,30 +310,47 @@ func (s *eventStream) run(ctx context.Context) (_ streamResult, progressed bool,
 		if typ != websocket.MessageText {
 			return streamFatal, progressed, fmt.Errorf("session %s: unexpected binary message on the event stream after event %d", s.id, s.last)
 		}
-		var ev api.SessionEvent
-		if err := json.Unmarshal(data, &ev); err != nil {
-			// coder/websocket hands over a message cut short by a dropped connection (cut at a
-			// read boundary) as if it were whole: retry, unless the daemon keeps sending it so.
-			err = fmt.Errorf("session %s: bad event after event %d: %w", s.id, s.last, err)
-			if s.badAt == s.last+1 {
-				s.badCount++
-			} else {
-				s.badAt, s.badCount = s.last+1, 1
+		// A batched message holds several events, a line each (docs/api.md).
+		for data := range bytes.Lines(buf.Bytes()) {
+			res, err := s.deliver(bytes.TrimSuffix(data, []byte("\n")))
+			if err != nil {
+				return res, progressed || res == streamStopped, err
 			}
-			if s.badCount >= maxBadEvent {
-				return streamFatal, progressed, err
-			}
-			return streamLost, progressed, err
+			progressed = true
 		}
-		if ev.Seq != s.last+1 {
-			return streamFatal, progressed, seqError(s.id, s.last, ev.Seq)
-		}
-		s.last, progressed = ev.Seq, true
-		if err := s.fn(ev); err != nil {
-			// CloseNow, not Close: a close handshake with a daemon that never reads would wait.
-			return streamStopped, progressed, err
+		if buf.Cap() > 1<<20 {
+			buf = bytes.Buffer{} // a rare large event's room is not kept
 		}
 	}
+}
+
+// deliver decodes one event and hands it to fn; with an error, the result says how the
+// connection ends.
+func (s *eventStream) deliver(data []byte) (streamResult, error) {
+	var ev api.SessionEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		// coder/websocket hands over a message cut short by a dropped connection (cut at a
+		// read boundary) as if it were whole: retry, unless the daemon keeps sending it so.
+		err = fmt.Errorf("session %s: bad event after event %d: %w", s.id, s.last, err)
+		if s.badAt == s.last+1 {
+			s.badCount++
+		} else {
+			s.badAt, s.badCount = s.last+1, 1
+		}
+		if s.badCount >= maxBadEvent {
+			return streamFatal, err
+		}
+		return streamLost, err
+	}
+	if ev.Seq != s.last+1 {
+		return streamFatal, seqError(s.id, s.last, ev.Seq)
+	}
+	s.last = ev.Seq
+	if err := s.fn(ev); err != nil {
+		// CloseNow, not Close: a close handshake with a daemon that never reads would wait.
+		return streamStopped, err
+	}
+	return 0, nil
 }
 
 // dial opens the stream's WebSocket after s.last.
@@ -336,7 +359,7 @@ func (s *eventStream) dial(ctx context.Context) (*websocket.Conn, error) {
 	if s.c.token != "" {
 		header.Set("Authorization", "Bearer "+s.c.token)
 	}
-	wsURL := "ws" + s.c.baseURL[len("http"):] + sessionPath(s.id) + "/stream?after=" + strconv.FormatUint(s.last, 10)
+	wsURL := "ws" + s.c.baseURL[len("http"):] + sessionPath(s.id) + "/stream?batch=true&after=" + strconv.FormatUint(s.last, 10)
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: s.hc, HTTPHeader: header})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 400 {

@@ -278,6 +278,9 @@ func (d *fakeDaemon) stream(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, api.CodeSessionNotFound, fmt.Sprintf("session %q not found", id))
 		return
 	}
+	// A client asking for batches gets up to 7 events a message, as many as the seq says, so
+	// that batches of every size are cut short by the chaos tests.
+	batch := r.URL.Query().Get("batch") == "true"
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
@@ -305,7 +308,8 @@ func (d *fakeDaemon) stream(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		}
-		for _, ev := range evs {
+		var msg []byte
+		for i, ev := range evs {
 			select {
 			case <-gone:
 				return
@@ -319,10 +323,18 @@ func (d *fakeDaemon) stream(w http.ResponseWriter, r *http.Request) {
 			if mangle != nil {
 				b = mangle(ev.Seq, b)
 			}
-			if conn.Write(ctx, websocket.MessageText, b) != nil {
+			if len(msg) > 0 {
+				msg = append(msg, '\n')
+			}
+			msg = append(msg, b...)
+			sent++
+			if batch && i < len(evs)-1 && sent%int(1+ev.Seq%7) != 0 {
+				continue
+			}
+			if conn.Write(ctx, websocket.MessageText, msg) != nil {
 				return
 			}
-			next, sent = ev.Seq, sent+1
+			next, msg = ev.Seq, msg[:0]
 		}
 	}
 }

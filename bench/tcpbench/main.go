@@ -1,0 +1,105 @@
+// Command tcpbench is bench/ssh.sh's source and sink of bulk TCP data: fast enough (1 MiB writes
+// and reads of zeros, no per-byte work) that a transfer through a forward measures the forward,
+// not the programs at its ends. The same binary runs on the host and inside a sandbox.
+//
+//	tcpbench serve ADDR SIZE        send SIZE bytes to every connection to ADDR, then close it
+//	tcpbench fetch ADDR SIZE RUNS   RUNS transfers one after another, each read to its end and
+//	                                checked to be SIZE bytes; one MB/s figure a line
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"time"
+)
+
+// chunk is what one write or read moves.
+const chunk = 1 << 20
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "tcpbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	if len(args) < 3 {
+		return errors.New("usage: tcpbench serve ADDR SIZE | fetch ADDR SIZE RUNS")
+	}
+	size, err := strconv.ParseInt(args[2], 10, 64)
+	if err != nil {
+		return fmt.Errorf("SIZE: %w", err)
+	}
+	switch {
+	case args[0] == "serve":
+		return serve(args[1], size)
+	case args[0] == "fetch" && len(args) == 4:
+		runs, err := strconv.Atoi(args[3])
+		if err != nil {
+			return fmt.Errorf("RUNS: %w", err)
+		}
+		for range runs {
+			mbs, err := fetch(args[1], size)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%.0f\n", mbs)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func serve(addr string, size int64) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, chunk)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		// One at a time: the benchmark's transfers run one after another.
+		for left := size; left > 0; {
+			n, err := c.Write(buf[:min(left, chunk)])
+			if err != nil {
+				break
+			}
+			left -= int64(n)
+		}
+		c.Close()
+	}
+}
+
+// fetch reads one transfer to its end and returns its rate in MB/s.
+func fetch(addr string, size int64) (float64, error) {
+	start := time.Now()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	buf := make([]byte, chunk)
+	var got int64
+	for {
+		n, err := c.Read(buf)
+		got += int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if got != size {
+		return 0, fmt.Errorf("short transfer from %s: %d bytes of %d", addr, got, size)
+	}
+	return float64(size) / time.Since(start).Seconds() / 1e6, nil
+}
