@@ -259,7 +259,7 @@ func keepFiles(rootfs string, names []string) (restore func() error, err error) 
 		st, err := root.Lstat(name)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			k.existed = false
+			k.existed, err = false, nil
 		case err != nil:
 			root.Close()
 			return nil, err
@@ -275,8 +275,10 @@ func keepFiles(rootfs string, names []string) (restore func() error, err error) 
 			root.Close()
 			return nil, err
 		}
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && k.existed {
-			k.uid, k.gid = int(sys.Uid), int(sys.Gid)
+		if k.existed {
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				k.uid, k.gid = int(sys.Uid), int(sys.Gid)
+			}
 		}
 		kept = append(kept, k)
 	}
