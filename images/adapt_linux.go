@@ -153,7 +153,7 @@ func ensureSudo(ctx context.Context, rootfs string, lock *os.File, progress io.W
 				continue
 			}
 			stage(progress, "the image has no sudo: installing it with %s", in.program)
-			if err := runSteps(ctx, rootfs, nil, []string{in.script}, lock, progress); err != nil {
+			if err := runSteps(ctx, ChrootRunner{}, "", rootfs, nil, []string{in.script}, progress); err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}

@@ -11,6 +11,7 @@
 package images
 
 import (
+	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -264,6 +265,29 @@ type DeriveOptions struct {
 	Steps []string
 	// Force rebuilds even when the built image has the same parent digest and steps.
 	Force bool
+	// Runner runs the steps; it is required. sandboxd's runs them in a build sandbox (its own
+	// user namespace, its network through the egress gateway); ChrootRunner runs them on the
+	// host, where no daemon runs (tests).
+	Runner StepRunner
+}
+
+// StepRunner runs the steps of a derived image's build in the root filesystem being made.
+type StepRunner interface {
+	// Start readies rootfs, the copy of its parent that becomes image name, for steps. The
+	// progress writer takes what the runner has to say (stages, warnings).
+	Start(ctx context.Context, name, rootfs string, progress io.Writer) (StepSession, error)
+}
+
+// StepSession runs steps in one root filesystem until Close.
+type StepSession interface {
+	// Run runs script with /bin/sh -ec as root in /, with env over the runner's own (the
+	// caller's values win), stdin empty and stdout and stderr to out, and returns its exit code
+	// (128+N for signal N). err is for a step that could not run or was cancelled, never for
+	// a step that ran and failed.
+	Run(ctx context.Context, script string, env []string, out io.Writer) (code int, err error)
+	// Close ends every process the session started and removes what Start made (mounts,
+	// sandbox, cgroup); rootfs stays.
+	Close(ctx context.Context) error
 }
 
 // derivedDigest identifies a derived image by what makes it: its parent's digest and its steps.

@@ -287,7 +287,7 @@ func TestDerive(t *testing.T) {
 
 	steps := []string{"echo made by step one > /made\necho output of step one", `echo "$GREETING" > /greeting; test -e /proc/self/status; test -c /dev/null`}
 	var progress progressLog
-	img, err := s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: steps}, &progress)
+	img, err := s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: steps, Runner: ChrootRunner{}}, &progress)
 	if err != nil {
 		t.Fatalf("derive: %v\n%s", err, &progress)
 	}
@@ -311,25 +311,25 @@ func TestDerive(t *testing.T) {
 		t.Errorf("the build left mounts:\n%s", ms)
 	}
 	// The same parent and steps: up to date; other steps: a new digest.
-	again, err := s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: steps}, io.Discard)
+	again, err := s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: steps, Runner: ChrootRunner{}}, io.Discard)
 	if err != nil || again.Path != img.Path {
 		t.Errorf("an unchanged derive built again (%v)", err)
 	}
-	other, err := s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: steps[:1]}, io.Discard)
+	other, err := s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: steps[:1], Runner: ChrootRunner{}}, io.Discard)
 	if err != nil || other.Digest == img.Digest {
 		t.Errorf("other steps kept the digest (%v)", err)
 	}
 
 	// A failing step fails the build and leaves the image as it was.
 	progress = progressLog{}
-	_, err = s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: []string{"echo about to fail; exit 3"}}, &progress)
+	_, err = s.Derive(ctx, "child", DeriveOptions{From: "parent", Steps: []string{"echo about to fail; exit 3"}, Runner: ChrootRunner{}}, &progress)
 	if !errors.Is(err, ErrStepFailed) || !strings.Contains(err.Error(), "about to fail") {
 		t.Errorf("failing step: %v, want ErrStepFailed with its output", err)
 	}
 	if cur, err := s.Get("child"); err != nil || cur.Digest != other.Digest {
 		t.Errorf("a failed build changed the image: %v", err)
 	}
-	if _, err := s.Derive(ctx, "base", DeriveOptions{From: "parent", Steps: steps}, io.Discard); !errors.Is(err, ErrDefinitionName) {
+	if _, err := s.Derive(ctx, "base", DeriveOptions{From: "parent", Steps: steps, Runner: ChrootRunner{}}, io.Discard); !errors.Is(err, ErrDefinitionName) {
 		t.Errorf("derive as base: %v, want ErrDefinitionName", err)
 	}
 

@@ -279,7 +279,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.gateway, err = gateway.New(gateway.Config{
 		Routes:      d.cfg.GatewayRoutes,
 		Policy:      &gateway.AddrPolicy{Allow: d.cfg.EgressAllowCIDRs},
-		Audit:       egressAudit(d.egressLog, d.log),
+		Audit:       egressAudit(d.egressLog, d.log, d.buildEgressAudit),
 		Log:         d.log,
 		CA:          ca,
 		UpstreamCAs: d.cfg.GatewayUpstreamCAs,

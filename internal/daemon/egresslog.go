@@ -4,19 +4,26 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hiloop/hiloop/internal/egresslog"
 	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/sandbox"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// egressAudit is the gateway's Audit: every decision goes to the sandbox's audit log, and to the
-// daemon's log (refusals at info, the rest at debug).
-func egressAudit(l *egresslog.Log, log *slog.Logger) func(gateway.Record) {
+// egressAudit is the gateway's Audit: every decision goes to the sandbox's audit log (a build
+// sandbox's to build, see buildEgressAudit), and to the daemon's log (refusals at info, the
+// rest at debug).
+func egressAudit(l *egresslog.Log, log *slog.Logger, build func(gateway.Record)) func(gateway.Record) {
 	toLog := auditLog(log)
 	return func(r gateway.Record) {
 		toLog(r)
+		if strings.HasPrefix(r.SandboxID, sandbox.BuildIDPrefix) {
+			build(r)
+			return
+		}
 		if r.SandboxID != "" {
 			l.Add(r.SandboxID, egressRecord(r))
 		}

@@ -124,7 +124,7 @@ func (d *Daemon) buildImage(w http.ResponseWriter, r *http.Request) error {
 			return imageError(p.From, err)
 		}
 		return d.streamBuild(w, r, name, func(ctx context.Context, progress io.Writer) (images.Image, error) {
-			return d.images.Derive(ctx, name, images.DeriveOptions{From: p.From, Steps: p.Steps, Force: p.Force}, progress)
+			return d.images.Derive(ctx, name, images.DeriveOptions{From: p.From, Steps: p.Steps, Force: p.Force, Runner: buildRunner{d.sandboxes}}, progress)
 		})
 	}
 	known := false
@@ -135,7 +135,7 @@ func (d *Daemon) buildImage(w http.ResponseWriter, r *http.Request) error {
 		// A derived image builds again from what it recorded: its parent as it is now, its steps.
 		if img, err := d.images.Get(name); err == nil && img.Kind == images.KindDerived {
 			return d.streamBuild(w, r, name, func(ctx context.Context, progress io.Writer) (images.Image, error) {
-				return d.images.Derive(ctx, name, images.DeriveOptions{From: img.From, Steps: img.Steps, Force: p.Force}, progress)
+				return d.images.Derive(ctx, name, images.DeriveOptions{From: img.From, Steps: img.Steps, Force: p.Force, Runner: buildRunner{d.sandboxes}}, progress)
 			})
 		}
 		return api.Errorf(api.CodeImageNotFound, "no image definition named %q: `hiloop image list` shows the definitions; --from derives an image from another", name)

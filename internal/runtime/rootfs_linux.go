@@ -98,6 +98,37 @@ func mountRootfs(imageDir, layerDir string, base uint32, userns *os.File, hostna
 	return merged, nil
 }
 
+// mountWritableImage mounts imageDir itself, writable and idmapped with userns (see
+// Spec.WritableImage), at layerDir/merged and writes the sandbox's /etc files into it as
+// mountRootfs does. Through the mapping, what root inside writes is owned by host root on disk. There is no upper layer: the steps of an image
+// build change the image they run in, and nothing is left to apply afterwards.
+func mountWritableImage(imageDir, layerDir string, base uint32, userns *os.File, hostname, nameserver string, cas []byte) (string, error) {
+	if st, err := os.Stat(imageDir); err != nil {
+		return "", fmt.Errorf("image: %w", err)
+	} else if !st.IsDir() {
+		return "", fmt.Errorf("image %q is not a directory", imageDir)
+	}
+	if err := prepareLayerDir(layerDir, base); err != nil {
+		return "", err
+	}
+	merged := filepath.Join(layerDir, mergedName)
+	if err := unmountAll(merged); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(merged, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	// Written on disk, not through the mapping (where host root has no id to create files as):
+	// owned by host root, which is root inside.
+	if err := writeEtc(imageDir, 0, hostname, nameserver, cas); err != nil {
+		return "", err
+	}
+	if err := mountIDMappedAttr(imageDir, merged, userns, 0); err != nil {
+		return "", err
+	}
+	return merged, nil
+}
+
 // restrictHostView makes the host's view of a started sandbox's root filesystem nosuid and
 // nodev, so that a setuid binary or a device node written in the sandbox does nothing for a
 // host user who reaches layerDir/merged. It must run once the sandbox's mount namespace exists:

@@ -26,6 +26,12 @@ type Spec struct {
 	Hostname string
 	// ImageDir is the read-only lower layer (a rootfs directory).
 	ImageDir string
+	// WritableImage makes ImageDir itself the sandbox's root filesystem, writable, with no
+	// overlay: for an image build, whose steps change a copy of an image. It is idmapped like
+	// the workspace, so ids on disk are ids inside and what root inside writes belongs to host
+	// root on disk, as in any image. The runtime writes /etc/hostname, /etc/hosts and (with a
+	// Nameserver) /etc/resolv.conf into it; the caller puts back what it wants kept.
+	WritableImage bool
 	// LayerDir is a directory the runtime owns for this sandbox: upper, work and merged live here.
 	LayerDir string
 	// WorkspaceDir is a host directory bind-mounted at /workspace; empty means none. It is

@@ -158,7 +158,11 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	}
 	// Held until the sandbox runs in it: libcontainer joins it by its holder's path.
 	defer userns.Close()
-	if _, err := mountRootfs(s.ImageDir, s.LayerDir, s.IDBase, userns.File, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
+	mount := mountRootfs
+	if s.WritableImage {
+		mount = mountWritableImage
+	}
+	if _, err := mount(s.ImageDir, s.LayerDir, s.IDBase, userns.File, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
 	config, err := containerConfig(s, merged, userns.Path, r.cfg, cgroupName(r.cfg.StateDir, s.ID))

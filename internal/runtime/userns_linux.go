@@ -145,16 +145,21 @@ func (u *userNS) Close() {
 // mountIDMapped mounts a read-only copy of the directory src at target (which must exist),
 // with host ids shifted by userns's mapping.
 func mountIDMapped(src, target string, userns *os.File) error {
+	return mountIDMappedAttr(src, target, userns, unix.MOUNT_ATTR_RDONLY)
+}
+
+// mountIDMappedAttr is mountIDMapped with the mount attributes attr (besides idmap and nodev).
+func mountIDMappedAttr(src, target string, userns *os.File, attr uint64) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open_tree %s: %w", src, err)
 	}
 	defer unix.Close(fd)
-	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NODEV,
+	set := &unix.MountAttr{
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NODEV | attr,
 		Userns_fd: uint64(userns.Fd()),
 	}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, set); err != nil {
 		if errors.Is(err, unix.EINVAL) {
 			err = errNoIDMap
 		}

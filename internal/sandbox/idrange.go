@@ -107,7 +107,7 @@ func (m *Manager) assignIDBase(rec *store.Sandbox, save func(*store.Sandbox) err
 	if err != nil {
 		return err
 	}
-	if rec.IDBase, err = pickIDBase(recs, reserved); err != nil {
+	if rec.IDBase, err = pickIDBase(recs, m.withBuildBases(reserved)); err != nil {
 		return err
 	}
 	if err := save(rec); err != nil {

@@ -110,8 +110,9 @@ type Manager struct {
 	hostBudget HostBudget // nil: starts are not held to the host's kernel pools
 	admitMu    sync.Mutex // one start admitted at a time
 
-	idMu        sync.Mutex // one assignment of a host id range at a time (idrange.go)
-	hostIDFiles []string   // the host's ids and ranges no sandbox's range overlaps
+	idMu        sync.Mutex      // one assignment of a host id range at a time (idrange.go)
+	hostIDFiles []string        // the host's ids and ranges no sandbox's range overlaps
+	buildBases  map[uint32]bool // ranges running build sandboxes hold (build.go), under idMu
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time

@@ -141,7 +141,7 @@ type AuditRecord struct {
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
 	// Action is what happened: login_added, login_removed, login_refreshed,
-	// login_refresh_failed, harness_login_used, harness_refresh_answered.
+	// login_refresh_failed, harness_login_used, harness_refresh_answered, image_build_egress.
 	Action string `json:"action"`
 	// Provider is the login's provider.
 	Provider LoginProvider `json:"provider,omitempty"`
@@ -165,6 +165,10 @@ const (
 	// AuditHarnessRefreshAnswered: a harness asked to refresh its placeholder ChatGPT login,
 	// and the model route answered it itself (Message says whether it refused).
 	AuditHarnessRefreshAnswered = "harness_refresh_answered"
+	// AuditImageBuildEgress: the gateway's decision about a connection (or a refused DNS
+	// query) of an image build's steps; Sandbox is the build sandbox (build-NAME), Message the
+	// destination, the verdict and the bytes or the rule.
+	AuditImageBuildEgress = "image_build_egress"
 )
 
 // AuditRecordList is the answer of GET /v1/audit.
