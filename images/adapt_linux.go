@@ -27,8 +27,9 @@ const sudoersRule = "agent ALL=(ALL:ALL) NOPASSWD: ALL\n"
 // adapt makes an extracted container image a sandbox image: it refuses one without /bin/sh (a
 // sandbox runs commands through it), and adds the agent user and sudo, with a rule letting agent
 // run anything as root, where the image lacks them. It returns what it added, each also reported
-// as a stage; what it could not add is a warning in the progress.
-func adapt(ctx context.Context, rootfs string, lock *os.File, progress io.Writer) ([]string, error) {
+// as a stage; what it could not add is a warning in the progress. runner installs sudo (nil: it
+// is not installed).
+func adapt(ctx context.Context, name, rootfs string, runner StepRunner, progress io.Writer) ([]string, error) {
 	if !executable(rootfs, "/bin/sh") {
 		return nil, fmt.Errorf("%w: it has no /bin/sh, which a sandbox runs its commands with", ErrInvalidImage)
 	}
@@ -38,7 +39,7 @@ func adapt(ctx context.Context, rootfs string, lock *os.File, progress io.Writer
 		return nil, fmt.Errorf("add user %s: %w", agentName, err)
 	}
 	added = append(added, user...)
-	sudo, err := ensureSudo(ctx, rootfs, lock, progress)
+	sudo, err := ensureSudo(ctx, name, rootfs, runner, progress)
 	if err != nil {
 		return nil, fmt.Errorf("add sudo: %w", err)
 	}
@@ -142,18 +143,19 @@ var sudoInstalls = []struct{ program, script string }{
 	{"/usr/bin/yum", "yum install -y sudo && yum clean all"},
 }
 
-// ensureSudo installs sudo with the image's package manager when it has none (over the host's
-// network, as the definition builds do), then lets agent run anything as root.
-func ensureSudo(ctx context.Context, rootfs string, lock *os.File, progress io.Writer) ([]string, error) {
+// ensureSudo installs sudo with the image's package manager when it has none, through runner
+// (sandboxd's runs it in a build sandbox, behind the egress gateway: the image's own programs
+// never run as host root), then lets agent run anything as root.
+func ensureSudo(ctx context.Context, name, rootfs string, runner StepRunner, progress io.Writer) ([]string, error) {
 	var added []string
 	if !hasSudo(rootfs) {
 		installed := false
 		for _, in := range sudoInstalls {
-			if !executable(rootfs, in.program) {
+			if !executable(rootfs, in.program) || runner == nil {
 				continue
 			}
 			stage(progress, "the image has no sudo: installing it with %s", in.program)
-			if err := runSteps(ctx, ChrootRunner{}, "", rootfs, nil, []string{in.script}, progress); err != nil {
+			if err := runSteps(ctx, runner, name, rootfs, nil, []string{in.script}, progress); err != nil {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}

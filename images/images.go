@@ -305,6 +305,9 @@ func derivedDigest(parent string, steps []string) string {
 type ImportOptions struct {
 	// Force converts again even when the built image is of the same container image.
 	Force bool
+	// Runner installs sudo with the image's package manager where the image has none (see
+	// DeriveOptions.Runner); nil adds none, with a warning.
+	Runner StepRunner
 }
 
 // PullOptions changes what Store.Pull does.
@@ -313,6 +316,8 @@ type PullOptions struct {
 	Force bool
 	// Auth logs in to the registry; nil pulls anonymously.
 	Auth authn.Authenticator
+	// Runner is as ImportOptions.Runner.
+	Runner StepRunner
 }
 
 // Store holds built images as <Dir>/<name>/image.json plus the rootfs directory it names.

@@ -35,7 +35,7 @@ func (s *Store) Import(ctx context.Context, name, archive string, opts ImportOpt
 		return Image{}, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 	}
 	defer cleanup()
-	return s.convert(ctx, name, img, meta{Kind: KindImported}, opts.Force, progress)
+	return s.convert(ctx, name, img, meta{Kind: KindImported}, opts.Force, opts.Runner, progress)
 }
 
 // Pull makes image name from the container image ref in a registry (for the host's platform).
@@ -56,7 +56,7 @@ func (s *Store) Pull(ctx context.Context, name, ref string, opts PullOptions, pr
 	if err != nil {
 		return Image{}, fmt.Errorf("%w: pull %s: %w", ErrRegistry, r.Name(), err)
 	}
-	return s.convert(ctx, name, img, meta{Kind: KindPulled, Ref: r.Name()}, opts.Force, progress)
+	return s.convert(ctx, name, img, meta{Kind: KindPulled, Ref: r.Name()}, opts.Force, opts.Runner, progress)
 }
 
 // parseRef parses an image reference; a registry on the loopback is reached over plain HTTP
@@ -78,7 +78,7 @@ const convertVersion = "1"
 // and its ENV and WORKDIR kept as the exec defaults. An image without /bin/sh is refused. The
 // digest is the container image's config digest (its image id) and convertVersion's: the same
 // image imported or pulled again is up to date.
-func (s *Store) convert(ctx context.Context, name string, img v1.Image, m meta, force bool, progress io.Writer) (Image, error) {
+func (s *Store) convert(ctx context.Context, name string, img v1.Image, m meta, force bool, runner StepRunner, progress io.Writer) (Image, error) {
 	readErr := ErrInvalidImage
 	if m.Kind == KindPulled {
 		readErr = ErrRegistry // layers are fetched as they are read
@@ -122,7 +122,7 @@ func (s *Store) convert(ctx context.Context, name string, img v1.Image, m meta, 
 		if st.skipped > 0 {
 			fmt.Fprintf(progress, "W: skipped %d device and fifo files: a sandbox has its own /dev\n", st.skipped)
 		}
-		added, err := adapt(ctx, rootfs, lock, progress)
+		added, err := adapt(ctx, name, rootfs, runner, progress)
 		if err != nil {
 			return meta{}, err
 		}

@@ -193,7 +193,7 @@ func (d *Daemon) importImage(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.CodeBadRequest, "read the archive: %v", err)
 	}
 	return d.streamBuild(w, r, name, func(ctx context.Context, progress io.Writer) (images.Image, error) {
-		return d.images.Import(ctx, name, f.Name(), images.ImportOptions{Force: force}, progress)
+		return d.images.Import(ctx, name, f.Name(), images.ImportOptions{Force: force, Runner: buildRunner{d.sandboxes}}, progress)
 	})
 }
 
@@ -213,7 +213,7 @@ func (d *Daemon) pullImage(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkUserImageName(name); err != nil {
 		return err
 	}
-	opts := images.PullOptions{Force: p.Force, Auth: authn.Anonymous}
+	opts := images.PullOptions{Force: p.Force, Auth: authn.Anonymous, Runner: buildRunner{d.sandboxes}}
 	if a := p.Auth; a != nil {
 		opts.Auth = authn.FromConfig(authn.AuthConfig{Username: a.Username, Password: a.Password,
 			IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken})
