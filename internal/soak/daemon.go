@@ -73,7 +73,10 @@ func (d *Daemon) Start(ctx context.Context) error {
 		argv = append([]string{"prlimit", "--nofile=" + n + ":" + n, "--"}, argv...)
 	}
 	argv = append(argv, "--data-dir", d.DataDir(), "--socket", d.Socket(), "--images-dir", d.ImagesDir,
-		"--init-path", d.InitPath, "--log-level", "info")
+		"--init-path", d.InitPath, "--log-level", "info",
+		// The soak's sandboxes and forks promise more than a test machine's disk; the budget is
+		// storage_budget.txtar's to test.
+		"--overcommit", "100")
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), d.Env...)

@@ -74,6 +74,16 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(base)
+	// The sandbox's root, an unprivileged host id in its user namespace, passes through it to
+	// its root filesystem.
+	if err := os.Mkdir(filepath.Join(base, "layers"), 0o711); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.Chmod(base, 0o711); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	testBase = base
 	initPath := filepath.Join(base, "hiloop-init")
 	cmd := exec.Command("go", "build", "-o", initPath, "github.com/hiloop/hiloop/cmd/hiloop-init")
@@ -104,6 +114,8 @@ func testMain(m *testing.M) int {
 	err = rt.Start(ctx, runtime.Spec{
 		ID: boxID, Hostname: boxName, ImageDir: img.Path, WorkspaceDir: ws,
 		LayerDir: filepath.Join(base, "layers", boxID), CPUs: 2, MemoryMB: 512,
+		// A range of its own, far above those other tests' runtimes hand out.
+		IDBase: 1 << 30,
 	})
 	// Never delete through the sandbox's mounts: stop it first, whatever happened.
 	defer func() { _ = rt.Stop(context.Background(), boxID, time.Second) }()
