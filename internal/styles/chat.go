@@ -40,6 +40,18 @@ type Chat struct {
 	StatusBold lipgloss.Style // the sandbox's name in the status bar
 	Note       lipgloss.Style // a transient note above the input
 	Rule       lipgloss.Style // the line between transcript and input
+
+	// The agent's markdown. With colour off the renderer marks emphasis, strong and struck text
+	// with their markdown delimiters instead, so meaning never rides on these alone.
+	Heading lipgloss.Style // a heading, "#" marks included
+	Emph    lipgloss.Style
+	Strong  lipgloss.Style // strong text and a table's header row
+	Strike  lipgloss.Style
+	Code    lipgloss.Style // inline code and code blocks
+	Link    lipgloss.Style // a link's text
+	URL     lipgloss.Style // a link's address, printed after its text
+	Quote   lipgloss.Style // the bar before a block quote's lines
+	Border  lipgloss.Style // thematic breaks and a table's rules
 }
 
 // NewChat returns the chat's styles from the palette, coloured or plain. Colours the palette has
@@ -54,6 +66,8 @@ func NewChat(colour bool) Chat {
 			PlanDone: plain, PlanActive: plain, PlanTodo: plain, Notice: plain, Error: plain,
 			TurnEnd: plain, Muted: plain, Permission: plain, Selected: plain, Key: plain,
 			Status: plain, StatusBold: plain, Note: plain, Rule: plain,
+			Heading: plain, Emph: plain, Strong: plain, Strike: plain, Code: plain, Link: plain,
+			URL: plain, Quote: plain, Border: plain,
 		}
 	}
 	fg := func(c color.Color) lipgloss.Style { return plain.Foreground(c) }
@@ -88,5 +102,14 @@ func NewChat(colour bool) Chat {
 		StatusBold: plain.Reverse(true).Bold(true),
 		Note:       fg(ColorWarning),
 		Rule:       fg(ColorMuted).Faint(true),
+		Heading:    fg(ColorAccent).Bold(true),
+		Emph:       plain.Italic(true),
+		Strong:     plain.Bold(true),
+		Strike:     plain.Strikethrough(true),
+		Code:       fg(ColorNotice),
+		Link:       fg(ColorAccent),
+		URL:        fg(ColorMuted),
+		Quote:      fg(ColorMuted),
+		Border:     fg(ColorMuted),
 	}
 }

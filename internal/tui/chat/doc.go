@@ -7,7 +7,7 @@
 // # Transcript
 //
 // One entry per logical item: a prompt; an agent message (consecutive chunks merged, rendered as
-// markdown with glamour); a thought (dimmed, collapsed to two lines); a tool call (kind, title,
+// markdown, see below); a thought (dimmed, collapsed to two lines); a tool call (kind, title,
 // status, its output and ACP diffs as a unified diff, collapsed to a few lines, updated in
 // place by its tool_call_updates); the turn's plan (a checklist replaced in place); a
 // permission request and its decision with who answered; notices; errors; and a marker when a
@@ -18,9 +18,21 @@
 // Each entry caches its lines for one (width, version, expanded) and the window renders only
 // the entries it shows, walking back from the bottom: opening a long session costs the
 // decoding of its events plus one screen. A streaming message sends only the text up to its
-// last paragraph break (outside a code fence) through glamour, once per break; the paragraph
-// being written is wrapped as plain text, and the whole message is rendered as markdown when
-// it ends.
+// last paragraph break (outside a code fence) through the markdown renderer, once per break; the
+// paragraph being written is wrapped as plain text, and the whole message is rendered as
+// markdown when it ends.
+//
+// # Markdown
+//
+// goldmark parses the agent's text (CommonMark with GitHub's tables, strikethrough, task lists
+// and bare links) and markdown.go lays it out: paragraphs word-wrapped at the width, headings
+// with their "#" marks, lists with hanging indents, block quotes behind a bar, code blocks
+// indented by two and cut (not wrapped at words) at the width, without syntax highlighting,
+// tables in columns as wide as their cells (the widest shrunk and wrapped until the table
+// fits), a link's text followed by its address. Styles come from internal/styles; with colour
+// off no line holds an escape sequence and emphasis, strong and struck text keep their
+// delimiters. Nothing here pulls in a highlighter: a highlighter's package initialisation runs
+// in every hiloop command, chat or not.
 //
 // # Keys
 //

@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	"charm.land/glamour/v2"
-	glamourstyles "charm.land/glamour/v2/styles"
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
@@ -24,9 +22,6 @@ const (
 // renderer turns entries into lines of at most a given width.
 type renderer struct {
 	st styles.Chat
-
-	mdWidth int
-	md      *glamour.TermRenderer
 }
 
 // lines returns e's lines at width w, from its cache when nothing changed.
@@ -77,7 +72,7 @@ func turnEndText(r api.StopReason) string {
 }
 
 // message renders agent text as markdown. While it streams, the text up to its last paragraph
-// break outside a code fence goes through glamour piece by piece: each piece once, when a break
+// break outside a code fence is rendered as markdown piece by piece: each piece once, when a break
 // ends it, its lines appended to those before. The paragraph being written is wrapped as plain
 // text. So a chunk costs a wrap of one paragraph, and the whole message is rendered as markdown
 // once, when it ends (pieces rendered apart may differ a little from the whole: a reference
@@ -132,55 +127,6 @@ func stableCut(text string) int {
 		}
 	}
 	return cut
-}
-
-// markdown renders text with glamour at width w, without its margins and blank edges. With
-// colour off the result is stripped of every escape sequence.
-func (r *renderer) markdown(text string, w int) []string {
-	if strings.TrimSpace(text) == "" {
-		return nil
-	}
-	if r.md == nil || r.mdWidth != w {
-		r.md, r.mdWidth = newMarkdown(w, r.st.Colour), w
-	}
-	var out string
-	var err error
-	if r.md != nil {
-		out, err = r.md.Render(text)
-	}
-	if r.md == nil || err != nil {
-		return wrap(text, w)
-	}
-	lines := strings.Split(out, "\n")
-	for i, l := range lines {
-		if !r.st.Colour {
-			l = ansi.Strip(l)
-		}
-		lines[i] = strings.TrimRight(l, " ")
-	}
-	for len(lines) > 0 && ansi.Strip(lines[0]) == "" {
-		lines = lines[1:]
-	}
-	for len(lines) > 0 && ansi.Strip(lines[len(lines)-1]) == "" {
-		lines = lines[:len(lines)-1]
-	}
-	return lines
-}
-
-func newMarkdown(w int, colour bool) *glamour.TermRenderer {
-	cfg := glamourstyles.ASCIIStyleConfig
-	if colour {
-		cfg = glamourstyles.DarkStyleConfig
-		cfg.Document.Color = nil // the terminal's own foreground, light or dark
-	}
-	var zero uint
-	cfg.Document.Margin = &zero
-	cfg.Document.BlockPrefix, cfg.Document.BlockSuffix = "", ""
-	md, err := glamour.NewTermRenderer(glamour.WithStyles(cfg), glamour.WithWordWrap(w))
-	if err != nil {
-		return nil
-	}
-	return md
 }
 
 func (r *renderer) thought(e *entry, w int) []string {
