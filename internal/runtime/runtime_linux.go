@@ -44,6 +44,10 @@ type Config struct {
 type Runtime struct {
 	cfg   Config
 	locks sync.Map // id → *sync.Mutex
+	// Where the sandboxes' oom_kill counters are (oomFile), found once.
+	oomOnce            sync.Once
+	oomParent, oomBase string
+	oomErr             error
 }
 
 // Start waits at most this long for a new sandbox's init to answer when ctx has no deadline.
