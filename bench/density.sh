@@ -72,12 +72,12 @@ rss0=$(daemon_stat VmRSS)
 echo "creating $N sandboxes, $PAR at a time (--overcommit $overcommit)"
 t0=$(date +%s.%N)
 seq -f "d%04g" "$N" | xargs -P "$PAR" -I{} $hiloop sandbox create {} --image "$IMAGE" \
-	--workspace-gib "$WS_GIB" --rootfs-gib "$ROOTFS_GIB" --memory-mb "$MEMORY_MB" >"$work/create.log" 2>&1 || true
+	--workspace-gib "$WS_GIB" --rootfs-gib "$ROOTFS_GIB" --memory-mb "$MEMORY_MB" >/dev/null 2>"$work/create.log" || true
 t1=$(date +%s.%N)
 create_s=$(echo "$t1 - $t0" | bc)
 made=$(my_inits | wc -l)
 echo "created $made in ${create_s}s"
-[ "$made" -eq "$N" ] || { echo "only $made of $N sandboxes run:"; grep -v '^d[0-9]*$' "$work/create.log" | sort | uniq -c | head; }
+[ "$made" -eq "$N" ] || { echo "only $made of $N sandboxes run:"; sort "$work/create.log" | uniq -c | sort -rn | head; }
 
 sleep 5 # let the starts' transient allocations settle
 avail1=$(kib MemAvailable) slab1=$(kib SUnreclaim) loops1=$(loops) mounts1=$(mounts) inodes1=$(inodes)
