@@ -43,6 +43,8 @@ const (
 	udpMinSize = 512
 	ednsSize   = 1232
 	tcpMaxSize = 65535
+	// udpQueryMax is the largest query read over UDP.
+	udpQueryMax = 4096
 
 	// rcodeBadVers is EDNS's extended RCODE for an EDNS version the server does not speak
 	// (RFC 6891 section 6.1.3).
@@ -112,7 +114,9 @@ func (r *Resolver) ServeUDP(pc net.PacketConn) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	buf := make([]byte, 1<<16)
+	// A query is a question, a few hundred bytes; one past this buffer arrives cut and fails to
+	// parse. 64 KiB here was 60 KiB of sandboxd's heap per running sandbox.
+	buf := make([]byte, udpQueryMax)
 	var backoff time.Duration
 	for {
 		n, from, err := pc.ReadFrom(buf)

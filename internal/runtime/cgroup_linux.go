@@ -113,6 +113,29 @@ func cgroupPids(paths map[string]string) ([]int, error) {
 	return slices.Compact(pids), nil
 }
 
+// oomFile returns the file holding sandbox id's oom_kill counter. Every sandbox's cgroup is a
+// sibling of the others (see cgroupManager), so their parent is found once: a cgroup manager
+// per call parses /proc/self/cgroup on cgroup v1, which made up a fifth of a list's cost.
+func (r *Runtime) oomFile(id string) (string, error) {
+	r.oomOnce.Do(func() {
+		name := cgroupName(r.cfg.StateDir, "oom")
+		m, err := cgroupManager(name)
+		if err != nil {
+			r.oomErr = err
+			return
+		}
+		dir, base := m.Path("memory"), "memory.oom_control"
+		if cgroups.IsCgroup2UnifiedMode() {
+			dir, base = m.Path(""), "memory.events"
+		}
+		r.oomParent, r.oomBase = filepath.Dir(dir), base
+	})
+	if r.oomErr != nil {
+		return "", r.oomErr
+	}
+	return filepath.Join(r.oomParent, cgroupName(r.cfg.StateDir, id), r.oomBase), nil
+}
+
 // OOMKills returns how many processes of sandbox id the kernel has killed for its memory limit
 // since the sandbox started (its cgroup's oom_kill counter: memory.events on cgroup v2,
 // memory.oom_control on v1).
@@ -120,13 +143,9 @@ func (r *Runtime) OOMKills(id string) (uint64, error) {
 	if err := validID(id); err != nil {
 		return 0, err
 	}
-	m, err := cgroupManager(cgroupName(r.cfg.StateDir, id))
+	file, err := r.oomFile(id)
 	if err != nil {
 		return 0, err
-	}
-	file := filepath.Join(m.Path("memory"), "memory.oom_control")
-	if cgroups.IsCgroup2UnifiedMode() {
-		file = filepath.Join(m.Path(""), "memory.events")
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {

@@ -5,14 +5,11 @@ package volume
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 )
 
 // Layers keeps the writable root of every running sandbox (the overlay's upper layer) on a
@@ -34,9 +31,8 @@ import (
 // are built without XFS quota (and ext4's needs QFMT_V2, also missing), and an empty ext4
 // without a journal mounts in ~2 ms where an XFS takes ~6 ms (measured on a clone of each).
 type Layers struct {
-	x         *XFS
-	mkfs      string     // mkfs.ext4
-	templates sync.Mutex // making a template
+	x    *XFS
+	mkfs string // mkfs.ext4
 }
 
 // LayerInodesPerGiB is the number of inodes a root layer has per GiB of its size (one per 16
@@ -59,9 +55,6 @@ func NewLayers(dir string) (*Layers, error) {
 	// noinit_itable: the inode tables of a layer are never zeroed behind its back (a
 	// throwaway filesystem needs no fsck safety net, and the writes would cost the host).
 	x.fsType, x.fsData = "ext4", "noinit_itable"
-	if err := os.MkdirAll(filepath.Join(x.dir, "templates"), 0o700); err != nil {
-		return nil, fmt.Errorf("root layers: %w", err)
-	}
 	// Unlike a workspace, a root layer is reached by the sandbox's own root, an unprivileged
 	// host id, as it pivots into its root filesystem: the pool and mnt let every id pass (not
 	// list), and the runtime gives each layer's root to the sandbox alone (0710). The images
@@ -96,7 +89,7 @@ func (l *Layers) Fresh(ctx context.Context, id string, sizeGiB int) (string, err
 		return "", err
 	}
 	img := l.x.image(id)
-	if err := l.clone(ctx, tmpl, img); err != nil {
+	if err := l.x.cloneTemplate(ctx, tmpl, img); err != nil {
 		return "", fmt.Errorf("root layer %s: %w", id, err)
 	}
 	mnt, err := l.x.mount(id)
@@ -107,70 +100,19 @@ func (l *Layers) Fresh(ctx context.Context, id string, sizeGiB int) (string, err
 	return mnt, nil
 }
 
-// clone makes img a copy of the template tmpl: a reflink clone where the pool can, else a
-// sparse copy (an empty layer holds a few MiB). Unlike a volume's copy it is not fsynced: a
-// crash loses a layer that the next start replaces anyway.
-func (l *Layers) clone(ctx context.Context, tmpl, img string) error {
-	in, err := os.Open(tmpl)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(img, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, _, err = l.x.fill(ctx, out, in, "", nil)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(img)
-	}
-	return err
-}
-
 // template returns the empty filesystem of sizeGiB that layers are cloned from, formatting it
-// the first time (under a temporary name, so a crash never leaves a half-made one).
+// the first time.
 func (l *Layers) template(ctx context.Context, sizeGiB int) (string, error) {
-	l.templates.Lock()
-	defer l.templates.Unlock()
-	path := filepath.Join(l.x.dir, "templates", strconv.Itoa(sizeGiB)+".img")
-	if _, err := os.Stat(path); err == nil {
-		return path, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	tmp := path + ".creating"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return "", err
-	}
-	err = f.Truncate(int64(sizeGiB) << 30)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
+	return l.x.template(ctx, strconv.Itoa(sizeGiB), sizeGiB, func(ctx context.Context, img string) error {
 		// No journal, no reserve for root (root in the sandbox is whom it would serve), the
 		// inode tables left for the kernel to initialise as it uses them.
 		cmd := exec.CommandContext(ctx, l.mkfs, "-q", "-F", "-O", "^has_journal", "-m", "0",
-			"-N", strconv.Itoa(sizeGiB*LayerInodesPerGiB), "-E", "lazy_itable_init=1,nodiscard", tmp)
-		if out, cerr := cmd.CombinedOutput(); cerr != nil {
-			err = fmt.Errorf("mkfs.ext4: %w: %s", cerr, bytes.TrimSpace(out))
+			"-N", strconv.Itoa(sizeGiB*LayerInodesPerGiB), "-E", "lazy_itable_init=1,nodiscard", img)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("mkfs.ext4: %w: %s", err, bytes.TrimSpace(out))
 		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("template of %d GiB: %w", sizeGiB, err)
-	}
-	syncDir(filepath.Dir(path))
-	return path, nil
+		return nil
+	})
 }
 
 // Drop unmounts and deletes sandbox id's root layer, giving its room back; a missing layer is

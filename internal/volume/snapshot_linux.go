@@ -69,7 +69,7 @@ func (x *XFS) Snapshot(ctx context.Context, id, snapID string, progress Progress
 		}
 		return SnapshotInfo{}, err
 	}
-	_, mounted, err := mountinfo.At(mnt)
+	mounted, err := mountinfo.Mounted(mnt)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -273,7 +273,7 @@ func (x *XFS) Restore(ctx context.Context, id, snapID string, progress Progress)
 	if err != nil {
 		return Info{}, err
 	}
-	if _, mounted, err := mountinfo.At(mnt); err != nil {
+	if mounted, err := mountinfo.Mounted(mnt); err != nil {
 		return Info{}, err
 	} else if mounted {
 		return Info{}, fmt.Errorf("volume %s is mounted: unmount it to restore it: %w", id, ErrBusy)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -52,8 +53,9 @@ type XFS struct {
 	// clone makes dst share src's blocks (FICLONE); nil where the filesystem cannot, and then
 	// copies are sparse copies. Tests replace it to exercise the fallback.
 	clone     func(dst, src *os.File) error
-	locks     idLocks // by volume id
-	snapLocks idLocks // by snapshot id; taken after a volume's lock, never before
+	locks     idLocks    // by volume id
+	snapLocks idLocks    // by snapshot id; taken after a volume's lock, never before
+	templates sync.Mutex // making a template (template_linux.go)
 }
 
 var (
@@ -257,36 +259,36 @@ func (x *XFS) Create(ctx context.Context, id string, sizeGiB int, uid, gid int) 
 		return Info{}, fmt.Errorf("volume %s: %w", id, err)
 	}
 
-	// Format under a temporary name and rename: a crash leaves either nothing or a .creating file
-	// that List reports and Delete removes, never a half-formatted <id>.img.
+	// Made under a temporary name and renamed: a crash leaves either nothing or a .creating
+	// file that List reports and Delete removes, never a half-made <id>.img.
 	tmp := img + ".creating"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return Info{}, err
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(tmp)
+	// A reflink of an empty filesystem of this size and owner, formatted once (see template).
+	format := func(ctx context.Context, img string) error { return x.format(ctx, img, uid, gid) }
+	made := false
+	if x.clone != nil {
+		tmpl, err := x.template(ctx, fmt.Sprintf("xfs-%d-%d-%d", sizeGiB, uid, gid), sizeGiB, format)
+		if err != nil {
+			return Info{}, fmt.Errorf("volume %s: %w", id, err)
 		}
-	}()
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return Info{}, fmt.Errorf("volume %s: %w", id, err)
+		switch err := x.reflinkTemplate(tmpl, tmp); {
+		case err == nil:
+			made = true
+		case !cloneUnsupported(err):
+			return Info{}, fmt.Errorf("volume %s: %w", id, err)
+		}
 	}
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return Info{}, fmt.Errorf("volume %s: size image: %w", id, err)
-	}
-	if err := x.format(ctx, tmp, uid, gid); err != nil {
-		return Info{}, fmt.Errorf("volume %s: %w", id, err)
+	if !made {
+		if err := makeImage(ctx, tmp, sizeGiB, format); err != nil {
+			return Info{}, fmt.Errorf("volume %s: %w", id, err)
+		}
 	}
 	if err := os.Rename(tmp, img); err != nil {
+		os.Remove(tmp)
 		return Info{}, fmt.Errorf("volume %s: %w", id, err)
 	}
-	ok = true
 	syncDir(x.dir)
 	return x.info(id)
 }
@@ -344,7 +346,7 @@ func (x *XFS) mountImage(id, img, mnt string) (string, error) {
 		}
 		return "", err
 	}
-	if _, mounted, err := mountinfo.At(mnt); err != nil {
+	if mounted, err := mountinfo.Mounted(mnt); err != nil {
 		return "", err
 	} else if mounted {
 		return mnt, nil
@@ -449,7 +451,7 @@ func (x *XFS) unmount(ctx context.Context, id string) error {
 // unmountImage unmounts mnt and makes sure no loop device holds img (see mountImage).
 func (x *XFS) unmountImage(ctx context.Context, id, img, mnt string) error {
 	for tries := 0; ; tries++ {
-		_, mounted, err := mountinfo.At(mnt)
+		mounted, err := mountinfo.Mounted(mnt)
 		if err != nil {
 			return err
 		}
