@@ -5,11 +5,16 @@ package volume
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/mountinfo"
 )
 
 // Layers keeps the writable root of every running sandbox (the overlay's upper layer) on a
@@ -128,6 +133,9 @@ func (l *Layers) Drop(ctx context.Context, id string) error {
 }
 
 func (l *Layers) drop(ctx context.Context, id string) error {
+	if err := unmountInside(l.x.mountpoint(id)); err != nil {
+		return fmt.Errorf("root layer %s: %w", id, err)
+	}
 	if err := l.x.unmount(ctx, id); err != nil {
 		return fmt.Errorf("root layer %s: %w", id, err)
 	}
@@ -149,3 +157,27 @@ func (l *Layers) HeldBytes() (int64, error) { return l.x.HeldBytes() }
 // Close releases the pool's mounts once no layer is mounted (see XFS.Close): a daemon that
 // leaves sandboxes running keeps them, with an error wrapping ErrBusy.
 func (l *Layers) Close() error { return l.x.Close() }
+
+// unmountInside unmounts what is mounted below mnt, deepest first, detaching lazily what
+// something still holds. The runtime mounts a sandbox's overlay, and the image under it, inside
+// the layer; a daemon killed between those mounts and their unmounts leaves them there, and the
+// layer's own unmount would then fail as busy at every later start, stop and delete.
+func unmountInside(mnt string) error {
+	points, err := mountinfo.Under(mnt) // deepest first
+	if err != nil {
+		return err
+	}
+	for _, p := range points {
+		if p == mnt {
+			continue
+		}
+		err := unix.Unmount(p, unix.UMOUNT_NOFOLLOW)
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
+}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
 
@@ -152,6 +153,52 @@ func TestLayersBoundAndFresh(t *testing.T) {
 	}
 	if err := l.Drop(ctx, "sb1"); err != nil {
 		t.Fatalf("drop again: %v", err)
+	}
+}
+
+// A daemon killed while the runtime was mounting a sandbox's overlay leaves the image's mount
+// (lower) and the overlay (merged) inside the layer: the next start, stop or delete must still
+// get rid of the layer.
+func TestLayersDropAfterCrashedMounts(t *testing.T) {
+	l := newTestLayers(t)
+	ctx := context.Background()
+	image := t.TempDir()
+	for _, id := range []string{"fresh", "drop"} {
+		dir, err := l.Fresh(ctx, id, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lower, merged := filepath.Join(dir, "lower"), filepath.Join(dir, "merged")
+		for _, d := range []string{lower, merged, filepath.Join(dir, "upper"), filepath.Join(dir, "work")} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := unix.Mount(image, lower, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		data := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower, dir, dir)
+		if err := unix.Mount("overlay", merged, "overlay", 0, data); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(merged, "f"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	dir, err := l.Fresh(ctx, "fresh", 1)
+	if err != nil {
+		t.Fatalf("fresh layer over a crashed one: %v", err)
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 1 {
+		t.Fatalf("fresh layer holds %v (err %v), want only lost+found", entries, err)
+	}
+	if err := l.Drop(ctx, "drop"); err != nil {
+		t.Fatalf("drop a crashed layer: %v", err)
+	}
+	assertReleased(t, l.x, "drop")
+	if points, err := mountinfo.Under(l.x.mountpoint("drop")); err != nil || len(points) > 0 {
+		t.Fatalf("left mounted: %v (err %v)", points, err)
 	}
 }
 
