@@ -38,7 +38,9 @@ func (c *conn) Read(b []byte) (int, error) {
 	if oobn > 0 {
 		c.keep(c.oob[:oobn])
 	}
-	return n, err
+	// ReadMsgUnix passes on recvmsg's -1 with an error (a deadline, a reset); Read must not:
+	// a bufio.Reader panics at a negative count.
+	return max(n, 0), err
 }
 
 // keep adopts the descriptors in a control message. A client that sends more than MaxFiles,

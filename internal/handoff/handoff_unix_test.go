@@ -3,11 +3,13 @@
 package handoff
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // serve accepts one connection on a Listen listener, reads n bytes of it and returns it.
@@ -122,5 +124,25 @@ func TestEligible(t *testing.T) {
 	defer zero.Close()
 	if !Eligible(null) || Eligible(dir) || Eligible(zero) {
 		t.Fatalf("eligible: /dev/null %v (want true), a directory %v, /dev/zero %v (want false)", Eligible(null), Eligible(dir), Eligible(zero))
+	}
+}
+
+// TestReadErrorCount: a blocked read cut short (here by a deadline set while it waits, as
+// http.Server and websocket cut theirs) returns a count of zero, never recvmsg's -1, which a
+// bufio.Reader panics at.
+func TestReadErrorCount(t *testing.T) {
+	addr, got := serve(t, 0)
+	c, err := net.Dial("unix", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sc := <-got
+	defer sc.Close()
+	cut := time.AfterFunc(50*time.Millisecond, func() { _ = sc.SetReadDeadline(time.Now()) })
+	defer cut.Stop()
+	n, err := sc.Read(make([]byte, 8))
+	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past its deadline: n=%d, err %v; want 0 and a deadline error", n, err)
 	}
 }
