@@ -63,12 +63,22 @@ func takeHandoff(r *http.Request) execHandoff {
 // offset moves on as the client's writes would move it; /dev/null is kept as it is too. Any
 // other device is refused.
 func adoptHandoff(f *os.File, write bool) *os.File {
-	var st unix.Stat_t
+	var (
+		st unix.Stat_t
+		fl int
+	)
 	rc, err := f.SyscallConn()
 	if err == nil {
-		_ = rc.Control(func(fd uintptr) { err = unix.Fstat(int(fd), &st) })
+		_ = rc.Control(func(fd uintptr) {
+			if err = unix.Fstat(int(fd), &st); err == nil {
+				fl, err = unix.FcntlInt(fd, unix.F_GETFL, 0)
+			}
+		})
 	}
-	if err != nil {
+	// The daemon uses a descriptor only the way the client opened it: a reopened pipe as well,
+	// or a client could have root open for writing a named pipe it may only read.
+	acc := fl & unix.O_ACCMODE
+	if err != nil || (write && acc == unix.O_RDONLY) || (!write && acc == unix.O_WRONLY) {
 		f.Close()
 		return nil
 	}
@@ -96,13 +106,6 @@ func adoptHandoff(f *os.File, write bool) *os.File {
 	case unix.S_IFREG, unix.S_IFCHR:
 		if st.Mode&unix.S_IFMT == unix.S_IFCHR && !handoff.IsNull(st) {
 			break
-		}
-		var fl int
-		_ = rc.Control(func(fd uintptr) { fl, err = unix.FcntlInt(fd, unix.F_GETFL, 0) })
-		acc := fl & unix.O_ACCMODE
-		if err != nil || (write && acc == unix.O_RDONLY) || (!write && acc == unix.O_WRONLY) {
-			f.Close()
-			return nil
 		}
 		return f
 	}
