@@ -3,8 +3,9 @@
 #   - `hiloop sandbox create` → first `exec true` (target: under 100 ms)
 #   - `hiloop sandbox exec x -- true` against `nsenter -t PID -a true` (the floor) and OpenSSH's
 #     `ssh localhost true` (target: under half of OpenSSH's)
-#   - 1 GB of stdout and of stdin through `hiloop sandbox exec` on the unix socket (target: 1 GB/s
-#     each) against a pipe (the floor), two pipe hops and OpenSSH's `ssh localhost head -c`
+#   - 1 GB of stdout and of stdin through `hiloop sandbox exec` on the unix socket, where the CLI
+#     hands its pipes to the daemon (target: 1 GB/s each), and over TCP, where the data streams,
+#     against a pipe (the floor), two pipe hops and OpenSSH's `ssh localhost head -c`
 # and writes the tables into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_daemon
+api_port=$(free_ports 1)
+echo bench-token >"$work/token"
+start_daemon --listen "127.0.0.1:$api_port" --token-file "$work/token"
+tcp="env HILOOP_HOST=http://127.0.0.1:$api_port HILOOP_TOKEN=bench-token $hiloop"
 
 # A private sshd on loopback with a throwaway key: the reference.
 mkdir -p "$work/ssh"
@@ -57,12 +61,15 @@ hyperfine -N --runs "$RUNS" --warmup 3 --export-json "$work/exec.json" \
 	-n "ssh localhost true (OpenSSH)" "$ssh_cmd" >/dev/null
 
 # Throughput: SIZE bytes of zeros out of the sandbox and into it, beside the same bytes through
-# one and two pipes on the host and through OpenSSH (its default cipher).
+# one and two pipes on the host and through OpenSSH (its default cipher). Every command's stdout
+# is a pipe (--output=pipe), as the floor's is.
 SIZE=${SIZE:-1000000000}
 TRUNS=${TRUNS:-5}
-hyperfine -N --runs "$TRUNS" --warmup 1 --export-json "$work/tp.json" \
-	-n "hiloop sandbox exec x -- head -c 1GB /dev/zero (stdout)" "$hiloop sandbox exec bench -- head -c $SIZE /dev/zero" \
-	-n "head -c 1GB /dev/zero | hiloop sandbox exec -i x -- cat (stdin)" "bash -c 'head -c $SIZE /dev/zero | $hiloop sandbox exec -i bench -- sh -c \"cat >/dev/null\"'" \
+hyperfine -N --output=pipe --runs "$TRUNS" --warmup 1 --export-json "$work/tp.json" \
+	-n "hiloop sandbox exec x -- head -c 1GB /dev/zero (stdout, handed off)" "$hiloop sandbox exec bench -- head -c $SIZE /dev/zero" \
+	-n "head -c 1GB /dev/zero | hiloop sandbox exec -i x -- cat (stdin, handed off)" "bash -c 'head -c $SIZE /dev/zero | $hiloop sandbox exec -i bench -- sh -c \"cat >/dev/null\"'" \
+	-n "the same stdout over TCP (streamed)" "$tcp sandbox exec bench -- head -c $SIZE /dev/zero" \
+	-n "the same stdin over TCP (streamed)" "bash -c 'head -c $SIZE /dev/zero | $tcp sandbox exec -i bench -- sh -c \"cat >/dev/null\"'" \
 	-n "head -c 1GB /dev/zero | cat (a pipe: the floor)" "bash -c 'head -c $SIZE /dev/zero | cat >/dev/null'" \
 	-n "head -c 1GB /dev/zero | cat | cat (two pipe hops)" "bash -c 'head -c $SIZE /dev/zero | cat | cat >/dev/null'" \
 	-n "ssh localhost head -c 1GB /dev/zero (OpenSSH)" "$ssh_base head -c $SIZE /dev/zero" >/dev/null

@@ -70,7 +70,8 @@ func sandboxExecRun(ctx context.Context, f *Factory, opts *SandboxExecOptions) e
 	if err != nil {
 		return err
 	}
-	stdio := client.ExecIO{Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut}
+	// Pipes and files go to the daemon, which moves the command's data through them itself.
+	stdio := client.ExecIO{Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut, HandOff: true}
 	req := opts.Request
 	if req.TTY {
 		in, isFile := f.IO.In.(*os.File)

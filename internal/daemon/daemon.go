@@ -28,6 +28,7 @@ import (
 	"github.com/hiloop/hiloop/internal/egresslog"
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/handoff"
 	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/logins"
@@ -454,8 +455,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 		return err
 	}
 	unixMax, tcpMax := apiConnLimits()
-	servers := []*http.Server{{Handler: handler}}
-	listeners := []*connLimiter{newConnLimiter(unixLn, unixMax)}
+	// A local client may hand its stdio to an exec along with the request (internal/handoff).
+	servers := []*http.Server{{Handler: handler, ConnContext: withConn}}
+	listeners := []*connLimiter{newConnLimiter(handoff.Listen(unixLn), unixMax)}
 	if d.cfg.Listen != "" {
 		if d.cfg.Token == "" {
 			unixLn.Close()

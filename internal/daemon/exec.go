@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/hiloop/hiloop/internal/execflow"
 	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/splice"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -31,11 +33,14 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 	// Refuse before the upgrade where we can, so a plain HTTP error reaches the client. The
 	// record says enough: probing the init as `sandbox get` does cost more than the exec itself,
 	// and an init found gone by the exec fails it the same way.
+	handed := takeHandoff(r)
 	if err := d.sandboxes.CheckExec(name); err != nil {
+		handed.close()
 		return err
 	}
 	conn, err := websocket.Accept(streamWriter{w}, r, nil)
 	if err != nil {
+		handed.close()
 		return nil // Accept has answered the client already
 	}
 	defer conn.CloseNow()
@@ -43,7 +48,7 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 
 	s := &execStream{conn: conn}
-	exit, err := d.runExec(ctx, name, s)
+	exit, err := d.runExec(ctx, name, s, handed)
 	if err != nil {
 		var apiErr *api.Error
 		if !errors.As(err, &apiErr) {
@@ -58,8 +63,15 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// runExec reads the request, runs the process and pumps its streams until it ends.
-func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.ExecControl, error) {
+// runExec reads the request, runs the process and pumps its streams until it ends. It owns
+// handed: each file is closed by the pump that uses it, or here.
+func (d *Daemon) runExec(ctx context.Context, name string, s *execStream, handed execHandoff) (api.ExecControl, error) {
+	closeHanded := true
+	defer func() {
+		if closeHanded {
+			handed.close()
+		}
+	}()
 	typ, data, err := s.conn.Read(ctx)
 	if err != nil {
 		// The client's: it closed, or broke the protocol (an unmasked frame, say).
@@ -88,6 +100,8 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	if err != nil {
 		return api.ExecControl{}, err
 	}
+	handed.keep(req)
+	closeHanded = false
 	// With a client that speaks flow control, output waits for its credit and stdin goes
 	// through a queue, so that this end reads the socket continuously (keepalives pass) and a
 	// slow consumer at either end holds data back rather than blocking the socket.
@@ -98,7 +112,9 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 	ctx, lost := context.WithCancel(ctx)
 	defer lost()
 	f := execFlow{proc: proc}
-	started := api.ExecControl{Type: api.ControlStarted}
+	started := api.ExecControl{Type: api.ControlStarted, HandedOff: handed.names()}
+	// Waits on the client's pipes end with the exec (or with the client).
+	handed.stopWhen(ctx)
 	if req.Window > 0 {
 		f.credit = execflow.NewCredit(req.Window)
 		f.stdin = execflow.NewQueue(execStdinWindow)
@@ -111,6 +127,8 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 		if !req.TTY {
 			proc.Stdin().Close()
 		}
+	} else if in := handed[api.StreamStdin]; in != nil {
+		go feedHandedStdin(proc, in)
 	} else if f.stdin != nil {
 		go f.feedStdin(ctx, s)
 	}
@@ -143,8 +161,28 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream) (api.E
 			}
 		}()
 	}
-	pump(api.StreamStdout, proc.Stdout())
-	pump(api.StreamStderr, proc.Stderr())
+	// A stream handed off goes from the command's pipe into the client's own, spliced.
+	pumpTo := func(r io.Reader, out *os.File) {
+		pumps.Add(1)
+		go func() {
+			defer pumps.Done()
+			defer out.Close()
+			_, _ = io.Copy(out, r)
+		}()
+	}
+	for _, st := range []struct {
+		id byte
+		r  io.Reader
+	}{{api.StreamStdout, proc.Stdout()}, {api.StreamStderr, proc.Stderr()}} {
+		if out := handed[st.id]; out != nil && st.r != nil {
+			pumpTo(st.r, out)
+		} else {
+			if out != nil {
+				out.Close()
+			}
+			pump(st.id, st.r)
+		}
+	}
 
 	var timedOut, exited atomic.Bool
 	if req.TimeoutMS > 0 {
@@ -318,6 +356,19 @@ func (f *execFlow) feedStdin(ctx context.Context, s *execStream) {
 		return nil
 	})
 	f.proc.Stdin().Close()
+}
+
+// feedHandedStdin splices the client's handed-off stdin into the command's and closes the
+// command's at its end, or once the command stops reading (a broken pipe) or the exec is over
+// (its deadline, set by execHandoff.stopWhen).
+func feedHandedStdin(proc runtime.Process, in *os.File) {
+	defer in.Close()
+	defer proc.Stdin().Close()
+	if w, ok := proc.Stdin().(*os.File); ok {
+		_, _ = splice.Copy(w, in, nil)
+		return
+	}
+	_, _ = io.Copy(proc.Stdin(), in)
 }
 
 // DefaultExecKeepalive is how often an exec's client is pinged unless --exec-keepalive says.

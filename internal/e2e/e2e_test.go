@@ -143,6 +143,7 @@ func scriptParams(dir string) testscript.Params {
 			"sandboxpids": cmdSandboxPids,
 			"streamcheck": cmdStreamCheck,
 			"execwindow":  cmdExecWindow,
+			"exechandoff": cmdExecHandoff,
 			"capture":     cmdCapture,
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,

@@ -4,15 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
 )
 
 // cmdExecWindow: execwindow SANDBOX WINDOW CMD... runs CMD over the exec WebSocket as a client
@@ -67,4 +71,42 @@ func cmdExecWindow(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("exec failed: %v", c.Error)
 		}
 	}
+}
+
+// cmdExecHandoff: exechandoff SANDBOX IN OUT ERR CMD... runs CMD through pkg/client with
+// ExecIO.HandOff on the unix socket: stdin is the file IN, stdout a pipe this command copies
+// into the file OUT, stderr the file ERR (created). It prints the streams the daemon took as
+// descriptors and the exit code.
+func cmdExecHandoff(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 5 {
+		ts.Fatalf("usage: exechandoff SANDBOX IN OUT ERR CMD...")
+	}
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	c, err := client.New("unix://"+d.socket, "")
+	ts.Check(err)
+	in, err := os.Open(ts.MkAbs(args[1]))
+	ts.Check(err)
+	defer in.Close()
+	out, err := os.Create(ts.MkAbs(args[2]))
+	ts.Check(err)
+	defer out.Close()
+	errFile, err := os.Create(ts.MkAbs(args[3]))
+	ts.Check(err)
+	defer errFile.Close()
+	pr, pw, err := os.Pipe()
+	ts.Check(err)
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(out, pr)
+		pr.Close()
+		copied <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := c.Exec(ctx, args[0], api.ExecRequest{Command: args[4:], Stdin: true},
+		client.ExecIO{Stdin: in, Stdout: pw, Stderr: errFile, HandOff: true})
+	pw.Close()
+	ts.Check(err)
+	ts.Check(<-copied)
+	fmt.Fprintf(ts.Stdout(), "handed off %s exit %d\n", strings.Join(res.HandedOff, ","), res.ExitCode)
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hiloop/hiloop/internal/runtime/initproc"
+	"github.com/hiloop/hiloop/internal/splice"
 )
 
 // drainDelay is how long Wait lets output flow after the exit status arrived; a background
@@ -464,6 +465,33 @@ func (s *outStream) Read(b []byte) (int, error) {
 		}
 		return n, nil
 	}
+}
+
+// WriteTo moves the stream into w until its end. Into a file (a client's own pipe or file,
+// handed off to the daemon) it splices, so the bytes never pass through user space; a
+// destination that fails closes the stream, so the command's next write fails as it would
+// writing into a broken pipe of its own.
+func (s *outStream) WriteTo(w io.Writer) (int64, error) {
+	dst, ok := w.(*os.File)
+	if !ok || s.f == nil || s.tty {
+		return io.Copy(w, struct{ io.Reader }{s})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var total int64
+	if len(s.prefix) > 0 {
+		n, err := dst.Write(s.prefix)
+		total += int64(n)
+		s.prefix = nil
+		if err != nil {
+			s.close()
+			return total, err
+		}
+	}
+	n, err := splice.Copy(dst, s.f, s.draining.Load)
+	total += n
+	s.close()
+	return total, err
 }
 
 // drain makes readers stop waiting for new data.

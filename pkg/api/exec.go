@@ -22,6 +22,25 @@ import (
 // receiver can keep what it has not consumed in a buffer of the window's size. A peer that sends no window gets none of this (the older protocol): writes
 // then block the socket until the other end consumes them.
 
+// A client on the daemon's unix socket may hand the daemon its own stdin, stdout and stderr
+// instead of streaming them (the handoff): it sends their descriptors (SCM_RIGHTS) with the
+// first bytes of the HTTP request and names them, in order, in the ExecHandoffHeader, e.g.
+// "stdout,stderr". The daemon moves the data between them and the command's pipes itself
+// (splice(2): no copy through user space, no flow control needed, a slow reader holds the
+// command back as a local pipe would), and its "started" control lists in HandedOff the streams
+// it took; the others stream as usual. It takes only pipes and regular files, never for a TTY,
+// and stdin only with ExecRequest.Stdin. A descriptor never reaches the sandbox.
+
+// ExecHandoffHeader names the streams whose descriptors came with the exec request.
+const ExecHandoffHeader = "Hiloop-Exec-Handoff"
+
+// Stream names in ExecHandoffHeader and ExecControl.HandedOff.
+const (
+	StreamNameStdin  = "stdin"
+	StreamNameStdout = "stdout"
+	StreamNameStderr = "stderr"
+)
+
 // Stream ids of binary exec messages.
 const (
 	StreamStdin  byte = 0
@@ -121,6 +140,9 @@ type ExecControl struct {
 	// Window comes with "started": the bytes of stdin the daemon takes before it acknowledges
 	// them (0: the daemon has no flow control).
 	Window int64 `json:"window,omitempty"`
+	// HandedOff comes with "started": the streams whose descriptors the daemon took from the
+	// client (see ExecHandoffHeader); no data messages flow for them.
+	HandedOff []string `json:"handed_off,omitempty"`
 	// Bytes comes with "ack": how many more bytes of data were consumed since the last ack.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Error comes with "error".

@@ -36,6 +36,7 @@ type Client struct {
 	token   string
 	http    *retryablehttp.Client
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	local   bool // on the daemon's unix socket
 
 	daemonVersion atomic.Value // string: the version the daemon last reported
 }
@@ -81,6 +82,7 @@ func New(host, token string) (*Client, error) {
 		}
 		path := u.Path
 		c.baseURL = "http://unix"
+		c.local = true
 		c.dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dialer.DialContext(ctx, "unix", path)
 		}

@@ -9,10 +9,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
+	"strings"
 
 	"github.com/coder/websocket"
 
 	"github.com/hiloop/hiloop/internal/execflow"
+	"github.com/hiloop/hiloop/internal/handoff"
 	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -29,6 +33,11 @@ type ExecIO struct {
 	Signals <-chan int
 	// Started, if set, is called once the command runs.
 	Started func()
+	// HandOff gives the daemon those of Stdin, Stdout and Stderr that are *os.File pipes or
+	// regular files, when it is reached over its unix socket: it then moves the command's data
+	// into and out of them itself (at the speed of a local pipe) instead of through this
+	// process. Without a TTY only; over TCP everything streams.
+	HandOff bool
 }
 
 // ExecResult is how the command ended.
@@ -42,6 +51,9 @@ type ExecResult struct {
 	// OOMKilled says the sandbox's memory limit, MemoryLimitMB, killed the command.
 	OOMKilled     bool
 	MemoryLimitMB int
+	// HandedOff names the streams the daemon took as descriptors (ExecIO.HandOff): their data
+	// never passed through this process.
+	HandedOff []string
 }
 
 // execWindow is how much of a command's output the client takes ahead of writing it out: the
@@ -59,12 +71,17 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	if c.token != "" {
 		header.Set("Authorization", "Bearer "+c.token)
 	}
+	offered := c.handoff(req, stdio)
+	if len(offered.names) > 0 {
+		header.Set(api.ExecHandoffHeader, strings.Join(offered.names, ","))
+	}
 	wsURL := "ws" + c.baseURL[len("http"):] + "/v1/sandboxes/" + url.PathEscape(name) + "/exec"
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{
 		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := c.dial(ctx, network, addr)
 			if err == nil {
 				netcopy.WidenUnix(conn) // stdin in flight, as the daemon does for output
+				conn = handoff.Send(conn, offered.files)
 			}
 			return conn, err
 		}}},
@@ -127,6 +144,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	go forwardInput(readCtx, conn, req.Stdin, stdio, started)
 
 	var stdinCredit *execflow.Credit
+	var handedOff []string
 	for {
 		typ, r, err := conn.Reader(readCtx)
 		var data []byte
@@ -161,7 +179,12 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 			if ctl.Window > 0 {
 				stdinCredit = execflow.NewCredit(ctl.Window)
 			}
-			started <- stdinCredit
+			handedOff = ctl.HandedOff
+			if slices.Contains(ctl.HandedOff, api.StreamNameStdin) {
+				close(started) // the daemon reads stdin itself
+			} else {
+				started <- stdinCredit
+			}
 			if stdio.Started != nil {
 				stdio.Started()
 			}
@@ -179,7 +202,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 			}
 			conn.Close(websocket.StatusNormalClosure, "")
 			return ExecResult{ExitCode: ctl.ExitCode, Signal: ctl.Signal, TimedOut: ctl.TimedOut,
-				OOMKilled: ctl.OOMKilled, MemoryLimitMB: ctl.MemoryLimitMB}, nil
+				OOMKilled: ctl.OOMKilled, MemoryLimitMB: ctl.MemoryLimitMB, HandedOff: handedOff}, nil
 		case api.ControlError:
 			if ctl.Error != nil {
 				return ExecResult{}, ctl.Error
@@ -187,6 +210,32 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 			return ExecResult{}, fmt.Errorf("exec in %q failed", name)
 		}
 	}
+}
+
+// offer is what an exec hands off: the files and, in the same order, their stream names.
+type offer struct {
+	files []*os.File
+	names []string
+}
+
+// handoff picks the streams of stdio an exec can hand the daemon (ExecIO.HandOff).
+func (c *Client) handoff(req api.ExecRequest, stdio ExecIO) offer {
+	var o offer
+	if !stdio.HandOff || !c.local || req.TTY {
+		return o
+	}
+	add := func(s any, name string) {
+		if f, ok := s.(*os.File); ok && f != nil && handoff.Eligible(f) {
+			o.files = append(o.files, f)
+			o.names = append(o.names, name)
+		}
+	}
+	if req.Stdin {
+		add(stdio.Stdin, api.StreamNameStdin)
+	}
+	add(stdio.Stdout, api.StreamNameStdout)
+	add(stdio.Stderr, api.StreamNameStderr)
+	return o
 }
 
 // readOutput queues one output message, read from the socket straight into the queue rather
@@ -210,7 +259,11 @@ func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, std
 		go func() {
 			var credit *execflow.Credit
 			select {
-			case credit = <-started:
+			case c, ok := <-started:
+				if !ok {
+					return // handed off
+				}
+				credit = c
 			case <-ctx.Done():
 				return
 			}
