@@ -414,11 +414,7 @@ type streamWriter struct{ http.ResponseWriter }
 func (w streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err == nil {
-		raw := c
-		if u, ok := c.(interface{ NetConn() net.Conn }); ok {
-			raw = u.NetConn()
-		}
-		netcopy.WidenUnix(raw)
+		netcopy.WidenUnix(c)
 	}
 	return c, brw, err
 }

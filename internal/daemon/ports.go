@@ -59,10 +59,7 @@ func (d *Daemon) portStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The bare socket under the connection limiter's wrapper lets the copy splice; closing the
 	// wrapper is what tells the limiter the connection is gone.
-	raw := conn
-	if u, ok := conn.(interface{ NetConn() net.Conn }); ok {
-		raw = u.NetConn()
-	}
+	raw := netcopy.Bare(conn)
 	netcopy.WidenUnix(raw)
 	_, _, _ = netcopy.Join(raw, upstream)
 	conn.Close()

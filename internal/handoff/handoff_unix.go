@@ -73,6 +73,10 @@ func (c *conn) keep(oob []byte) {
 	closeAll(old)
 }
 
+// NetConn returns the socket itself, for copies that splice: what a handler reads after it
+// took the descriptors (a hijacked stream's data) needs no control buffer.
+func (c *conn) NetConn() net.Conn { return c.UnixConn }
+
 func (c *conn) take() []*os.File {
 	c.mu.Lock()
 	defer c.mu.Unlock()

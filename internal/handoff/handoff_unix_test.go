@@ -57,6 +57,10 @@ func TestSendTake(t *testing.T) {
 	}
 	sc := <-got
 	defer sc.Close()
+	// Under the wrapper is the socket, for copies that splice once a handler took the files.
+	if _, ok := sc.(interface{ NetConn() net.Conn }).NetConn().(*net.UnixConn); !ok {
+		t.Fatal("the wrapper does not give the socket under it")
+	}
 	files := Take(sc)
 	if len(files) != 1 {
 		t.Fatalf("took %d files, want 1", len(files))

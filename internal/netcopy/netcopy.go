@@ -55,10 +55,23 @@ func copyHalf(dst, src net.Conn) (int64, error) {
 // own buffers are capped by their sysctls.
 const unixSendBuffer = 4 << 20
 
-// WidenUnix gives c, if it is a unix socket, the send buffer of a forwarded stream; other
-// connections keep theirs (TCP tunes its own).
+// Bare returns the connection under c's wrappers (those with a NetConn method, such as a
+// listener's that counts connections or keeps what arrives with the data): the socket itself,
+// which is what Go's copies recognise to splice, and what WidenUnix can widen.
+func Bare(c net.Conn) net.Conn {
+	for {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = u.NetConn()
+	}
+}
+
+// WidenUnix gives c, if it is a unix socket (under any wrappers), the send buffer of a
+// forwarded stream; other connections keep theirs (TCP tunes its own).
 func WidenUnix(c net.Conn) {
-	if u, ok := c.(*net.UnixConn); ok {
+	if u, ok := Bare(c).(*net.UnixConn); ok {
 		_ = u.SetWriteBuffer(unixSendBuffer)
 	}
 }

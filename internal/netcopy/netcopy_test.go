@@ -59,3 +59,22 @@ func TestJoinCarriesBothWaysWithHalfClose(t *testing.T) {
 		t.Errorf("Join copied %v, want [%d 6]", n, len(request))
 	}
 }
+
+// wrapped is a connection wrapper of the kind listeners add, which Go's copies do not know.
+type wrapped struct{ net.Conn }
+
+func (w wrapped) NetConn() net.Conn { return w.Conn }
+
+// Bare finds the socket under any number of wrappers, so that a copy can splice and a unix
+// socket's buffer can be widened; a bare socket is itself.
+func TestBare(t *testing.T) {
+	a, b := pair(t)
+	defer a.Close()
+	defer b.Close()
+	if got := Bare(wrapped{wrapped{a}}); got != a {
+		t.Fatalf("Bare of a twice-wrapped socket is %T, want the socket", got)
+	}
+	if got := Bare(a); got != a {
+		t.Fatalf("Bare of a socket is %T, want the socket", got)
+	}
+}
