@@ -976,6 +976,9 @@ decision; answering differently is permission_decided (exit 5).`,
 			if opts.Kind != defaultKind && opts.Kind != otherKind {
 				return &usageError{fmt.Errorf("invalid --option %q: %s takes %s or %s", opts.Kind, verb, defaultKind, otherKind)}
 			}
+			if !cmd.Flags().Changed("as") {
+				opts.Operator = defaultOperator() // here, not as the flag's default: every command would pay for it
+			}
 			if err := (api.PermissionAnswer{Operator: opts.Operator}).Validate(); err != nil {
 				return &usageError{fmt.Errorf("invalid --as: %w", err)}
 			}
@@ -986,7 +989,7 @@ decision; answering differently is permission_decided (exit 5).`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Kind, "option", defaultKind, "the kind of answer: "+defaultKind+" or "+otherKind)
-	cmd.Flags().StringVar(&opts.Operator, "as", defaultOperator(), "who answers, shown to everyone watching the session")
+	cmd.Flags().StringVar(&opts.Operator, "as", "", "who answers, shown to everyone watching the session (default: you, as user@host)")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -134,15 +133,16 @@ type RegistryAuth struct {
 // MaxImageRefLen bounds an image reference.
 const MaxImageRefLen = 512
 
-// imageRefRE is what an image reference may hold: registry host[:port], path, :tag, @digest.
-var imageRefRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$`)
+// isRefByte is what an image reference may hold after its first letter or digit: registry
+// host[:port], path, :tag, @digest.
+func isRefByte(c byte) bool { return isAlnum(c) || strings.IndexByte("._:/@+-", c) >= 0 }
 
 // Validate checks a pull request's reference (its grammar is the registry library's to check).
 func (p ImagePullPost) Validate() error {
 	if p.Ref == "" {
 		return Errorf(CodeInvalidArgument, "ref is empty: name an image, e.g. ghcr.io/org/tools:1")
 	}
-	if len(p.Ref) > MaxImageRefLen || !imageRefRE.MatchString(p.Ref) {
+	if len(p.Ref) > MaxImageRefLen || !shaped(p.Ref, isAlnum, isRefByte) {
 		return Errorf(CodeInvalidArgument, "invalid image reference %s", shortQuote(p.Ref))
 	}
 	return nil

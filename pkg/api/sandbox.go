@@ -3,7 +3,6 @@
 package api
 
 import (
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -181,14 +180,12 @@ type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
 }
 
-var nameRE = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
-
 // ValidateName checks the naming rule shared by sandboxes, snapshots and images.
 func ValidateName(kind, name string) error {
 	if name == "" {
 		return Errorf(CodeInvalidName, "%s name is empty: use 1-%d characters of a-z, 0-9 and '-', starting with a letter", kind, MaxNameLen)
 	}
-	if len(name) > MaxNameLen || !nameRE.MatchString(name) {
+	if len(name) > MaxNameLen || !shaped(name, isLower, func(c byte) bool { return isLower(c) || isDigit(c) || c == '-' }) {
 		return Errorf(CodeInvalidName, "invalid %s name %q: use 1-%d characters of a-z, 0-9 and '-', starting with a letter", kind, name, MaxNameLen)
 	}
 	return nil

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -123,11 +122,10 @@ type SessionsPost struct {
 	BudgetTokens int64 `json:"budget_tokens,omitempty"`
 }
 
-var sessionIDRE = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
-
 // ValidateSessionID checks the shape of a session id in a path.
 func ValidateSessionID(id string) error {
-	if !sessionIDRE.MatchString(id) {
+	lowerOrDigit := func(c byte) bool { return isLower(c) || isDigit(c) }
+	if len(id) > 64 || !shaped(id, lowerOrDigit, lowerOrDigit) {
 		return Errorf(CodeSessionNotFound, "session %q not found: session ids are lowercase letters and digits, as `hiloop session list` shows them", id)
 	}
 	return nil
