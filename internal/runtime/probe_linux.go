@@ -18,6 +18,12 @@ func (r *Runtime) Probe(ctx context.Context, id string) Liveness {
 	if validID(id) != nil {
 		return Gone
 	}
+	l := r.probe(ctx, id)
+	r.noteProbe(id, l)
+	return l
+}
+
+func (r *Runtime) probe(ctx context.Context, id string) Liveness {
 	// The ping comes first: an init that answers on the sandbox's socket lives, and asking
 	// libcontainer first (decoding the container's state, some 30 KiB of JSON with the
 	// seccomp filter, and checking its init in /proc) cost a list of 1,000 sandboxes seconds

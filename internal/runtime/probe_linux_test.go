@@ -11,6 +11,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 func probe(r *Runtime, id string) Liveness {
@@ -68,5 +70,67 @@ func TestPtysShare(t *testing.T) {
 	res := run(t, r, s.ID, ExecSpec{Argv: sh("grep ' /dev/pts ' /proc/self/mounts")}, "")
 	if want := fmt.Sprintf(",max=%d", PtysPerSandbox); !strings.Contains(res.stdout, want) {
 		t.Errorf("devpts mount %q lacks %s", res.stdout, want)
+	}
+}
+
+// Glance tells a running, a stopped and a dead init apart without pinging, in this runtime and
+// in another on the same directories (a restarted daemon, which did not start the init), and
+// keeps a timed-out Probe's finding until a Probe answers.
+func TestGlance(t *testing.T) {
+	r := newRuntime(t)
+	s := testSpec("glance")
+	startSandbox(t, r, s)
+	restarted, err := New(r.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	look := func(want Liveness, why string) {
+		t.Helper()
+		for _, rt := range []*Runtime{r, restarted} {
+			if got := rt.Glance(s.ID); got != want {
+				t.Errorf("glance at %s = %v, want %v", why, got, want)
+			}
+		}
+	}
+	look(Answering, "a running init")
+	init := initPid(t, r, s.ID)
+	if err := unix.Kill(init, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel stops the init asynchronously.
+	for deadline := testenv.Deadline(t); r.Glance(s.ID) != Unresponsive; {
+		select {
+		case <-deadline:
+			t.Fatal("a stopped init never looked unresponsive")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	look(Unresponsive, "a stopped init")
+	if got := probe(r, s.ID); got != Unresponsive {
+		t.Fatalf("probe of a stopped init = %v", got)
+	}
+	if err := unix.Kill(init, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Glance(s.ID); got != Unresponsive {
+		t.Errorf("glance after a probe timed out = %v, want Unresponsive until a probe answers", got)
+	}
+	if got := probe(r, s.ID); got != Answering {
+		t.Fatalf("probe once continued = %v", got)
+	}
+	look(Answering, "an init that answered again")
+
+	if err := unix.Kill(init, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := testenv.Deadline(t); restarted.Glance(s.ID) != Gone || r.Glance(s.ID) != Gone; {
+		select {
+		case <-deadline:
+			t.Fatalf("a killed init still looks %v (%v to the restarted runtime)", r.Glance(s.ID), restarted.Glance(s.ID))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if got := r.Glance("nosuch"); got != Gone {
+		t.Errorf("glance at no sandbox = %v, want Gone", got)
 	}
 }

@@ -48,6 +48,8 @@ type Runtime struct {
 	oomOnce            sync.Once
 	oomParent, oomBase string
 	oomErr             error
+	// What Glance looks at: id → *initWatch of every init seen running.
+	inits sync.Map
 }
 
 // Start waits at most this long for a new sandbox's init to answer when ctx has no deadline.
@@ -203,7 +205,7 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	}
 	// Reap the init when it exits while this process lives; after a daemon restart it is
 	// somebody else's child and nobody here needs to.
-	go reapInit(p)
+	go reapInit(p, r.watchStarted(s.ID, p))
 	if err := restrictHostView(merged); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
@@ -216,21 +218,19 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	return nil
 }
 
-// reapInit waits for the init p to exit and reaps it. It waits on a pidfd through Go's poller
-// first: a goroutine blocked in wait4 holds an OS thread for the sandbox's whole life, one
-// thread per running sandbox (200 sandboxes: 208 threads in sandboxd).
-func reapInit(p *libcontainer.Process) {
-	if pid, err := p.Pid(); err == nil {
-		if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
-			f := os.NewFile(uintptr(fd), "pidfd")
-			if rc, err := f.SyscallConn(); err == nil {
-				// Readable once the process has exited.
-				_ = rc.Read(func(fd uintptr) bool {
-					n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-					return n > 0
-				})
-			}
-			f.Close()
+// reapInit waits for the init p to exit and reaps it. It waits on the init's pidfd (w's, which
+// Glance shares) through Go's poller first: a goroutine blocked in wait4 holds an OS thread for
+// the sandbox's whole life, one thread per running sandbox (200 sandboxes: 208 threads in
+// sandboxd). Without a pidfd, or once the runtime forgot the init (a stop, which kills it), it
+// waits in wait4.
+func reapInit(p *libcontainer.Process, w *initWatch) {
+	if w != nil {
+		if rc, err := w.pidfd.SyscallConn(); err == nil {
+			// Readable once the process has exited.
+			_ = rc.Read(func(fd uintptr) bool {
+				n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+				return n > 0
+			})
 		}
 	}
 	_, _ = p.Wait()
@@ -333,6 +333,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 
 // teardown removes everything of sandbox id that exists; it is idempotent.
 func (r *Runtime) teardown(ctx context.Context, id string, grace time.Duration) error {
+	r.forget(id)
 	var errs []error
 	rootfs := ""
 	if b, err := os.ReadFile(r.rootfsRecord(id)); err == nil {

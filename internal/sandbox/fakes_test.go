@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,7 +59,10 @@ type fakeRuntime struct {
 	lastSpec runtime.Spec     // the last Start's
 	lastExec runtime.ExecSpec // the last Exec's
 	// probe, when set, answers Probe for a running sandbox (the default answers at once).
-	probe func(ctx context.Context, id string) runtime.Liveness
+	probe  func(ctx context.Context, id string) runtime.Liveness
+	probes atomic.Int32 // Probe calls
+	// glance, when set, answers Glance for a running sandbox (the default: answering).
+	glance func(id string) runtime.Liveness
 }
 
 func (r *fakeRuntime) setRunning(id string, on bool) {
@@ -92,7 +96,18 @@ func (r *fakeRuntime) Running(id string) bool {
 	return r.running[id]
 }
 
+func (r *fakeRuntime) Glance(id string) runtime.Liveness {
+	if !r.Running(id) {
+		return runtime.Gone
+	}
+	if r.glance != nil {
+		return r.glance(id)
+	}
+	return runtime.Answering
+}
+
 func (r *fakeRuntime) Probe(ctx context.Context, id string) runtime.Liveness {
+	r.probes.Add(1)
 	if !r.Running(id) {
 		return runtime.Gone
 	}

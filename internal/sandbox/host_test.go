@@ -70,56 +70,28 @@ func TestHostBudgetAdmitsStarts(t *testing.T) {
 	}
 }
 
-// List pings every running sandbox at once: each fake init here answers only once all of them
-// are being pinged, so a list that pinged them in turn would see them all unresponsive.
-func TestListProbesInParallel(t *testing.T) {
-	f := newFakeManager(t)
-	names := []string{"a", "b", "c"}
-	for _, n := range names {
-		mustCreate(t, f.Manager, api.SandboxesPost{Name: n, Image: "minimal"})
-	}
-	var all sync.WaitGroup
-	all.Add(len(names))
-	inFlight := make(chan struct{})
-	go func() { all.Wait(); close(inFlight) }()
-	f.rt.probe = func(ctx context.Context, _ string) runtime.Liveness {
-		all.Done()
-		select {
-		case <-inFlight:
-			return runtime.Answering
-		case <-ctx.Done():
-			return runtime.Unresponsive
-		}
-	}
-	list, err := f.List(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, sb := range list {
-		if sb.Name != names[i] || sb.State != api.StateRunning || sb.Unresponsive {
-			t.Errorf("list[%d] = %s %s unresponsive=%v, want %s running and answering", i, sb.Name, sb.State, sb.Unresponsive, names[i])
-		}
-	}
-}
-
-// A running sandbox whose init does not answer in time stays running, marked unresponsive; one
+// A list glances at every init and pings none (a ping wakes the init); what the glance finds
+// shows: a running sandbox whose init is stopped stays running, marked unresponsive, and one
 // whose init is gone is failed.
-func TestListUnresponsiveAndGone(t *testing.T) {
+func TestListGlancesWithoutPinging(t *testing.T) {
 	f := newFakeManager(t)
 	slow := mustCreate(t, f.Manager, api.SandboxesPost{Name: "slow", Image: "minimal"})
 	dead := mustCreate(t, f.Manager, api.SandboxesPost{Name: "dead", Image: "minimal"})
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "ok", Image: "minimal"})
 	f.rt.setRunning(dead.ID, false)
-	f.rt.probe = func(ctx context.Context, id string) runtime.Liveness {
+	f.rt.glance = func(id string) runtime.Liveness {
 		if id == slow.ID {
-			<-ctx.Done()
 			return runtime.Unresponsive
 		}
 		return runtime.Answering
 	}
+	before := f.rt.probes.Load()
 	list, err := f.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := f.rt.probes.Load() - before; n != 0 {
+		t.Errorf("a list pinged %d inits", n)
 	}
 	got := map[string]string{}
 	for _, sb := range list {
@@ -128,5 +100,24 @@ func TestListUnresponsiveAndGone(t *testing.T) {
 	want := map[string]string{"dead": "failed unresponsive=false", "ok": "running unresponsive=false", "slow": "running unresponsive=true"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("list = %v, want %v", got, want)
+	}
+}
+
+// A get pings the init, within probeTimeout: one that does not answer in time stays running,
+// marked unresponsive, whatever a glance would say.
+func TestGetPingsTheInit(t *testing.T) {
+	f := newFakeManager(t)
+	slow := mustCreate(t, f.Manager, api.SandboxesPost{Name: "slow", Image: "minimal"})
+	f.rt.probe = func(ctx context.Context, id string) runtime.Liveness {
+		<-ctx.Done()
+		return runtime.Unresponsive
+	}
+	before := f.rt.probes.Load()
+	sb, err := f.Get(context.Background(), "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.rt.probes.Load() - before; n != 1 || sb.ID != slow.ID || sb.State != api.StateRunning || !sb.Unresponsive {
+		t.Errorf("get after %d pings: %s unresponsive=%v, want one ping and running unresponsive", n, sb.State, sb.Unresponsive)
 	}
 }

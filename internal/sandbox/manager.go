@@ -48,6 +48,8 @@ type Runtime interface {
 	OOMKills(id string) (uint64, error)
 	// Probe pings the sandbox's init within ctx's deadline.
 	Probe(ctx context.Context, id string) runtime.Liveness
+	// Glance says what the sandbox's init is doing without waking it.
+	Glance(id string) runtime.Liveness
 }
 
 // Egress gives running sandboxes their way out (internal/gateway's Gateway, wired by the
