@@ -141,7 +141,10 @@ func addCompletions(root *cobra.Command, f *Factory) {
 		} else if c.ValidArgsFunction == nil && c.Args != nil {
 			c.ValidArgsFunction = cobra.NoFileCompletions
 		}
-		c.LocalFlags().VisitAll(func(fl *pflag.Flag) {
+		// The flags c declares, persistent or not: what LocalFlags gives, without the merge of
+		// every parent's flag set it makes per call, which cost every command's start a
+		// profile's worth of CPU.
+		register := func(fl *pflag.Flag) {
 			if l, ok := flagListers[fl.Name]; ok {
 				_ = c.RegisterFlagCompletionFunc(fl.Name, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 					return complete(f, l)
@@ -149,7 +152,9 @@ func addCompletions(root *cobra.Command, f *Factory) {
 			} else if vals, ok := fixedFlagValues[fl.Name]; ok {
 				_ = c.RegisterFlagCompletionFunc(fl.Name, cobra.FixedCompletions(vals, cobra.ShellCompDirectiveNoFileComp))
 			}
-		})
+		}
+		c.Flags().VisitAll(register)
+		c.PersistentFlags().VisitAll(register)
 	}
 	walk(root)
 }
