@@ -130,7 +130,7 @@ func (m *Manager) reserveBuildIDBase() (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	base, err := pickIDBase(recs, m.withBuildBases(reserved))
+	base, err := pickIDBase(recs, m.withBuildBases(reserved), m.idStart)
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"strconv"
 	"strings"
@@ -31,15 +32,31 @@ var hostIDFiles = []string{"/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/gr
 // idSpan is the host ids [start, end).
 type idSpan struct{ start, end uint64 }
 
-// pickIDBase returns the lowest range start from FirstIDBase that no record uses and that
-// overlaps none of reserved.
-func pickIDBase(recs []store.Sandbox, reserved []idSpan) (uint32, error) {
+// idSlots is how many ranges fit between FirstIDBase and EndIDBase.
+const idSlots = (EndIDBase - FirstIDBase) / runtime.IDRangeSize
+
+// idStartFor is where a daemon keeping its sandboxes' directories in dir starts looking for
+// free ranges: a slot picked by a hash of dir. Daemons do not see each other's records, so two
+// on one host (an operator's second data dir, the tests' many daemons) that all started at
+// FirstIDBase would give their first sandboxes the same host ids, and with them the same
+// per-user kernel counts (inotify instances, processes) and the same owner of their files.
+func idStartFor(dir string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(dir))
+	return FirstIDBase + h.Sum32()%idSlots*runtime.IDRangeSize
+}
+
+// pickIDBase returns the first range start from start (then from FirstIDBase, once the slots
+// above start are all taken) that no record uses and that overlaps none of reserved.
+func pickIDBase(recs []store.Sandbox, reserved []idSpan, start uint32) (uint32, error) {
 	used := map[uint32]bool{}
 	for _, r := range recs {
 		used[r.IDBase] = true
 	}
+	first := (uint64(start) - FirstIDBase) / runtime.IDRangeSize % idSlots
 next:
-	for base := uint64(FirstIDBase); base+runtime.IDRangeSize <= EndIDBase; base += runtime.IDRangeSize {
+	for i := range uint64(idSlots) {
+		base := FirstIDBase + (first+i)%idSlots*runtime.IDRangeSize
 		if used[uint32(base)] {
 			continue
 		}
@@ -107,7 +124,7 @@ func (m *Manager) assignIDBase(rec *store.Sandbox, save func(*store.Sandbox) err
 	if err != nil {
 		return err
 	}
-	if rec.IDBase, err = pickIDBase(recs, m.withBuildBases(reserved)); err != nil {
+	if rec.IDBase, err = pickIDBase(recs, m.withBuildBases(reserved), m.idStart); err != nil {
 		return err
 	}
 	if err := save(rec); err != nil {

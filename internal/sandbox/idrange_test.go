@@ -35,14 +35,41 @@ func TestPickIDBase(t *testing.T) {
 		{name: "ranges below the first touch nothing", reserved: []idSpan{{100000, 100000 + size}, {1000, 1001}}, want: FirstIDBase},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := pickIDBase(tc.recs, tc.reserved)
+			got, err := pickIDBase(tc.recs, tc.reserved, FirstIDBase)
 			if err != nil || got != tc.want {
 				t.Errorf("pickIDBase = %d, %v; want %d", got, err, tc.want)
 			}
 		})
 	}
-	if got, err := pickIDBase(nil, []idSpan{{0, EndIDBase}}); err == nil {
+	if got, err := pickIDBase(nil, []idSpan{{0, EndIDBase}}, FirstIDBase); err == nil {
 		t.Errorf("everything reserved: got %d, want an error", got)
+	}
+	// From a daemon's own start, wrapping around to FirstIDBase once the slots above are taken.
+	last := uint32(FirstIDBase + (idSlots-1)*size)
+	if got, err := pickIDBase(recs(last-size), nil, last-size); err != nil || got != last {
+		t.Errorf("from the second last slot, taken: %d, %v; want the last, %d", got, err, last)
+	}
+	if got, err := pickIDBase(recs(last), nil, last); err != nil || got != FirstIDBase {
+		t.Errorf("from the last slot, taken: %d, %v; want the first, %d", got, err, FirstIDBase)
+	}
+	if got, err := pickIDBase(nil, []idSpan{{FirstIDBase, EndIDBase}}, last); err == nil {
+		t.Errorf("everything reserved, from the last slot: got %d, want an error", got)
+	}
+}
+
+// Daemons with different directories start their searches apart, each inside the ranges.
+func TestIDStartFor(t *testing.T) {
+	a, b := idStartFor("/var/lib/hiloop/layers"), idStartFor("/tmp/hl123/d/layers")
+	for _, s := range []uint32{a, b} {
+		if s < FirstIDBase || uint64(s)+runtime.IDRangeSize > EndIDBase || (s-FirstIDBase)%runtime.IDRangeSize != 0 {
+			t.Errorf("start %d is not a range of [%d, %d)", s, FirstIDBase, EndIDBase)
+		}
+	}
+	if a == b {
+		t.Errorf("two directories start at the same range %d", a)
+	}
+	if idStartFor("/x") != idStartFor("/x") {
+		t.Error("a directory's start changes")
 	}
 }
 

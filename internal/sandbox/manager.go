@@ -114,6 +114,7 @@ type Manager struct {
 
 	idMu        sync.Mutex      // one assignment of a host id range at a time (idrange.go)
 	hostIDFiles []string        // the host's ids and ranges no sandbox's range overlaps
+	idStart     uint32          // where this daemon's search for a free range starts (idStartFor)
 	buildBases  map[uint32]bool // ranges running build sandboxes hold (build.go), under idMu
 
 	mu    sync.Mutex
@@ -126,7 +127,7 @@ type Manager struct {
 
 // NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
 func NewManager(st *store.Store, rt Runtime, vol volume.Driver, img Images, layerDir string, log *slog.Logger) *Manager {
-	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, hostIDFiles: hostIDFiles, locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
+	return &Manager{store: st, runtime: rt, volumes: vol, images: img, layerDir: layerDir, log: log, hostIDFiles: hostIDFiles, idStart: idStartFor(layerDir), locks: map[string]*sync.Mutex{}, seals: map[string]*sealing{}}
 }
 
 // SetEgress gives every sandbox the manager starts from now on, and every one Reconcile finds
