@@ -205,7 +205,11 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	}
 	// Reap the init when it exits while this process lives; after a daemon restart it is
 	// somebody else's child and nobody here needs to.
-	go reapInit(p, r.watchStarted(s.ID, p))
+	if w := r.watchStarted(s.ID, p); w != nil {
+		go w.reap()
+	} else {
+		go func() { _, _ = p.Wait() }()
+	}
 	if err := restrictHostView(merged); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
@@ -216,24 +220,6 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 		return fmt.Errorf("runtime: %w", err)
 	}
 	return nil
-}
-
-// reapInit waits for the init p to exit and reaps it. It waits on the init's pidfd (w's, which
-// Glance shares) through Go's poller first: a goroutine blocked in wait4 holds an OS thread for
-// the sandbox's whole life, one thread per running sandbox (200 sandboxes: 208 threads in
-// sandboxd). Without a pidfd, or once the runtime forgot the init (a stop, which kills it), it
-// waits in wait4.
-func reapInit(p *libcontainer.Process, w *initWatch) {
-	if w != nil {
-		if rc, err := w.pidfd.SyscallConn(); err == nil {
-			// Readable once the process has exited.
-			_ = rc.Read(func(fd uintptr) bool {
-				n, _ := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-				return n > 0
-			})
-		}
-	}
-	_, _ = p.Wait()
 }
 
 // listen creates the sandbox's init socket and returns it as a file to pass to the init.
