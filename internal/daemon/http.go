@@ -84,13 +84,12 @@ func newMux(routes []route, idem *idempotency, log *slog.Logger) http.Handler {
 	return mux
 }
 
-// writeJSON writes v with status.
+// writeJSON writes v with status, compact: a list of 1,000 sandboxes is 0.8 MB indented, and
+// the indentation was a third of the bytes both ends scanned (`hiloop -o json` and jq indent).
 func writeJSON(w http.ResponseWriter, status int, v any) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return json.NewEncoder(w).Encode(v)
 }
 
 // writeError writes err as the API's error envelope; errors that are not *api.Error are internal.

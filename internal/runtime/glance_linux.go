@@ -86,10 +86,14 @@ func (r *Runtime) watchStarted(id string, p *libcontainer.Process) *initWatch {
 	return w
 }
 
-// forget drops sandbox id's watch: its init is being stopped, or replaced.
+// forget drops what the runtime keeps open of sandbox id (its init's watch, its oom_kill
+// counter): it is being stopped, or replaced.
 func (r *Runtime) forget(id string) {
 	if w, ok := r.inits.LoadAndDelete(id); ok {
 		w.(*initWatch).close()
+	}
+	if f, ok := r.oomFiles.LoadAndDelete(id); ok {
+		f.(*os.File).Close()
 	}
 }
 

@@ -50,6 +50,8 @@ type Runtime struct {
 	oomErr             error
 	// What Glance looks at: id → *initWatch of every init seen running.
 	inits sync.Map
+	// id → *os.File: the open oom_kill counters of running sandboxes (oomCounter).
+	oomFiles sync.Map
 }
 
 // Start waits at most this long for a new sandbox's init to answer when ctx has no deadline.

@@ -567,6 +567,14 @@ func TestMemoryLimit(t *testing.T) {
 	s := testSpec("oom")
 	s.MemoryMB = 64
 	startSandbox(t, r, s)
+	oomKills := func(want string) {
+		t.Helper()
+		n, err := r.OOMKills(s.ID)
+		if err != nil || (want == "none" && n != 0) || (want == "some" && n == 0) {
+			t.Errorf("OOMKills = %d, %v; want %s", n, err, want)
+		}
+	}
+	oomKills("none") // and the counter stays open from here
 
 	res := run(t, r, s.ID, ExecSpec{Argv: []string{"bash", "-c", "head -c 300M /dev/zero | tail"}, User: "agent"}, "")
 	if res.err != nil {
@@ -581,6 +589,15 @@ func TestMemoryLimit(t *testing.T) {
 	if res := run(t, r, s.ID, ExecSpec{Argv: []string{"echo", "alive"}}, ""); res.stdout != "alive\n" {
 		t.Errorf("exec after OOM: %+v", res)
 	}
+	oomKills("some")
+	// A restart is a new cgroup, counting from nothing.
+	if err := r.Stop(context.Background(), s.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	oomKills("none")
 }
 
 func TestUpperWipedOnStart(t *testing.T) {
