@@ -17,24 +17,6 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (dialled, accepted net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if dialled, err = net.Dial("tcp", ln.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if accepted, err = ln.Accept(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dialled.Close(); accepted.Close() })
-	return dialled, accepted
-}
-
 // openFDs counts this process's open descriptors.
 func openFDs(t *testing.T) int {
 	t.Helper()
@@ -88,7 +70,7 @@ func TestTakePortConn(t *testing.T) {
 		}
 		return f
 	}
-	_, accepted := tcpPair(t)
+	_, accepted := testenv.TCPPair(t)
 	tcp := file(accepted.(*net.TCPConn))
 	defer tcp.Close()
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -138,18 +120,6 @@ func TestTakePortConn(t *testing.T) {
 	}
 }
 
-// waitFor waits for ch with testenv's deadline.
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-testenv.Deadline(t):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-	panic("unreachable")
-}
-
 // readAll reads c to its end in the background.
 func readAll(c net.Conn) <-chan []byte {
 	ch := make(chan []byte, 1)
@@ -165,8 +135,8 @@ func readAll(c net.Conn) <-chan []byte {
 // client closing the lifeline instead ends both connections.
 func TestJoinHandedOff(t *testing.T) {
 	for _, ending := range []string{"both directions end", "the client goes away"} {
-		client, local := tcpPair(t)
-		sandbox, upstream := tcpPair(t)
+		client, local := testenv.TCPPair(t)
+		sandbox, upstream := testenv.TCPPair(t)
 		cliEnd, lifeline := net.Pipe()
 		t.Cleanup(func() { cliEnd.Close() })
 		joined := make(chan struct{})
@@ -181,11 +151,11 @@ func TestJoinHandedOff(t *testing.T) {
 		}()
 		if ending == "the client goes away" {
 			cliEnd.Close()
-			waitFor(t, joined, "the join's end")
-			if b := waitFor(t, readAll(client), "the client's end"); len(b) != 0 {
+			testenv.Recv(t, joined, "the join's end")
+			if b := testenv.Recv(t, readAll(client), "the client's end"); len(b) != 0 {
 				t.Fatalf("the client read %d bytes", len(b))
 			}
-			if b := waitFor(t, readAll(sandbox), "the sandbox's end"); len(b) != 0 {
+			if b := testenv.Recv(t, readAll(sandbox), "the sandbox's end"); len(b) != 0 {
 				t.Fatalf("the sandbox read %d bytes", len(b))
 			}
 			continue
@@ -205,15 +175,15 @@ func TestJoinHandedOff(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if b := waitFor(t, toSandbox, "the sandbox's data"); !bytes.Equal(b, up) {
+		if b := testenv.Recv(t, toSandbox, "the sandbox's data"); !bytes.Equal(b, up) {
 			t.Fatalf("the sandbox got %d bytes of %d, not the same", len(b), len(up))
 		}
-		if b := waitFor(t, toClient, "the client's data"); !bytes.Equal(b, down) {
+		if b := testenv.Recv(t, toClient, "the client's data"); !bytes.Equal(b, down) {
 			t.Fatalf("the client got %q, want %q", b, down)
 		}
-		if err := waitFor(t, lifelineEnd, "the lifeline's end"); !errors.Is(err, io.EOF) {
+		if err := testenv.Recv(t, lifelineEnd, "the lifeline's end"); !errors.Is(err, io.EOF) {
 			t.Fatalf("the lifeline ended with %v, want EOF", err)
 		}
-		waitFor(t, joined, "the join's end")
+		testenv.Recv(t, joined, "the join's end")
 	}
 }

@@ -109,26 +109,6 @@ func unixFake(t *testing.T, f *portFake) *Client {
 	return c
 }
 
-// tcpPair returns both ends of a loopback TCP connection: the one dialled, and the one a
-// forward accepted.
-func tcpPair(t *testing.T) (dialled, accepted net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dialled, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dialled.Close(); accepted.Close() })
-	return dialled, accepted
-}
-
 type forwarded struct {
 	handedOff bool
 	err       error
@@ -167,17 +147,6 @@ func roundTrip(t *testing.T, conn net.Conn, data []byte) {
 	}
 }
 
-func wait[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-testenv.Deadline(t):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-	panic("unreachable")
-}
-
 // readEnd reads conn until it ends and returns why (EOF when it closed, an error if data came).
 func readEnd(t *testing.T, conn net.Conn) error {
 	t.Helper()
@@ -189,7 +158,7 @@ func readEnd(t *testing.T, conn net.Conn) error {
 		}
 		ended <- err
 	}()
-	return wait(t, ended, "the connection's end")
+	return testenv.Recv(t, ended, "the connection's end")
 }
 
 // TestForwardPortHandsOff: on the unix socket the accepted connection's descriptor goes to the
@@ -199,18 +168,18 @@ func TestForwardPortHandsOff(t *testing.T) {
 	for _, size := range []int{0, 1, 3<<20 + 7} {
 		f := newPortFake(false, false)
 		c := unixFake(t, f)
-		dialled, accepted := tcpPair(t)
+		dialled, accepted := testenv.TCPPair(t)
 		done := forward(context.Background(), c, accepted)
-		if h := wait(t, f.asked, "the request"); h != api.PortHandoffConn {
+		if h := testenv.Recv(t, f.asked, "the request"); h != api.PortHandoffConn {
 			t.Fatalf("the request's %s is %q, want %q", api.PortHandoffHeader, h, api.PortHandoffConn)
 		}
-		if !wait(t, f.took, "the handoff") {
+		if !testenv.Recv(t, f.took, "the handoff") {
 			t.Fatal("no connection came with the request")
 		}
 		data := make([]byte, size)
 		_, _ = rand.Read(data)
 		roundTrip(t, dialled, data)
-		if res := wait(t, done, "the forward's end"); !res.handedOff || res.err != nil {
+		if res := testenv.Recv(t, done, "the forward's end"); !res.handedOff || res.err != nil {
 			t.Fatalf("%d bytes: handed off %v, err %v; want true, nil", size, res.handedOff, res.err)
 		}
 	}
@@ -222,10 +191,10 @@ func TestForwardPortHandsOff(t *testing.T) {
 func TestForwardPortCancelEndsHandedOff(t *testing.T) {
 	f := newPortFake(false, true)
 	c := unixFake(t, f)
-	dialled, accepted := tcpPair(t)
+	dialled, accepted := testenv.TCPPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := forward(ctx, c, accepted)
-	if !wait(t, f.took, "the handoff") {
+	if !testenv.Recv(t, f.took, "the handoff") {
 		t.Fatal("no connection came with the request")
 	}
 	// The fake closed its copy at once: the dialling end sees the end only if the client's
@@ -241,8 +210,8 @@ func TestForwardPortCancelEndsHandedOff(t *testing.T) {
 	default:
 	}
 	cancel()
-	wait(t, f.lifelineEnded, "the lifeline's end")
-	if res := wait(t, done, "the forward's end"); !res.handedOff {
+	testenv.Recv(t, f.lifelineEnded, "the lifeline's end")
+	if res := testenv.Recv(t, done, "the forward's end"); !res.handedOff {
 		t.Fatalf("handed off %v, err %v; want true", res.handedOff, res.err)
 	}
 }
@@ -265,17 +234,17 @@ func TestForwardPortStreams(t *testing.T) {
 			}
 		}
 		for _, size := range []int{0, 1, 3<<20 + 7} {
-			dialled, accepted := tcpPair(t)
+			dialled, accepted := testenv.TCPPair(t)
 			done := forward(context.Background(), c, accepted)
-			h := wait(t, f.asked, "the request")
+			h := testenv.Recv(t, f.asked, "the request")
 			if over == "tcp" && h != "" {
 				t.Fatalf("over TCP the request says %s: %q", api.PortHandoffHeader, h)
 			}
-			wait(t, f.took, "the request's handling")
+			testenv.Recv(t, f.took, "the request's handling")
 			data := make([]byte, size)
 			_, _ = rand.Read(data)
 			roundTrip(t, dialled, data)
-			if res := wait(t, done, "the forward's end"); res.handedOff || res.err != nil {
+			if res := testenv.Recv(t, done, "the forward's end"); res.handedOff || res.err != nil {
 				t.Fatalf("%s, %d bytes: handed off %v, err %v; want false, nil", over, size, res.handedOff, res.err)
 			}
 		}
@@ -315,8 +284,8 @@ func TestForwardPortError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dialled, accepted := tcpPair(t)
-	res := wait(t, forward(context.Background(), c, accepted), "the forward's end")
+	dialled, accepted := testenv.TCPPair(t)
+	res := testenv.Recv(t, forward(context.Background(), c, accepted), "the forward's end")
 	var apiErr *api.Error
 	if !errors.As(res.err, &apiErr) || apiErr.Code != api.CodePortNotListening || res.handedOff {
 		t.Fatalf("handed off %v, err %v; want port_not_listening", res.handedOff, res.err)
