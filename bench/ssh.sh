@@ -3,7 +3,8 @@
 #   - throughput of 1 GiB through `ssh -L` into a sandbox (hiloop's endpoint) against the same
 #     transfer through OpenSSH's own sshd `-L` on this machine (target: at least OpenSSH's)
 #   - `ssh NAME true` latency against OpenSSH's `ssh localhost true`
-#   - 1 GiB through `hiloop sandbox port-forward` (the API, no SSH) beside both, and the floor
+#   - 1 GiB through `hiloop sandbox port-forward` (the API, no SSH) beside both, a bare relay
+#     and the floor
 # and writes the table into docs/performance.md. Run as root after `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,18 +64,28 @@ throughput() {
 throughput "$fwd_hiloop" 127.0.0.1:9000 $hiloopssh bench.hiloop >"$work/tp_hiloop.txt"
 throughput "$fwd_openssh" "127.0.0.1:$source_port" $openssh root@127.0.0.1 >"$work/tp_openssh.txt"
 
-# The same transfer through `hiloop sandbox port-forward` (the daemon's API on its unix socket,
-# no SSH; issue's target: 1.5 GB/s and twice OpenSSH's -L) and straight from the host's source
-# (the floor: one loopback hop, no forward).
-read -r fwd_api <<<"$(free_ports 1)"
+# The same transfer through `hiloop sandbox port-forward` (on the unix socket the CLI hands each
+# connection to sandboxd, which joins it to the sandbox's port: two loopback TCP hops and one
+# spliced relay; issue's target: 1.5 GB/s and twice OpenSSH's -L), through a bare relay on the
+# host (`tcpbench relay`: the same two hops and splice, no daemon or sandbox; the ceiling of any
+# forward that relays) and straight from the host's source (the floor: one loopback hop, no
+# forward), the three interleaved so that the machine's load weighs on them alike.
+read -r fwd_api relay_port <<<"$(free_ports 2)"
 $hiloop sandbox port-forward bench "127.0.0.1:$fwd_api:9000" >/dev/null &
 pf=$!
-for _ in $(seq 100); do ss -ltn | grep -q "127.0.0.1:$fwd_api " && break; sleep 0.05; done
-raw() { "$work/tcpbench" fetch "127.0.0.1:$1" "$SIZE" "$RUNS"; }
-raw "$fwd_api" >"$work/tp_api.txt"
+"$work/tcpbench" relay "127.0.0.1:$relay_port" "127.0.0.1:$source_port" &
+pids="$pids $!"
+for port in "$fwd_api" "$relay_port"; do
+	for _ in $(seq 100); do ss -ltn | grep -q "127.0.0.1:$port " && break; sleep 0.05; done
+done
+raw() { "$work/tcpbench" fetch "127.0.0.1:$1" "$SIZE" 1; }
+for _ in $(seq "$RUNS"); do
+	raw "$fwd_api" >>"$work/tp_api.txt"
+	raw "$relay_port" >>"$work/tp_relay.txt"
+	raw "$source_port" >>"$work/tp_floor.txt"
+done
 kill $pf
 wait $pf 2>/dev/null || true
-raw "$source_port" >"$work/tp_floor.txt"
 
 hyperfine -N --runs 20 --warmup 3 --export-json "$work/lat.json" \
 	-n "ssh NAME.hiloop true (hiloop endpoint)" "$hiloopssh -c $CIPHER bench.hiloop true" \
@@ -91,6 +102,8 @@ print(f"| 1 GiB through `ssh -L`, median MB/s ({cipher}) | {h[len(h)//2]} | {o[l
 a, fl = tp("tp_api.txt"), tp("tp_floor.txt")
 am, om = a[len(a)//2], o[len(o)//2]
 print(f"| 1 GiB through `hiloop sandbox port-forward` (no SSH), median MB/s | {am} ({am / om:.1f}× OpenSSH's `-L`) | — |")
+rl = tp("tp_relay.txt")
+print(f"| 1 GiB through a bare TCP relay on the host (`tcpbench relay`), median MB/s | {rl[len(rl)//2]} | |")
 print(f"| 1 GiB straight from a loopback source (the floor), median MB/s | {fl[len(fl)//2]} | |")
 r = {x["command"]: x for x in json.load(open(f"{work}/lat.json"))["results"]}
 lat = [r[k] for k in r]

@@ -5,6 +5,8 @@
 //	tcpbench serve ADDR SIZE        send SIZE bytes to every connection to ADDR, then close it
 //	tcpbench fetch ADDR SIZE RUNS   RUNS transfers one after another, each read to its end and
 //	                                checked to be SIZE bytes; one MB/s figure a line
+//	tcpbench relay ADDR UPSTREAM    join every connection to ADDR to a new one to UPSTREAM, as a
+//	                                forward that relays does at its best: Go's TCP-to-TCP splice
 package main
 
 import (
@@ -29,7 +31,10 @@ func main() {
 
 func run(args []string) error {
 	if len(args) < 3 {
-		return errors.New("usage: tcpbench serve ADDR SIZE | fetch ADDR SIZE RUNS")
+		return errors.New("usage: tcpbench serve ADDR SIZE | fetch ADDR SIZE RUNS | relay ADDR UPSTREAM")
+	}
+	if args[0] == "relay" {
+		return relay(args[1], args[2])
 	}
 	size, err := strconv.ParseInt(args[2], 10, 64)
 	if err != nil {
@@ -75,6 +80,37 @@ func serve(addr string, size int64) error {
 			left -= int64(n)
 		}
 		c.Close()
+	}
+}
+
+// relay joins each connection to addr to one to upstream until both directions end.
+func relay(addr, upstream string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			done := make(chan struct{})
+			go func() {
+				_, _ = io.Copy(u, c) // spliced: both are TCP connections
+				_ = u.(*net.TCPConn).CloseWrite()
+				close(done)
+			}()
+			_, _ = io.Copy(c, u)
+			_ = c.(*net.TCPConn).CloseWrite()
+			<-done
+		}()
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -185,6 +184,8 @@ func listenLocal(spec PortSpec) ([]net.Listener, error) {
 }
 
 // serveForward carries each connection ln accepts to port in the sandbox until ln is closed.
+// On the unix socket the daemon takes each connection itself (pkg/api's port handoff), so its
+// bytes go from this machine's client to the sandbox without passing through this process.
 func serveForward(ctx context.Context, f *Factory, c *client.Client, name string, ln net.Listener, port int) {
 	var conns sync.WaitGroup
 	defer conns.Wait()
@@ -196,17 +197,9 @@ func serveForward(ctx context.Context, f *Factory, c *client.Client, name string
 		conns.Add(1)
 		go func() {
 			defer conns.Done()
-			remote, err := c.DialPort(ctx, name, port)
-			if err != nil {
-				local.Close()
-				if ctx.Err() == nil {
-					fmt.Fprintf(f.IO.ErrOut, "%s forward %s -> %d: %v\n", f.IO.StylesStderr().Error.Render("hiloop:"), ln.Addr(), port, err)
-				}
-				return
+			if _, err := c.ForwardPort(ctx, name, port, local); err != nil && ctx.Err() == nil {
+				fmt.Fprintf(f.IO.ErrOut, "%s forward %s -> %d: %v\n", f.IO.StylesStderr().Error.Render("hiloop:"), ln.Addr(), port, err)
 			}
-			stop := context.AfterFunc(ctx, func() { local.Close(); remote.Close() })
-			defer stop()
-			_, _, _ = netcopy.Join(local, remote)
 		}()
 	}
 }

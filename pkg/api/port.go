@@ -15,6 +15,25 @@ import (
 // PortUpgrade is the Upgrade token of a port stream.
 const PortUpgrade = "tcp"
 
+// A client on the daemon's unix socket may hand the daemon the TCP connection it forwards
+// instead of streaming it (the handoff, as an exec's stdio is handed off): it sends the
+// connection's descriptor (SCM_RIGHTS) with the first bytes of the port stream's request and
+// says so with "Hiloop-Port-Handoff: conn". A daemon that takes it answers 101 with the same
+// header and joins that connection to the port itself, so the stream's bytes never pass
+// through the client; the upgraded API connection then carries no data and is the forward's
+// lifeline: the daemon closes it when the forwarded connection has ended both ways, and a
+// client that closes it (or exits) ends the forwarded connection. A 101 without the header
+// means the daemon did not take it (not a stream socket, or a daemon that predates the
+// handoff): the stream's bytes flow over the API connection as above. Over TCP nothing can be
+// handed off.
+
+// PortHandoffHeader says, on a port stream's request, that a connection's descriptor came with
+// it and, on the daemon's 101, that the daemon took it.
+const PortHandoffHeader = "Hiloop-Port-Handoff"
+
+// PortHandoffConn is PortHandoffHeader's value: the one descriptor is the connection to carry.
+const PortHandoffConn = "conn"
+
 // ParsePort reads a port number, 1 to 65535, from a path or a command line.
 func ParsePort(what, s string) (int, error) {
 	n, err := strconv.Atoi(s)
