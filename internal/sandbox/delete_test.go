@@ -2,12 +2,15 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/hiloop/hiloop/internal/testenv"
+	"github.com/hiloop/hiloop/internal/volume"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -78,5 +81,31 @@ func TestStopNotifiesAsItBegins(t *testing.T) {
 	}
 	if want := []string{"running <nil>"}; !slices.Equal(states, want) {
 		t.Fatalf("the listener saw the sandbox %q, want %q", states, want)
+	}
+}
+
+// busyLayers are root layers whose Drop fails, as a layer with a crashed start's mounts inside
+// it did.
+type busyLayers struct{ dir string }
+
+func (l busyLayers) Fresh(_ context.Context, id string, _ int) (string, error) {
+	return filepath.Join(l.dir, id), nil
+}
+func (busyLayers) Drop(context.Context, string) error     { return volume.ErrBusy }
+func (busyLayers) List(context.Context) ([]string, error) { return nil, nil }
+
+// A root layer that cannot be dropped fails the stop, but does not keep the workspace mounted.
+func TestStopReleasesTheWorkspaceWhenTheLayerStaysBusy(t *testing.T) {
+	f := newFakeManager(t)
+	f.SetLayers(busyLayers{t.TempDir()})
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "box", Image: "minimal"})
+	if _, err := f.Stop(context.Background(), "box"); !errors.Is(err, volume.ErrBusy) {
+		t.Fatalf("stop with a busy layer: %v, want ErrBusy", err)
+	}
+	f.vol.mu.Lock()
+	mounted := f.vol.mounted[sb.ID]
+	f.vol.mu.Unlock()
+	if mounted {
+		t.Error("the workspace stayed mounted because the root layer did")
 	}
 }

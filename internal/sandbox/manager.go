@@ -509,15 +509,15 @@ func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
 func (m *Manager) stopContainer(ctx context.Context, rec *store.Sandbox) error {
 	m.detach(rec.ID)
 	if err := m.runtime.Stop(ctx, rec.ID, runtime.DefaultStopGrace); err != nil {
-		return err
+		return err // its processes may live on: the storage waits for the next try
 	}
-	if err := m.dropLayer(ctx, *rec); err != nil {
-		return err
-	}
+	// The root layer and the workspace are released apart: one that cannot go does not keep
+	// the other mounted.
+	layerErr := m.dropLayer(ctx, *rec)
 	if rec.StorageClass == string(api.StorageEphemeral) {
-		return m.volumes.Delete(ctx, rec.ID)
+		return errors.Join(layerErr, m.volumes.Delete(ctx, rec.ID))
 	}
-	return m.volumes.Unmount(ctx, rec.ID)
+	return errors.Join(layerErr, m.volumes.Unmount(ctx, rec.ID))
 }
 
 // Delete stops a sandbox and removes it with its workspace; its snapshots stay unless
