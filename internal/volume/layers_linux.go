@@ -133,10 +133,16 @@ func (l *Layers) Drop(ctx context.Context, id string) error {
 }
 
 func (l *Layers) drop(ctx context.Context, id string) error {
-	if err := unmountInside(l.x.mountpoint(id)); err != nil {
-		return fmt.Errorf("root layer %s: %w", id, err)
+	err := l.x.unmount(ctx, id)
+	if errors.Is(err, ErrBusy) {
+		// Only then is the mount table read: it has three lines per sandbox on the host, and
+		// every start drops its sandbox's layer first.
+		if err := unmountInside(l.x.mountpoint(id)); err != nil {
+			return fmt.Errorf("root layer %s: %w", id, err)
+		}
+		err = l.x.unmount(ctx, id)
 	}
-	if err := l.x.unmount(ctx, id); err != nil {
+	if err != nil {
 		return fmt.Errorf("root layer %s: %w", id, err)
 	}
 	if err := removeImage(l.x.image(id)); err != nil {
