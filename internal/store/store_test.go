@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,63 @@ func TestSecondOpenFailsClearly(t *testing.T) {
 	_, err := Open(path)
 	if err == nil || !strings.Contains(err.Error(), "locked by another sandboxd") {
 		t.Fatalf("second open: %v", err)
+	}
+}
+
+// A list reuses its decodings only while a record's bytes are unchanged: updates, deletes and
+// new records show at once, and what one caller changes in its list reaches no other.
+func TestListSandboxesSeesEveryWrite(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	started := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	if err := s.CreateSandbox(Sandbox{ID: "1", Name: "a", State: "running", StartedAt: &started,
+		Egress: &Egress{Mode: "closed", Allow: []string{"example.com"}}}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.ListSandboxes()
+	if err != nil || len(first) != 1 {
+		t.Fatalf("list: %+v %v", first, err)
+	}
+	first[0].Egress.Allow[0] = "mutated.example"
+	*first[0].StartedAt = time.Time{}
+	again, err := s.ListSandboxes()
+	if a := again[0]; err != nil || a.Egress.Allow[0] != "example.com" || !a.StartedAt.Equal(started) {
+		t.Fatalf("a caller's changes reached the next list: allow %v, started %v (%v)", a.Egress.Allow, a.StartedAt, err)
+	}
+
+	if _, err := s.UpdateSandbox("a", func(sb *Sandbox) error { sb.State = "stopped"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(Sandbox{ID: "2", Name: "b", State: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.ListSandboxes()
+	if err != nil || len(second) != 2 {
+		t.Fatalf("list after writes: %+v %v", second, err)
+	}
+	if a := second[0]; a.State != "stopped" || a.Egress.Allow[0] != "example.com" {
+		t.Errorf("a after an update: %+v", a)
+	}
+	if err := s.DeleteSandbox("a"); err != nil {
+		t.Fatal(err)
+	}
+	third, err := s.ListSandboxes()
+	if err != nil || len(third) != 1 || third[0].Name != "b" {
+		t.Fatalf("list after a delete: %+v %v", third, err)
+	}
+}
+
+// clone copies every field that points somewhere: a new one must be added to clone (and here).
+func TestSandboxCloneCoversPointers(t *testing.T) {
+	handled := map[string]bool{"Egress": true, "StartedAt": true}
+	typ := reflect.TypeFor[Sandbox]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.Chan, reflect.Func:
+			if !handled[f.Name] {
+				t.Errorf("Sandbox.%s (%s) is shared between a list's callers: copy it in clone", f.Name, f.Type)
+			}
+		}
 	}
 }
