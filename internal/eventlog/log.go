@@ -420,6 +420,10 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 	return l.db.Update(func(tx *bolt.Tx) error {
 		root, calls, recs := tx.Bucket(bucketEvents), tx.Bucket(bucketCalls), tx.Bucket(bucketUsage)
 		now := time.Now().UTC()
+		stamp, err := now.MarshalJSON() // one time for the whole batch
+		if err != nil {
+			return err
+		}
 		for _, r := range batch {
 			r.refused = nil // a batch retried after a failed commit is judged again
 			if r.del {
@@ -454,7 +458,7 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			}
 			seq++
 			ev := api.SessionEvent{Seq: seq, Type: r.typ, Time: now, Data: r.data}
-			v, err := json.Marshal(ev)
+			v, err := encodeEvent(&ev, stamp)
 			if err != nil {
 				return err
 			}
