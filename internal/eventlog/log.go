@@ -251,14 +251,26 @@ func (l *Log) Enqueue(session string, typ api.EventType, data json.RawMessage) P
 // the session's last call, so that a retry of the call after a crash finds with CallSeq that its
 // event is stored rather than storing it again. "" is no call.
 func (l *Log) EnqueueCall(session string, typ api.EventType, data json.RawMessage, call string) Pending {
+	if len(data) > 0 && !json.Valid(data) {
+		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
+	}
+	return l.enqueue(session, typ, data, call)
+}
+
+// EnqueueValid is Enqueue for data the caller has just checked is valid JSON (json.Valid), as
+// the session service's tap does with every update a harness sends: the log does not check
+// it a second time. Data that is not valid JSON would be stored as it is and break every
+// reader of the session's events.
+func (l *Log) EnqueueValid(session string, typ api.EventType, data json.RawMessage) Pending {
+	return l.enqueue(session, typ, data, "")
+}
+
+func (l *Log) enqueue(session string, typ api.EventType, data json.RawMessage, call string) Pending {
 	if session == "" {
 		return Pending{err: errors.New("append event: session id is empty")}
 	}
 	if !typ.Valid() {
 		return Pending{err: fmt.Errorf("append event: %w %q (want one of %v)", ErrUnknownType, typ, api.EventTypes())}
-	}
-	if len(data) > 0 && !json.Valid(data) {
-		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
 	}
 	if limited(typ) && l.fullN.Load() > 0 {
 		l.mu.Lock()
