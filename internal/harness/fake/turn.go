@@ -81,7 +81,8 @@ func (t *turn) send(u acp.SessionUpdate) (acp.StopReason, error) {
 }
 
 // sendText sends a text chunk of the given kind, as send(acp.UpdateAgentMessageText(text)) or
-// send(acp.UpdateAgentThoughtText(text)) would, the same bytes written the same way, for less.
+// send(acp.UpdateAgentThoughtText(text)) would, the same bytes, for less; it holds the line back
+// to write it with the next ones (lineWriter).
 func (t *turn) sendText(kind, text string) (acp.StopReason, error) {
 	if t.ctx.Err() != nil {
 		return acp.StopReasonCancelled, nil
@@ -90,7 +91,7 @@ func (t *turn) sendText(kind, text string) (acp.StopReason, error) {
 		t.sessionJSON = sessionJSON(t.session)
 	}
 	t.line = textChunkLine(t.line[:0], t.sessionJSON, kind, text)
-	if _, err := t.a.stdout.Write(t.line); err != nil {
+	if err := t.a.stdout.hold(t.line); err != nil {
 		if t.ctx.Err() != nil {
 			return acp.StopReasonCancelled, nil
 		}
@@ -111,6 +112,12 @@ func (t *turn) say(text string) (acp.StopReason, error) {
 func (t *turn) exec(s step) (acp.StopReason, error) {
 	if t.ctx.Err() != nil {
 		return acp.StopReasonCancelled, nil
+	}
+	if s.op != "message" && s.op != "thought" && s.op != "repeat" {
+		// This step may wait, or write elsewhere: the text chunks before it go out first.
+		if err := t.a.stdout.flush(); err != nil {
+			return "", acp.NewInternalError(map[string]any{"error": err.Error()})
+		}
 	}
 	switch s.op {
 	case "message":
