@@ -462,6 +462,9 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			if err != nil {
 				return err
 			}
+			// A session's events only ever go at its end (seqs rise, and only whole sessions are
+			// deleted): split its pages full, not in halves that would stay half empty.
+			b.FillPercent = 1.0
 			seq, ok := next[r.session]
 			if !ok {
 				if k, _ := b.Cursor().Last(); k != nil {
