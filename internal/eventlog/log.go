@@ -251,14 +251,26 @@ func (l *Log) Enqueue(session string, typ api.EventType, data json.RawMessage) P
 // the session's last call, so that a retry of the call after a crash finds with CallSeq that its
 // event is stored rather than storing it again. "" is no call.
 func (l *Log) EnqueueCall(session string, typ api.EventType, data json.RawMessage, call string) Pending {
+	if len(data) > 0 && !json.Valid(data) {
+		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
+	}
+	return l.enqueue(session, typ, data, call)
+}
+
+// EnqueueValid is Enqueue for data the caller has just checked is valid JSON (json.Valid), as
+// the session service's tap does with every update a harness sends: the log does not check
+// it a second time. Data that is not valid JSON would be stored as it is and break every
+// reader of the session's events.
+func (l *Log) EnqueueValid(session string, typ api.EventType, data json.RawMessage) Pending {
+	return l.enqueue(session, typ, data, "")
+}
+
+func (l *Log) enqueue(session string, typ api.EventType, data json.RawMessage, call string) Pending {
 	if session == "" {
 		return Pending{err: errors.New("append event: session id is empty")}
 	}
 	if !typ.Valid() {
 		return Pending{err: fmt.Errorf("append event: %w %q (want one of %v)", ErrUnknownType, typ, api.EventTypes())}
-	}
-	if len(data) > 0 && !json.Valid(data) {
-		return Pending{err: fmt.Errorf("append %s event: data is not valid JSON", typ)}
 	}
 	if limited(typ) && l.fullN.Load() > 0 {
 		l.mu.Lock()
@@ -420,6 +432,10 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 	return l.db.Update(func(tx *bolt.Tx) error {
 		root, calls, recs := tx.Bucket(bucketEvents), tx.Bucket(bucketCalls), tx.Bucket(bucketUsage)
 		now := time.Now().UTC()
+		stamp, err := now.MarshalJSON() // one time for the whole batch
+		if err != nil {
+			return err
+		}
 		for _, r := range batch {
 			r.refused = nil // a batch retried after a failed commit is judged again
 			if r.del {
@@ -446,6 +462,9 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			if err != nil {
 				return err
 			}
+			// A session's events only ever go at its end (seqs rise, and only whole sessions are
+			// deleted): split its pages full, not in halves that would stay half empty.
+			b.FillPercent = 1.0
 			seq, ok := next[r.session]
 			if !ok {
 				if k, _ := b.Cursor().Last(); k != nil {
@@ -454,7 +473,7 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			}
 			seq++
 			ev := api.SessionEvent{Seq: seq, Type: r.typ, Time: now, Data: r.data}
-			v, err := json.Marshal(ev)
+			v, err := encodeEvent(&ev, stamp)
 			if err != nil {
 				return err
 			}

@@ -364,6 +364,7 @@ func (p *harnessProc) cancel(acpID string) {
 }
 
 // storeUpdate queues one session/update's update, exactly as received, for its session's log.
+// The tap hands it only updates that are JSON objects, checked.
 func (p *harnessProc) storeUpdate(acpID string, update json.RawMessage) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -375,7 +376,7 @@ func (p *harnessProc) storeUpdate(acpID string, update json.RawMessage) {
 		p.svc.lg.Debug("dropping an update for an unknown ACP session", "harness", p.key.harness, "acp_session", acpID)
 		return
 	}
-	p.stored[id] = p.svc.log.Enqueue(id, api.EventUpdate, bytes.Clone(update))
+	p.stored[id] = p.svc.log.EnqueueValid(id, api.EventUpdate, bytes.Clone(update)) // the tap checked it
 }
 
 // updatesStored waits until every update queued for the session is durable, and says if any

@@ -29,10 +29,11 @@ type tap struct {
 	r       *bufio.Reader
 	harness string // the harness's name, for the reason it was cut off
 	maxLine int
-	store   func(acpID string, update json.RawMessage) // takes a session/update's update
+	store   func(acpID string, update json.RawMessage) // takes a session/update's update; it must copy it
 	fail    func(reason error)                         // cuts the harness off
 
 	line []byte // what is left of the current line for the reader
+	buf  []byte // the current line's buffer
 	err  error
 }
 
@@ -64,7 +65,13 @@ func (t *tap) Read(b []byte) (int, error) {
 }
 
 func (t *tap) readLine() ([]byte, error) {
-	var line []byte
+	// One line at a time is in use (passed on once the last is all read; stored ones are
+	// copied), so each reuses the last one's buffer, unless that grew large.
+	line := t.buf[:0]
+	if cap(line) > 64<<10 {
+		line = nil
+	}
+	defer func() { t.buf = line }()
 	for {
 		chunk, err := t.r.ReadSlice('\n')
 		line = append(line, chunk...)
@@ -101,7 +108,14 @@ func (t *tap) inspect(line []byte) int {
 	var m rpcMessage
 	// JSON is UTF-8 (RFC 8259), and Go's decoder lets invalid bytes through: an update holding
 	// them would be stored and streamed as a text message that is not valid UTF-8.
-	if !utf8.Valid(trimmed) || json.Unmarshal(trimmed, &m) != nil || m.JSONRPC != "2.0" || (m.Method == "" && m.ID == nil) {
+	valid := utf8.Valid(trimmed)
+	if valid {
+		if acpID, update, ok := canonicalUpdate(trimmed); ok {
+			t.store(acpID, update)
+			return lineStored
+		}
+	}
+	if !valid || json.Unmarshal(trimmed, &m) != nil || m.JSONRPC != "2.0" || (m.Method == "" && m.ID == nil) {
 		shown := string(trimmed)
 		if len(shown) > 200 {
 			shown = shown[:200] + "..."
@@ -121,4 +135,45 @@ func (t *tap) inspect(line []byte) int {
 		}
 	}
 	return lineForSDK
+}
+
+// updatePrefix is how a session/update notification begins as acp-go-sdk writes it (encoding/json,
+// keys in the order of its structs).
+const updatePrefix = `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"`
+
+// canonicalUpdate recognises, without decoding it, a session/update notification written the
+// way the SDK writes one, which is what nearly every line of a chatty turn is:
+//
+//	{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"ID","update":{...}}}
+//
+// with an ID that has no escapes and an update that is one JSON object, nothing around it. It
+// returns what inspect's decoding would have found in that line (the ACP session id and the
+// update's bytes, a part of line), and ok; any other line, ok false, inspect decodes. line must
+// be valid UTF-8 and trimmed. The update is the only part not checked by the comparisons here,
+// so it is the only part validated: one pass over it, where decoding the line took four.
+func canonicalUpdate(line []byte) (acpID string, update []byte, ok bool) {
+	rest, found := bytes.CutPrefix(line, []byte(updatePrefix))
+	if !found {
+		return "", nil, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return "", nil, false
+	}
+	for _, c := range rest[:end] {
+		if c < 0x20 || c == '\\' { // a control character (not JSON) or an escape: decode it
+			return "", nil, false
+		}
+	}
+	id := rest[:end]
+	update, found = bytes.CutPrefix(rest[end+1:], []byte(`,"update":`))
+	if !found {
+		return "", nil, false
+	}
+	update, found = bytes.CutSuffix(update, []byte("}}"))
+	// Brace to brace: no blank around the object, which decoding would leave out of it.
+	if !found || len(update) < 2 || update[0] != '{' || update[len(update)-1] != '}' || !json.Valid(update) {
+		return "", nil, false
+	}
+	return string(id), update, true
 }

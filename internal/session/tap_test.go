@@ -3,11 +3,14 @@ package session
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	acpsdk "github.com/coder/acp-go-sdk"
 )
 
 // fuzzMaxLine is the tap's line limit under the fuzzer, small enough for it to reach.
@@ -168,4 +171,81 @@ func TestTapCutsOffGarbageAndLongLines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sdkLine is a session/update notification as acp-go-sdk's agent side writes it.
+func sdkLine(t testing.TB, n acpsdk.SessionNotification) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	conn := acpsdk.NewAgentSideConnection(nil, &buf, strings.NewReader(""))
+	if err := conn.SessionUpdate(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// decodeUpdate is what the tap's decoding finds in a line: the session/update it stores, if any.
+func decodeUpdate(line []byte) (acpID string, update json.RawMessage, ok bool) {
+	var m rpcMessage
+	if json.Unmarshal(line, &m) != nil || m.JSONRPC != "2.0" || m.Method != acpsdk.ClientMethodSessionUpdate || m.ID != nil {
+		return "", nil, false
+	}
+	var params struct {
+		SessionID string          `json:"sessionId"`
+		Update    json.RawMessage `json:"update"`
+	}
+	if json.Unmarshal(m.Params, &params) != nil || len(params.Update) == 0 || params.Update[0] != '{' {
+		return "", nil, false
+	}
+	return params.SessionID, params.Update, true
+}
+
+// The SDK's own session/updates take the tap's short way, whatever they hold.
+func TestCanonicalUpdateTakesTheSDKsLines(t *testing.T) {
+	for _, u := range []acpsdk.SessionUpdate{
+		acpsdk.UpdateAgentMessageText("chunk 1"),
+		acpsdk.UpdateAgentThoughtText("a <b> & \"c\" \\ \u2028 é \x01"),
+		acpsdk.UpdatePlan(acpsdk.PlanEntry{Content: "x", Priority: acpsdk.PlanEntryPriorityMedium, Status: acpsdk.PlanEntryStatusPending}),
+		acpsdk.StartToolCall("c1", "Read", acpsdk.WithStartKind(acpsdk.ToolKindRead)),
+	} {
+		line := bytes.TrimSpace(sdkLine(t, acpsdk.SessionNotification{SessionId: "fake-0123", Update: u}))
+		id, update, ok := canonicalUpdate(line)
+		wantID, wantUpdate, _ := decodeUpdate(line)
+		if !ok || id != wantID || !bytes.Equal(update, wantUpdate) {
+			t.Errorf("canonicalUpdate(%s) = %q, %s, %v; want %q, %s, true", line, id, update, ok, wantID, wantUpdate)
+		}
+	}
+}
+
+// FuzzCanonicalUpdate checks the tap's short way against its decoding: whatever line it takes,
+// decoding the line finds the same session/update, the same ACP session id and the same bytes.
+func FuzzCanonicalUpdate(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a\u0062","update":{}}}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{} }}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{}},"id":1}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{}},"jsonrpc":"1.0"}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{"a":1}},"update":{}}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{}},"params":{}}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{}}}}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"a","update":{"x":"}}"}}}`,
+		`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"","update":{"x":[1,2,{"y":null}]}}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		line = bytes.TrimSpace(line)
+		if !utf8.Valid(line) {
+			return // the tap refuses such a line before it looks further
+		}
+		id, update, ok := canonicalUpdate(line)
+		if !ok {
+			return
+		}
+		wantID, wantUpdate, want := decodeUpdate(line)
+		if !want || id != wantID || !bytes.Equal(update, wantUpdate) {
+			t.Fatalf("canonicalUpdate(%q) = %q, %q; decoding finds %q, %q, %v", line, id, update, wantID, wantUpdate, want)
+		}
+	})
 }

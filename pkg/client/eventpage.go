@@ -38,38 +38,8 @@ func readStoredEvents(b []byte) (evs []api.SessionEvent, ok bool) {
 		return evs, r.i == len(r.b)
 	}
 	for {
-		var ev api.SessionEvent
-		if !r.lit(`{"seq":`) {
-			return nil, false
-		}
-		seq, ok := r.uint()
-		if !ok || !r.lit(`,"type":`) {
-			return nil, false
-		}
-		typ, ok := r.plainString()
-		if !ok || !r.lit(`,"time":`) {
-			return nil, false
-		}
-		ts, ok := r.plainString()
+		ev, ok := r.event()
 		if !ok {
-			return nil, false
-		}
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil || !bytes.Equal(t.AppendFormat(nil, time.RFC3339Nano), []byte(ts)) {
-			return nil, false // a time Time.MarshalJSON would not write; let encoding/json judge it
-		}
-		ev.Seq, ev.Type, ev.Time = seq, api.EventType(typ), t
-		if r.lit(`,"data":`) {
-			start := r.i
-			if !r.skipValue() {
-				return nil, false
-			}
-			if bytes.Equal(r.b[start:r.i], []byte("null")) {
-				return nil, false // json.Marshal leaves empty Data out
-			}
-			ev.Data = r.b[start:r.i:r.i]
-		}
-		if !r.lit(`}`) {
 			return nil, false
 		}
 		evs = append(evs, ev)
@@ -78,6 +48,56 @@ func readStoredEvents(b []byte) (evs []api.SessionEvent, ok bool) {
 		}
 		return evs, r.lit(`]}`) && r.i == len(r.b)
 	}
+}
+
+// decodeStreamEvent decodes one event of the stream (a line of a message), as json.Unmarshal
+// into an api.SessionEvent would, reading the stored shape directly: a chatty turn streams
+// thousands. Data is a copy: the message's buffer is reused.
+func decodeStreamEvent(b []byte) (api.SessionEvent, error) {
+	r := storedReader{b: b}
+	if ev, ok := r.event(); ok && r.i == len(b) {
+		ev.Data = bytes.Clone(ev.Data)
+		return ev, nil
+	}
+	var ev api.SessionEvent
+	err := json.Unmarshal(b, &ev)
+	return ev, err
+}
+
+// event reads one event as json.Marshal writes an api.SessionEvent: {"seq":N,"type":"T",
+// "time":"RFC 3339","data":V} ("data" left out when empty). Its Data shares r.b.
+func (r *storedReader) event() (ev api.SessionEvent, ok bool) {
+	if !r.lit(`{"seq":`) {
+		return ev, false
+	}
+	seq, ok := r.uint()
+	if !ok || !r.lit(`,"type":`) {
+		return ev, false
+	}
+	typ, ok := r.plainString()
+	if !ok || !r.lit(`,"time":`) {
+		return ev, false
+	}
+	ts, ok := r.plainString()
+	if !ok {
+		return ev, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil || !bytes.Equal(t.AppendFormat(nil, time.RFC3339Nano), []byte(ts)) {
+		return ev, false // a time Time.MarshalJSON would not write; let encoding/json judge it
+	}
+	ev.Seq, ev.Type, ev.Time = seq, api.EventType(typ), t
+	if r.lit(`,"data":`) {
+		start := r.i
+		if !r.skipValue() {
+			return ev, false
+		}
+		if bytes.Equal(r.b[start:r.i], []byte("null")) {
+			return ev, false // json.Marshal leaves empty Data out
+		}
+		ev.Data = r.b[start:r.i:r.i]
+	}
+	return ev, r.lit(`}`)
 }
 
 // storedReader reads the daemon's compact JSON; every method reports false where b is not in

@@ -115,3 +115,89 @@ func BenchmarkEventPage(b *testing.B) {
 		}
 	}
 }
+
+// checkStreamEvent fails unless decodeStreamEvent reads b as encoding/json does, error or event.
+func checkStreamEvent(t *testing.T, b []byte) {
+	t.Helper()
+	var want api.SessionEvent
+	wantErr := json.Unmarshal(b, &want)
+	got, err := decodeStreamEvent(b)
+	if (err == nil) != (wantErr == nil) {
+		t.Fatalf("%q: error %v, encoding/json's %v", b, err, wantErr)
+	}
+	if err == nil && (got.Seq != want.Seq || got.Type != want.Type || !got.Time.Equal(want.Time) ||
+		got.Time.Location().String() != want.Time.Location().String() || !bytes.Equal(got.Data, want.Data) || (got.Data == nil) != (want.Data == nil)) {
+		t.Fatalf("%q = %+v; encoding/json reads %+v", b, got, want)
+	}
+}
+
+func TestStreamEventReadsTheStoredShape(t *testing.T) {
+	at := time.Date(2026, 11, 30, 17, 8, 38, 438297, time.UTC)
+	var stored []byte
+	for _, ev := range []api.SessionEvent{
+		{Seq: 1, Type: api.EventUpdate, Time: at, Data: json.RawMessage(`{"content":{"text":"chunk 1","type":"text"},"sessionUpdate":"agent_message_chunk"}`)},
+		{Seq: 3, Type: api.EventTurnEnd, Time: at.Truncate(time.Second)},
+	} {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := storedReader{b: b}
+		if _, ok := r.event(); !ok || r.i != len(b) {
+			t.Errorf("the stored shape was not read directly: %s", b)
+		}
+		checkStreamEvent(t, b)
+		stored = b
+	}
+	// The event's Data is its own: the stream reuses the message's buffer.
+	stored = []byte(`{"seq":1,"type":"update","time":"2026-11-30T17:08:38Z","data":{"a":1}}`)
+	ev, err := decodeStreamEvent(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(stored)
+	if string(ev.Data) != `{"a":1}` {
+		t.Errorf("the event's data changed with the message's buffer: %q", ev.Data)
+	}
+	for _, other := range []string{
+		`{"seq":1,"type":"update","time":"2026-11-30T17:08:38Z","data":{"a":1}} `,
+		`{"seq":1,"type":"update","time":"2026-11-30T17:08:38Z","data":{"a":1}`,
+		`{"seq":1,"type":"update","time":"2026-11-30T17:08:38Z","data":{"a":1}}}`,
+		`{"type":"update","seq":1,"time":"2026-11-30T17:08:38Z"}`,
+		`{"seq":1,"type":"update","time":"2026-11-30T17:08:38+02:00","data":null}`,
+		`{"seq":01,"type":"update","time":"2026-11-30T17:08:38Z"}`,
+		`{"seq":1,"type":"update","time":"2026-11-30T17:08:38Z","data":{"a":"b`,
+	} {
+		checkStreamEvent(t, []byte(other))
+	}
+}
+
+// FuzzStreamEvent: whatever line the daemon streams, the direct reading and encoding/json agree.
+func FuzzStreamEvent(f *testing.F) {
+	f.Add([]byte(`{"seq":1,"type":"update","time":"2026-11-30T17:08:38.438297Z","data":{"a":["}",{"b":"\\\""}]}}`))
+	f.Add([]byte(`{"seq":2,"type":"turn_end","time":"2026-11-30T17:08:38Z"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkStreamEvent(t, b)
+	})
+}
+
+// BenchmarkStreamEvent decodes a chatty turn's update as the stream delivers it, directly and
+// with encoding/json.
+func BenchmarkStreamEvent(b *testing.B) {
+	line := []byte(`{"seq":1234,"type":"update","time":"2026-11-30T17:08:38.438297Z","data":{"content":{"text":"chunk 1234","type":"text"},"sessionUpdate":"agent_message_chunk"}}`)
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeStreamEvent(line); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var ev api.SessionEvent
+			if err := json.Unmarshal(line, &ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

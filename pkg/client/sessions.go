@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -327,8 +326,8 @@ func (s *eventStream) run(ctx context.Context) (_ streamResult, progressed bool,
 // deliver decodes one event and hands it to fn; with an error, the result says how the
 // connection ends.
 func (s *eventStream) deliver(data []byte) (streamResult, error) {
-	var ev api.SessionEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
+	ev, err := decodeStreamEvent(data)
+	if err != nil {
 		// coder/websocket hands over a message cut short by a dropped connection (cut at a
 		// read boundary) as if it were whole: retry, unless the daemon keeps sending it so.
 		err = fmt.Errorf("session %s: bad event after event %d: %w", s.id, s.last, err)

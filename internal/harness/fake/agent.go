@@ -90,11 +90,22 @@ func (g gatedReader) Read(p []byte) (int, error) {
 
 // lineWriter serialises writes to one stream, so that the SDK's messages and a garbage line
 // never interleave mid-line; after close (a crash) every write fails.
+//
+// It can also hold lines back (hold) and write many at once: a chatty script's text chunks
+// cost a write each otherwise, the larger part of what the agent spends on one, and as much
+// again for the reader woken for each. Held lines are written once they fill holdBytes, before
+// anything else is written (by Write), and by flush, which the agent calls before anything that
+// may wait (every step but a text chunk, and the end of a turn); so no line is held while the
+// agent waits, and the stream's order is the order of the calls.
 type lineWriter struct {
 	mu     sync.Mutex
 	w      io.Writer
+	held   []byte
 	closed bool
 }
+
+// holdBytes is how much hold keeps back before it writes: a fraction of a pipe's 64 KiB.
+const holdBytes = 16 << 10
 
 var errCrashed = errors.New("the agent crashed")
 
@@ -104,12 +115,54 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 	if l.closed {
 		return 0, errCrashed
 	}
-	return l.w.Write(p)
+	if len(l.held) == 0 {
+		return l.w.Write(p)
+	}
+	l.held = append(l.held, p...) // one write for both
+	if err := l.writeHeld(); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
-// close waits for a write in progress, so the last line is whole, and refuses the rest.
+// hold queues a whole line to be written later: see lineWriter.
+func (l *lineWriter) hold(line []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errCrashed
+	}
+	l.held = append(l.held, line...)
+	if len(l.held) < holdBytes {
+		return nil
+	}
+	return l.writeHeld()
+}
+
+// flush writes the lines held back.
+func (l *lineWriter) flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errCrashed
+	}
+	return l.writeHeld()
+}
+
+func (l *lineWriter) writeHeld() error {
+	if len(l.held) == 0 {
+		return nil
+	}
+	_, err := l.w.Write(l.held)
+	l.held = l.held[:0]
+	return err
+}
+
+// close writes the lines held back, waits for a write in progress, so the last line is whole,
+// and refuses the rest.
 func (l *lineWriter) close() {
 	l.mu.Lock()
+	_ = l.writeHeld()
 	l.closed = true
 	l.mu.Unlock()
 }
@@ -276,6 +329,9 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 	reason, err := t.run(text, s.rec.Cwd)
 	if errors.Is(err, errCrashed) {
 		return acp.PromptResponse{}, err // nobody will read it
+	}
+	if ferr := a.stdout.flush(); ferr != nil && err == nil {
+		err = ferr // the SDK's answer will not get through either
 	}
 	s.rec.Turns = append(s.rec.Turns, turnRecord{Prompt: text, Replies: t.replies})
 	if serr := a.store.save(s.rec); serr != nil && err == nil {

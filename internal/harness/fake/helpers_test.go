@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -29,11 +30,19 @@ type testClient struct {
 	onUpdate func(acp.SessionNotification)
 	// answer answers a permission request; by default the allow_once option.
 	answer func(context.Context, acp.RequestPermissionRequest) acp.RequestPermissionResponse
+
+	// Updates read off the wire and not yet handled (flowControl), and the signal that one was.
+	queued  int
+	handled *sync.Cond
 }
 
 func (c *testClient) SessionUpdate(ctx context.Context, n acp.SessionNotification) error {
 	c.mu.Lock()
 	c.updates = append(c.updates, n)
+	c.queued--
+	if c.handled != nil {
+		c.handled.Signal()
+	}
 	c.mu.Unlock()
 	if c.onUpdate != nil {
 		c.onUpdate(n)
@@ -234,10 +243,47 @@ func startAgent(t *testing.T, stateDir string, c *testClient) *peer {
 // connect makes the client side; its reader waits for the logger to be set, as Run's does.
 func connect(c *testClient, w io.Writer, r io.Reader, log io.Writer) *acp.ClientSideConnection {
 	ready := make(chan struct{})
-	conn := acp.NewClientSideConnection(c, w, gatedReader{r: r, ready: ready})
+	c.handled = sync.NewCond(&c.mu)
+	conn := acp.NewClientSideConnection(c, w, gatedReader{r: &flowControl{r: bufio.NewReader(r), c: c}, ready: ready})
 	conn.SetLogger(slog.New(slog.NewTextHandler(log, nil)))
 	close(ready)
 	return conn
+}
+
+// maxQueued is how many updates the test client lets the SDK queue: less than the SDK's limit.
+const maxQueued = 256
+
+// flowControl keeps the agent from outrunning the test client. The SDK's client side queues the
+// notifications it reads for its handler and closes the connection when more than 1,024 wait
+// (the daemon's tap stores updates itself for this reason); against a chatty script a test
+// client that only decodes them can fall that far behind. flowControl hands the SDK a line at a
+// time and holds a session/update back while maxQueued are yet to reach the client's handler,
+// which leaves the agent blocked on its stdout, as a slow reader does.
+type flowControl struct {
+	r    *bufio.Reader
+	c    *testClient
+	rest []byte // what is left of the current line
+}
+
+func (f *flowControl) Read(p []byte) (int, error) {
+	if len(f.rest) == 0 {
+		line, err := f.r.ReadBytes('\n')
+		if len(line) == 0 {
+			return 0, err
+		}
+		if bytes.Contains(line, []byte(`"method":"session/update"`)) {
+			f.c.mu.Lock()
+			for f.c.queued >= maxQueued {
+				f.c.handled.Wait()
+			}
+			f.c.queued++
+			f.c.mu.Unlock()
+		}
+		f.rest = line
+	}
+	n := copy(p, f.rest)
+	f.rest = f.rest[n:]
+	return n, nil
 }
 
 var (

@@ -79,13 +79,63 @@ func (s store) load(id string) (rec record, ok bool, err error) {
 
 // save writes a session atomically, so a crash leaves the previous version or the new one.
 func (s store) save(rec record) error {
-	data, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
+	data := rec.appendIndented(make([]byte, 0, rec.sizeHint()))
 	dir := filepath.Dir(s.path(rec.ID))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(s.path(rec.ID), append(data, '\n'), 0o600)
+}
+
+// appendIndented appends the record as json.MarshalIndent(rec, "", "  ") encodes it (the tests
+// hold the two to the same bytes). A session's whole history is rewritten after every turn, and
+// after a chatty one that is tens of thousands of replies: encoding/json's reflection over each
+// string and second pass to indent were most of what the agent spent on a turn.
+func (rec record) appendIndented(b []byte) []byte {
+	b = append(b, "{\n  \"id\": "...)
+	b = appendJSONString(b, rec.ID)
+	b = append(b, ",\n  \"cwd\": "...)
+	b = appendJSONString(b, rec.Cwd)
+	b = append(b, ",\n  \"turns\": "...)
+	switch {
+	case rec.Turns == nil:
+		b = append(b, "null"...)
+	case len(rec.Turns) == 0:
+		b = append(b, "[]"...)
+	default:
+		b = append(b, '[')
+		for i, t := range rec.Turns {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, "\n    {\n      \"prompt\": "...)
+			b = appendJSONString(b, t.Prompt)
+			if len(t.Replies) > 0 { // omitempty
+				b = append(b, ",\n      \"replies\": ["...)
+				for j, r := range t.Replies {
+					if j > 0 {
+						b = append(b, ',')
+					}
+					b = append(b, "\n        "...)
+					b = appendJSONString(b, r)
+				}
+				b = append(b, "\n      ]"...)
+			}
+			b = append(b, "\n    }"...)
+		}
+		b = append(b, "\n  ]"...)
+	}
+	return append(b, "\n}"...)
+}
+
+// sizeHint is about the size of the record's encoding, to allocate it at once.
+func (rec record) sizeHint() int {
+	n := 64 + len(rec.ID) + len(rec.Cwd)
+	for _, t := range rec.Turns {
+		n += 40 + len(t.Prompt)
+		for _, r := range t.Replies {
+			n += 12 + len(r)
+		}
+	}
+	return n
 }

@@ -29,7 +29,16 @@ type turn struct {
 	tools   map[string]step // tool calls announced in this turn, for permission requests
 	denied  map[string]bool // tool calls refused permission: their later tool_updates are skipped
 	replies []string        // agent messages sent, for the history
+	line    []byte          // sendText's buffer
+	// The session id's JSON, for sendText.
+	sessionJSON []byte
 }
+
+// The kinds of text chunk sendText sends.
+const (
+	kindMessage = "agent_message_chunk"
+	kindThought = "agent_thought_chunk"
+)
 
 func (t *turn) run(text, cwd string) (acp.StopReason, error) {
 	path, ok := strings.CutPrefix(text, "run ")
@@ -71,8 +80,29 @@ func (t *turn) send(u acp.SessionUpdate) (acp.StopReason, error) {
 	return "", nil
 }
 
+// sendText sends a text chunk of the given kind, as send(acp.UpdateAgentMessageText(text)) or
+// send(acp.UpdateAgentThoughtText(text)) would, the same bytes, for less; it holds the line back
+// to write it with the next ones (lineWriter).
+func (t *turn) sendText(kind, text string) (acp.StopReason, error) {
+	if t.ctx.Err() != nil {
+		return acp.StopReasonCancelled, nil
+	}
+	if t.sessionJSON == nil {
+		t.sessionJSON = sessionJSON(t.session)
+	}
+	t.line = textChunkLine(t.line[:0], t.sessionJSON, kind, text)
+	if err := t.a.stdout.hold(t.line); err != nil {
+		if t.ctx.Err() != nil {
+			return acp.StopReasonCancelled, nil
+		}
+		// What the SDK's SessionUpdate returns when it cannot write.
+		return "", acp.NewInternalError(map[string]any{"error": err.Error()})
+	}
+	return "", nil
+}
+
 func (t *turn) say(text string) (acp.StopReason, error) {
-	reason, err := t.send(acp.UpdateAgentMessageText(text))
+	reason, err := t.sendText(kindMessage, text)
 	if reason == "" && err == nil {
 		t.replies = append(t.replies, text)
 	}
@@ -83,11 +113,17 @@ func (t *turn) exec(s step) (acp.StopReason, error) {
 	if t.ctx.Err() != nil {
 		return acp.StopReasonCancelled, nil
 	}
+	if s.op != "message" && s.op != "thought" && s.op != "repeat" {
+		// This step may wait, or write elsewhere: the text chunks before it go out first.
+		if err := t.a.stdout.flush(); err != nil {
+			return "", acp.NewInternalError(map[string]any{"error": err.Error()})
+		}
+	}
 	switch s.op {
 	case "message":
 		return t.say(s.text)
 	case "thought":
-		return t.send(acp.UpdateAgentThoughtText(s.text))
+		return t.sendText(kindThought, s.text)
 	case "plan":
 		entries := make([]acp.PlanEntry, len(s.entries))
 		for i, e := range s.entries {
