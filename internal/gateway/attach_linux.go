@@ -114,7 +114,8 @@ var (
 // starts afresh.
 func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr error) {
 	g.Detach(id)
-	if err := Setup(ns); err != nil {
+	socks, err := setupAndListen(ns)
+	if err != nil {
 		return fmt.Errorf("gateway: capture the egress of %s: %w", name, err)
 	}
 	audit := g.cfg.Audit
@@ -139,6 +140,12 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 		UpstreamCAs: g.cfg.UpstreamCAs,
 		Budget:      g.budget,
 	}
+	a.closers = socks.closers // Proxy.Close closes the proxy's too; a second close is harmless
+	defer func() {
+		if retErr != nil {
+			a.close()
+		}
+	}()
 	if g.cfg.ModelRoute != nil {
 		route, err := g.cfg.ModelRoute(id)
 		if err != nil {
@@ -146,34 +153,17 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 		}
 		a.proxy.ModelRoute = route
 	}
-	// Before the first listener: no connection is decided without the policy.
+	// Before the first server: no connection is decided without the policy (until then they
+	// wait in the listeners' backlogs).
 	a.proxy.SetHostPolicy(hp)
 	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Addrs: g.cfg.Policy, Audit: audit, Sandbox: name, Policy: a.proxy.HostPolicy}
-	defer func() {
-		if retErr != nil {
-			a.close()
-		}
-	}()
-	for _, addr := range proxyAddrs {
-		ln, err := Listen(ns, "tcp", addr)
-		if err != nil {
-			return fmt.Errorf("gateway: listen on %s in %s: %w", addr, name, err)
-		}
-		a.closers = append(a.closers, ln) // Proxy.Close closes it too; a second close is harmless
+	for _, ln := range socks.proxy {
 		a.serve(func() error { return a.proxy.Serve(ln) })
 	}
-	for _, addr := range dnsAddrs {
-		pc, err := ListenPacket(ns, "udp", addr)
-		if err != nil {
-			return fmt.Errorf("gateway: listen on udp %s in %s: %w", addr, name, err)
-		}
-		a.closers = append(a.closers, pc)
+	for _, pc := range socks.dnsUDP {
 		a.serve(func() error { return res.ServeUDP(pc) })
-		ln, err := Listen(ns, "tcp", addr)
-		if err != nil {
-			return fmt.Errorf("gateway: listen on tcp %s in %s: %w", addr, name, err)
-		}
-		a.closers = append(a.closers, ln)
+	}
+	for _, ln := range socks.dnsTCP {
 		a.serve(func() error { return res.ServeTCP(ln) })
 	}
 	g.mu.Lock()

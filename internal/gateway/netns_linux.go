@@ -5,9 +5,11 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -34,16 +36,77 @@ const tableName = "hiloop"
 // namespace that already has the rules (a daemon restart) leaves one copy of them. Until
 // Setup has run, a namespace with only lo has no way out at all, so the capture fails closed.
 func Setup(ns *os.File) error {
-	_, err := inNamespace(ns, func() (struct{}, error) {
-		if err := routeViaLoopback(); err != nil {
-			return struct{}{}, err
-		}
-		return struct{}{}, replaceTable()
-	})
-	if err != nil {
+	_, err := inNamespace(ns, func() (struct{}, error) { return struct{}{}, setup() })
+	return err
+}
+
+// setup is Setup in the calling thread's namespace.
+func setup() error {
+	if err := routeViaLoopback(); err != nil {
+		return fmt.Errorf("gateway: set up network namespace: %w", err)
+	}
+	if err := replaceTable(); err != nil {
 		return fmt.Errorf("gateway: set up network namespace: %w", err)
 	}
 	return nil
+}
+
+// sockets are the gateway's listeners inside one sandbox: the proxy's, and the resolver's UDP
+// and TCP sockets, one of each per loopback address.
+type sockets struct {
+	proxy   []net.Listener
+	dnsUDP  []net.PacketConn
+	dnsTCP  []net.Listener
+	closers []io.Closer // all of the above, in the order they were made
+}
+
+func (s *sockets) close() {
+	for _, c := range s.closers {
+		c.Close()
+	}
+}
+
+// setupAndListen is Setup followed by the gateway's listeners, all on one thread that joins ns
+// once: a start pays for one thread and one setns, not one per socket.
+func setupAndListen(ns *os.File) (*sockets, error) {
+	return inNamespace(ns, func() (*sockets, error) {
+		if err := setup(); err != nil {
+			return nil, err
+		}
+		s := &sockets{}
+		listen := func(network, addr string) (net.Listener, error) {
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: listen on %s %s in sandbox namespace: %w", network, addr, err)
+			}
+			s.closers = append(s.closers, ln)
+			return ln, nil
+		}
+		for _, addr := range proxyAddrs {
+			ln, err := listen("tcp", addr)
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			s.proxy = append(s.proxy, ln)
+		}
+		for _, addr := range dnsAddrs {
+			pc, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				s.close()
+				return nil, fmt.Errorf("gateway: listen on udp %s in sandbox namespace: %w", addr, err)
+			}
+			s.closers = append(s.closers, pc)
+			s.dnsUDP = append(s.dnsUDP, pc)
+			ln, err := listen("tcp", addr)
+			if err != nil {
+				s.close()
+				return nil, err
+			}
+			s.dnsTCP = append(s.dnsTCP, ln)
+		}
+		return s, nil
+	})
 }
 
 // Listen announces on addr ("127.0.0.1:3128", "[::1]:3128") inside the network namespace ns.
@@ -124,17 +187,22 @@ func routeViaLoopback() error {
 
 // replaceTable replaces the gateway's nftables table in the calling thread's namespace with a
 // fresh one, in one batch: the kernel applies all of it or none, and never shows a namespace
-// without rules in between.
+// without rules in between. The table is deleted in that batch only when it is there (a daemon
+// restart): a batch that deletes a table waits for an RCU grace period, 3-18 ms here, which a
+// new sandbox's start would otherwise pay for nothing.
 func replaceTable() error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
-	// Add first so the delete cannot fail on a fresh namespace; the delete then drops whatever
-	// an earlier Setup left, chains and rules included.
-	c.AddTable(t)
-	c.DelTable(t)
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("nftables: list tables: %w", err)
+	}
+	if slices.ContainsFunc(tables, func(o *nftables.Table) bool { return o.Name == tableName }) {
+		c.DelTable(t)
+	}
 	c.AddTable(t)
 	for _, ch := range captureChains(t) {
 		c.AddChain(ch.chain)
