@@ -3,10 +3,12 @@
 // It owns, per sandbox: the overlay root filesystem (a read-only image plus an upper layer wiped
 // on every start), the libcontainer state, the cgroup, and the sandbox's init (hiloop-init, PID 1,
 // which reaps orphans and spawns execs on request over a unix socket). It must not touch the
-// store or the workspace volume's lifetime: the caller hands it an already mounted workspace.
+// store or the workspace volume's lifetime: the caller hands it an already mounted workspace
+// (or a function that waits for one).
 package runtime
 
 import (
+	"context"
 	"errors"
 	"io"
 	"time"
@@ -38,6 +40,16 @@ type Spec struct {
 	// mounted idmapped: the ids on disk are the ids inside (uid 1000 on disk is agent inside),
 	// whatever IDBase is.
 	WorkspaceDir string
+	// Workspace, when set, gives WorkspaceDir: the runtime calls it once, after its own
+	// preparation (the user namespace and the root filesystem's mount) and before the
+	// container starts, so the caller can make the workspace beside that preparation. An
+	// error fails the start.
+	Workspace func() (string, error)
+	// Network, when set, gives the sandbox its network once its namespaces exist: the runtime
+	// runs it beside the wait for the init to answer, and the start fails if it fails (the
+	// caller undoes what it did). The sandbox is not reported started before it returns, so
+	// its first process already has its way out.
+	Network func(ctx context.Context) error
 	// IDBase is the first of the IDRangeSize host uids and gids the sandbox's user namespace
 	// maps its ids 0..IDRangeSize-1 to: root inside is host uid IDBase. It must be at least
 	// IDRangeSize (no host account), and no other sandbox may have an overlapping range.

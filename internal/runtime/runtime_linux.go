@@ -173,6 +173,14 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if _, err := mount(s.ImageDir, s.LayerDir, s.IDBase, userns.File, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
+	if s.Workspace != nil {
+		if s.WorkspaceDir, err = s.Workspace(); err != nil {
+			return err
+		}
+		if !filepath.IsAbs(s.WorkspaceDir) {
+			return fmt.Errorf("runtime: the workspace must be an absolute path, got %q", s.WorkspaceDir)
+		}
+	}
 	config, err := containerConfig(s, merged, userns.Path, r.cfg, cgroupName(r.cfg.StateDir, s.ID))
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
@@ -218,10 +226,19 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	// The init holds the listener now; ours must go, or dials would queue on a dead socket later.
 	listener.Close()
 
-	if err := r.waitReady(ctx, c, s.LayerDir); err != nil {
-		return fmt.Errorf("runtime: %w", err)
+	network := make(chan error, 1)
+	if s.Network != nil {
+		go func() { network <- s.Network(ctx) }()
+	} else {
+		network <- nil
 	}
-	return nil
+	readyErr := r.waitReady(ctx, c, s.LayerDir)
+	// Waited for even when the init failed: the caller's clean-up must not race it.
+	netErr := <-network
+	if readyErr != nil {
+		return fmt.Errorf("runtime: %w", readyErr)
+	}
+	return netErr
 }
 
 // listen creates the sandbox's init socket and returns it as a file to pass to the init.

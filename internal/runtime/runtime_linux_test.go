@@ -621,6 +621,64 @@ func TestUpperWipedOnStart(t *testing.T) {
 	}
 }
 
+// A caller may hand the workspace over as a function, to make it beside the runtime's own
+// preparation, and give the sandbox its network once its namespaces exist: both are waited for
+// before Start returns, and either failing fails the start and leaves nothing running.
+func TestStartWithCallersParts(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+
+	s := testSpec("parts")
+	ws := s.WorkspaceDir
+	s.WorkspaceDir = ""
+	var workspaceCalls, networkCalls atomic.Int32
+	s.Workspace = func() (string, error) { workspaceCalls.Add(1); return ws, nil }
+	var netNS string
+	s.Network = func(context.Context) error {
+		networkCalls.Add(1)
+		ns, err := r.NetNS(s.ID)
+		if err != nil {
+			return fmt.Errorf("no network namespace yet: %w", err)
+		}
+		defer ns.Close()
+		netNS, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", ns.Fd()))
+		return err
+	}
+	startSandbox(t, r, s)
+	if workspaceCalls.Load() != 1 || networkCalls.Load() != 1 {
+		t.Fatalf("Workspace called %d times, Network %d; want once each", workspaceCalls.Load(), networkCalls.Load())
+	}
+	res := run(t, r, s.ID, ExecSpec{Argv: sh("echo made > /workspace/parts && readlink /proc/self/ns/net")}, "")
+	if got, err := os.ReadFile(filepath.Join(ws, "parts")); err != nil || string(got) != "made\n" {
+		t.Errorf("file written to /workspace: %q, %v; want it in the workspace Workspace gave", got, err)
+	}
+	if strings.TrimSpace(res.stdout) != netNS {
+		t.Errorf("exec runs in network namespace %q, Network was given %q", strings.TrimSpace(res.stdout), netNS)
+	}
+
+	for _, tc := range []struct {
+		name string
+		fail func(*Spec, error)
+	}{
+		{"workspace", func(s *Spec, err error) { s.Workspace = func() (string, error) { return "", err } }},
+		{"network", func(s *Spec, err error) { s.Network = func(context.Context) error { return err } }},
+	} {
+		s := testSpec("parts-" + tc.name)
+		want := errors.New("no " + tc.name)
+		tc.fail(&s, want)
+		if err := r.Start(ctx, s); !errors.Is(err, want) {
+			t.Errorf("%s failing: Start = %v, want %v", tc.name, err, want)
+		}
+		ids, err := r.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Running(s.ID) || contains(ids, s.ID) {
+			t.Errorf("%s failing: the sandbox was left behind (running %v, listed %v)", tc.name, r.Running(s.ID), contains(ids, s.ID))
+		}
+	}
+}
+
 func TestStopCleansUp(t *testing.T) {
 	r := newRuntime(t)
 	s := testSpec("clean")

@@ -66,14 +66,15 @@ func (m *Manager) StartBuild(ctx context.Context, name, rootfs string) (_ *Build
 	// written into the image would stay in it.
 	if m.egress != nil {
 		spec.Nameserver = m.egress.Nameserver()
+		spec.Network = func(ctx context.Context) error {
+			if err := m.egress.Attach(ctx, b.ID, b.Name, api.Egress{Mode: api.EgressOpen}); err != nil {
+				return fmt.Errorf("egress: %w", err)
+			}
+			return nil
+		}
 	}
 	if err := m.runtime.Start(ctx, spec); err != nil {
 		return nil, fmt.Errorf("start the build sandbox: %w", err)
-	}
-	if m.egress != nil {
-		if err := m.egress.Attach(ctx, b.ID, b.Name, api.Egress{Mode: api.EgressOpen}); err != nil {
-			return nil, fmt.Errorf("egress of the build sandbox: %w", err)
-		}
 	}
 	m.log.Info("build sandbox started", "image", name, "id", b.ID)
 	return b, nil

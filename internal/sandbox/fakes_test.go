@@ -71,9 +71,23 @@ func (r *fakeRuntime) setRunning(id string, on bool) {
 	r.running[id] = on
 }
 
-func (r *fakeRuntime) Start(_ context.Context, s runtime.Spec) error {
+func (r *fakeRuntime) Start(ctx context.Context, s runtime.Spec) error {
 	if err := r.log.call("runtime.Start"); err != nil {
 		return err
+	}
+	// What the real runtime does with the caller's parts: the workspace before the container
+	// starts, the network once it runs; either failing fails the start.
+	if s.Workspace != nil {
+		dir, err := s.Workspace()
+		if err != nil {
+			return err
+		}
+		s.WorkspaceDir = dir
+	}
+	if s.Network != nil {
+		if err := s.Network(ctx); err != nil {
+			return err
+		}
 	}
 	r.mu.Lock()
 	r.lastSpec = s

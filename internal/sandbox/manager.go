@@ -382,49 +382,60 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 }
 
 func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img images.Image) error {
-	layerDir := filepath.Join(m.layerDir, rec.ID)
-	var layerErr error
-	layerDone := make(chan struct{})
-	go func() {
-		// Beside the workspace's mount: a start waits for the longer of the two, not both.
-		defer close(layerDone)
-		if m.layers != nil {
-			layerDir, layerErr = m.freshLayer(ctx, *rec)
-		}
-	}()
-	ws, err := m.workspace(ctx, rec)
-	<-layerDone
-	if err != nil {
-		return err
+	// The workspace is made beside the root layer and the runtime's own preparation; the
+	// runtime waits for it only before the container starts.
+	type made struct {
+		dir string
+		err error
 	}
-	if layerErr != nil {
-		return layerErr
+	wsDone := make(chan made, 1)
+	go func() {
+		dir, err := m.workspace(ctx, rec)
+		wsDone <- made{dir, err}
+	}()
+	var ws *made
+	waitWorkspace := func() (string, error) {
+		if ws == nil {
+			w := <-wsDone
+			ws = &w
+		}
+		return ws.dir, ws.err
+	}
+	// Whatever happens here, the workspace is done with before the caller cleans up.
+	defer func() { _, _ = waitWorkspace() }()
+
+	layerDir := filepath.Join(m.layerDir, rec.ID)
+	if m.layers != nil {
+		var err error
+		if layerDir, err = m.freshLayer(ctx, *rec); err != nil {
+			return err
+		}
 	}
 	spec := runtime.Spec{
-		ID:           rec.ID,
-		Hostname:     rec.Name,
-		ImageDir:     img.Path,
-		LayerDir:     layerDir,
-		WorkspaceDir: ws,
-		IDBase:       rec.IDBase,
-		CPUs:         rec.CPUs,
-		MemoryMB:     rec.MemoryMB,
+		ID:        rec.ID,
+		Hostname:  rec.Name,
+		ImageDir:  img.Path,
+		LayerDir:  layerDir,
+		Workspace: waitWorkspace,
+		IDBase:    rec.IDBase,
+		CPUs:      rec.CPUs,
+		MemoryMB:  rec.MemoryMB,
 	}
 	if m.egress != nil {
 		spec.Nameserver = m.egress.Nameserver()
 		spec.ExtraCAs = m.egress.CACert()
-	}
-	if err := m.runtime.Start(ctx, spec); err != nil {
-		return err
-	}
-	// Before the sandbox is reported running: its first exec already has its way out. Until
-	// then it has no route at all, so nothing leaves it uncaptured.
-	if m.egress != nil {
-		if err := m.egress.Attach(ctx, rec.ID, rec.Name, EgressOf(*rec)); err != nil {
-			return fmt.Errorf("egress: %w", err)
+		// Beside the wait for the init, and before the sandbox is reported running: its first
+		// exec already has its way out. Until then it has no route at all, so nothing leaves
+		// it uncaptured.
+		policy := EgressOf(*rec)
+		spec.Network = func(ctx context.Context) error {
+			if err := m.egress.Attach(ctx, rec.ID, rec.Name, policy); err != nil {
+				return fmt.Errorf("egress: %w", err)
+			}
+			return nil
 		}
 	}
-	return nil
+	return m.runtime.Start(ctx, spec)
 }
 
 // workspace makes (if ephemeral) and mounts rec's workspace and returns its host directory.
