@@ -92,6 +92,8 @@ var markdownCorpus = []string{
 	"- a\n * b\n  * c",
 	"text\n<div>\nnot html block mid paragraph</div>",
 	"<table><tr><td>cell</td></tr></table>\n\nafter",
+	"<details>\n<summary>more</summary>\n\nhidden *text*\n</details>",
+	"<dd>x\n<hr>\ntext\n\n<ul>\n<li>a</li>\n</ul>",
 	"<custom-tag attr=\"v\">\n\nafter",
 	"Heading\n---\nSecond\n===",
 	"- item\n---",

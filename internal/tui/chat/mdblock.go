@@ -629,10 +629,12 @@ func isRule(rest string) bool {
 	return n >= 3
 }
 
-var htmlBlockTags = strings.Fields(`address article aside base basefont blockquote body caption center col colgroup dd
-details dialog dir div dl dt fieldset figcaption figure footer form frame frameset h1 h2 h3 h4 h5 h6 head header hr
-html iframe legend li link main menu menuitem nav noframes ol optgroup option p param search section summary table
-tbody td tfoot th thead title tr track ul`)
+// htmlBlockTags are the tags that begin an HTML block of type 6, each between spaces: a
+// constant, so that nothing is built at start-up.
+const htmlBlockTags = " address article aside base basefont blockquote body caption center col colgroup dd " +
+	" details dialog dir div dl dt fieldset figcaption figure footer form frame frameset h1 h2 h3 h4 h5 h6 head header hr " +
+	" html iframe legend li link main menu menuitem nav noframes ol optgroup option p param search section summary table " +
+	" tbody td tfoot th thead title tr track ul "
 
 // htmlBlockStarts says whether line (from its first non-space) begins an HTML block of type t.
 func htmlBlockStarts(t int, line string) bool {
@@ -665,14 +667,7 @@ func htmlBlockStarts(t int, line string) bool {
 		if k == 0 {
 			return false
 		}
-		found := false
-		for _, tag := range htmlBlockTags {
-			if tag == s[:k] {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !strings.Contains(htmlBlockTags, " "+s[:k]+" ") {
 			return false
 		}
 		r := s[k:]
