@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -24,7 +25,9 @@ func Main() int {
 
 // Run runs hiloop with args and returns its exit code; it is Main without the process globals.
 func Run(f *Factory, args []string) int {
-	root := NewCmdRoot(f)
+	// Completions are wired only for the shell's completion request: every other command would
+	// pay for walking the whole tree for nothing.
+	root := newCmdRoot(f, slices.Contains(args, cobra.ShellCompRequestCmd) || slices.Contains(args, cobra.ShellCompNoDescRequestCmd))
 	root.SetArgs(args)
 	root.SetIn(f.IO.In)
 	root.SetOut(f.IO.Out)
@@ -68,8 +71,13 @@ func commandPath(root *cobra.Command, args []string) string {
 	return root.Name()
 }
 
-// NewCmdRoot builds the hiloop command tree.
+// NewCmdRoot builds the hiloop command tree, its completions wired.
 func NewCmdRoot(f *Factory) *cobra.Command {
+	return newCmdRoot(f, true)
+}
+
+// newCmdRoot is NewCmdRoot with its argument and flag completions (addCompletions) or without.
+func newCmdRoot(f *Factory, completions bool) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "hiloop <noun> <verb>",
 		Short:         "Manage devboxes for coding agents",
@@ -83,7 +91,9 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
 	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdChat(f, nil), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
-	addCompletions(root, f)
+	if completions {
+		addCompletions(root, f)
+	}
 	return root
 }
 
