@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,5 +53,59 @@ func TestCompletion(t *testing.T) {
 	}
 	if got := out.String(); got != ":4\n" {
 		t.Errorf("session prompt s1 <Tab> = %q, want nothing and no files", got)
+	}
+}
+
+// rootNouns names the top-level commands as they name themselves, in the tree's order, so
+// that Run finds the one a command line names without building the others.
+func TestRootNounsMatchCommands(t *testing.T) {
+	cmds := NewCmdRoot(&Factory{}).Commands()
+	var names []string
+	for _, c := range cmds {
+		if c.Name() != "completion" && c.Name() != "help" {
+			names = append(names, c.Name())
+		}
+	}
+	var want []string
+	for _, n := range rootNouns {
+		want = append(want, n.name)
+		c := n.build(&Factory{})
+		if c.Name() != n.name || strings.Join(c.Aliases, ",") != strings.Join(n.aliases, ",") {
+			t.Errorf("rootNouns has %q aliases %q; the command is %q aliases %q", n.name, n.aliases, c.Name(), c.Aliases)
+		}
+	}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("top-level commands %q, rootNouns %q", names, want)
+	}
+}
+
+// A command line that names a top-level command, by name or alias and after root's flags,
+// builds that one alone; anything else builds the whole tree (usage and suggestions need it).
+func TestRunBuildsTheNamedCommandOnly(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string // the only top-level command, or "" for all of them
+	}{
+		{[]string{"sandbox", "exec", "x", "--", "true"}, "sandbox"},
+		{[]string{"sb", "ls"}, "sandbox"},
+		{[]string{"--host", "unix:///x", "--no-color", "image", "ls"}, "image"},
+		{[]string{"--host=unix:///x", "version"}, "version"},
+		{[]string{"ssh-config"}, "ssh-config"},
+		{nil, ""},
+		{[]string{"--help"}, ""},
+		{[]string{"--version"}, ""},
+		{[]string{"help", "sandbox"}, ""},
+		{[]string{"sandbx", "ls"}, ""},
+	} {
+		root := newCmdRoot(&Factory{}, false, tt.args)
+		var got []string
+		for _, c := range root.Commands() {
+			got = append(got, c.Name())
+		}
+		if tt.want == "" && len(got) != len(rootNouns) || tt.want != "" && !slices.Equal(got, []string{tt.want}) {
+			t.Errorf("newCmdRoot(%q) has %q, want %q (\"\": every command)", tt.args, got, tt.want)
+		}
 	}
 }

@@ -27,7 +27,8 @@ func Main() int {
 func Run(f *Factory, args []string) int {
 	// Completions are wired only for the shell's completion request: every other command would
 	// pay for walking the whole tree for nothing.
-	root := newCmdRoot(f, slices.Contains(args, cobra.ShellCompRequestCmd) || slices.Contains(args, cobra.ShellCompNoDescRequestCmd))
+	completing := slices.Contains(args, cobra.ShellCompRequestCmd) || slices.Contains(args, cobra.ShellCompNoDescRequestCmd)
+	root := newCmdRoot(f, completing, args)
 	root.SetArgs(args)
 	root.SetIn(f.IO.In)
 	root.SetOut(f.IO.Out)
@@ -73,11 +74,34 @@ func commandPath(root *cobra.Command, args []string) string {
 
 // NewCmdRoot builds the hiloop command tree, its completions wired.
 func NewCmdRoot(f *Factory) *cobra.Command {
-	return newCmdRoot(f, true)
+	return newCmdRoot(f, true, nil)
+}
+
+// rootNouns are the top-level commands, in the order the tree has them. A command line that
+// names one (by name or alias) gets a tree of that one alone: building every command is a few
+// percent of a short command's CPU. Their names and aliases are repeated here so that the one
+// named is found without building any; TestRootNounsMatchCommands keeps the two in step.
+var rootNouns = []struct {
+	name    string
+	aliases []string
+	build   func(*Factory) *cobra.Command
+}{
+	{"sandbox", []string{"sandboxes", "sb"}, newCmdSandbox},
+	{"secret", []string{"secrets"}, newCmdSecret},
+	{"login", []string{"logins"}, newCmdLogin},
+	{"audit", nil, func(f *Factory) *cobra.Command { return newCmdAudit(f, nil) }},
+	{"session", []string{"sessions"}, newCmdSession},
+	{"chat", nil, func(f *Factory) *cobra.Command { return newCmdChat(f, nil) }},
+	{"usage", nil, func(f *Factory) *cobra.Command { return newCmdUsage(f, nil) }},
+	{"image", []string{"images"}, newCmdImage},
+	{"ssh-key", []string{"ssh-keys"}, newCmdSSHKey},
+	{"ssh-config", nil, func(f *Factory) *cobra.Command { return newCmdSSHConfig(f, nil) }},
+	{"version", nil, func(f *Factory) *cobra.Command { return newCmdVersion(f, nil) }},
 }
 
 // newCmdRoot is NewCmdRoot with its argument and flag completions (addCompletions) or without.
-func newCmdRoot(f *Factory, completions bool) *cobra.Command {
+// Without them, the tree holds only the top-level command args name, if they name one.
+func newCmdRoot(f *Factory, completions bool, args []string) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "hiloop <noun> <verb>",
 		Short:         "Manage devboxes for coding agents",
@@ -90,11 +114,37 @@ func newCmdRoot(f *Factory, completions bool) *cobra.Command {
 	noColor := root.PersistentFlags().VarPF(&noColorFlag{io: f.IO}, "no-color", "", "print no colour (as NO_COLOR does; CLICOLOR_FORCE=1 forces colour on)")
 	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
-	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdChat(f, nil), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
+	if i := namedNoun(root, args); i >= 0 && !completions {
+		root.AddCommand(rootNouns[i].build(f))
+		return root
+	}
+	for _, n := range rootNouns {
+		root.AddCommand(n.build(f))
+	}
 	if completions {
 		addCompletions(root, f)
 	}
 	return root
+}
+
+// namedNoun is the index in rootNouns of the top-level command args name, found as cobra finds
+// commands (root's flags and their values skipped), or -1: no arguments, only flags, help, an
+// unknown or a misspelt command, whose handling (usage, suggestions) needs the whole tree.
+func namedNoun(root *cobra.Command, args []string) int {
+	if len(args) == 0 {
+		return -1
+	}
+	stubs := make([]*cobra.Command, len(rootNouns))
+	for i, n := range rootNouns {
+		stubs[i] = &cobra.Command{Use: n.name, Aliases: n.aliases, Run: func(*cobra.Command, []string) {}}
+	}
+	root.AddCommand(stubs...)
+	defer root.RemoveCommand(stubs...)
+	found, _, err := root.Find(args)
+	if err != nil {
+		return -1
+	}
+	return slices.Index(stubs, found)
 }
 
 // noColorFlag is --no-color. It turns colour off as it is parsed, so that an error met later in
