@@ -56,56 +56,84 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
-// rootNouns names the top-level commands as they name themselves, in the tree's order, so
-// that Run finds the one a command line names without building the others.
-func TestRootNounsMatchCommands(t *testing.T) {
-	cmds := NewCmdRoot(&Factory{}).Commands()
-	var names []string
-	for _, c := range cmds {
-		if c.Name() != "completion" && c.Name() != "help" {
-			names = append(names, c.Name())
+// A lazyCmd list names the commands as they name themselves, so that Run finds the one a
+// command line names without building the others: the top-level commands, and the verbs of
+// those that have lazy verbs.
+func TestLazyCommandsMatch(t *testing.T) {
+	var check func(path string, built *cobra.Command, cmds []lazyCmd)
+	check = func(path string, built *cobra.Command, cmds []lazyCmd) {
+		var names []string
+		for _, c := range built.Commands() {
+			if c.Name() != "completion" && c.Name() != "help" {
+				names = append(names, c.Name())
+			}
+		}
+		var want []string
+		for _, lc := range cmds {
+			want = append(want, lc.name)
+			c := lc.build(&Factory{})
+			if c.Name() != lc.name || strings.Join(c.Aliases, ",") != strings.Join(lc.aliases, ",") {
+				t.Errorf("%s: the list has %q aliases %q; the command is %q aliases %q", path, lc.name, lc.aliases, c.Name(), c.Aliases)
+			}
+			if lc.verbs != nil {
+				bare := lc.bare()
+				if bare.Name() != c.Name() || bare.Short != c.Short || len(bare.Commands()) != 0 {
+					t.Errorf("%s %s: the bare command differs from the built one", path, lc.name)
+				}
+				check(path+" "+lc.name, c, lc.verbs)
+			}
+		}
+		slices.Sort(names)
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			t.Errorf("%s: commands %q, list %q", path, names, want)
 		}
 	}
-	var want []string
-	for _, n := range rootNouns {
-		want = append(want, n.name)
-		c := n.build(&Factory{})
-		if c.Name() != n.name || strings.Join(c.Aliases, ",") != strings.Join(n.aliases, ",") {
-			t.Errorf("rootNouns has %q aliases %q; the command is %q aliases %q", n.name, n.aliases, c.Name(), c.Aliases)
-		}
-	}
-	slices.Sort(names)
-	slices.Sort(want)
-	if !slices.Equal(names, want) {
-		t.Errorf("top-level commands %q, rootNouns %q", names, want)
-	}
+	check("hiloop", NewCmdRoot(&Factory{}), rootNouns)
 }
 
-// A command line that names a top-level command, by name or alias and after root's flags,
-// builds that one alone; anything else builds the whole tree (usage and suggestions need it).
+// A command line that names a command, by name or alias and after flags, builds that one
+// alone (and of its lazy verbs, the one named); anything else builds all of them (usage and
+// suggestions need them).
 func TestRunBuildsTheNamedCommandOnly(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
-		want string // the only top-level command, or "" for all of them
+		want string // the tree's commands below the root, or "*" for all of them
 	}{
-		{[]string{"sandbox", "exec", "x", "--", "true"}, "sandbox"},
-		{[]string{"sb", "ls"}, "sandbox"},
+		{[]string{"sandbox", "exec", "x", "--", "true"}, "sandbox exec"},
+		{[]string{"sb", "ls"}, "sandbox list"},
+		{[]string{"sandbox", "--host", "unix:///x", "rm", "x"}, "sandbox delete"},
+		{[]string{"sandbox", "snapshot", "ls"}, "sandbox snapshot"},
+		{[]string{"sandbox"}, "sandbox *"},
+		{[]string{"sandbox", "--help"}, "sandbox *"},
+		{[]string{"sandbox", "exce", "x"}, "sandbox *"},
 		{[]string{"--host", "unix:///x", "--no-color", "image", "ls"}, "image"},
 		{[]string{"--host=unix:///x", "version"}, "version"},
 		{[]string{"ssh-config"}, "ssh-config"},
-		{nil, ""},
-		{[]string{"--help"}, ""},
-		{[]string{"--version"}, ""},
-		{[]string{"help", "sandbox"}, ""},
-		{[]string{"sandbx", "ls"}, ""},
+		{nil, "*"},
+		{[]string{"--help"}, "*"},
+		{[]string{"--version"}, "*"},
+		{[]string{"help", "sandbox"}, "*"},
+		{[]string{"sandbx", "ls"}, "*"},
 	} {
 		root := newCmdRoot(&Factory{}, false, tt.args)
-		var got []string
-		for _, c := range root.Commands() {
-			got = append(got, c.Name())
+		got := "*"
+		if cmds := root.Commands(); len(cmds) == 1 {
+			got = cmds[0].Name()
+			if cmds[0].Name() == "sandbox" {
+				if verbs := cmds[0].Commands(); len(verbs) == 1 {
+					got += " " + verbs[0].Name()
+				} else if len(verbs) == len(sandboxVerbs) {
+					got += " *"
+				} else {
+					got += " ?"
+				}
+			}
+		} else if len(cmds) != len(rootNouns) {
+			got = "?"
 		}
-		if tt.want == "" && len(got) != len(rootNouns) || tt.want != "" && !slices.Equal(got, []string{tt.want}) {
-			t.Errorf("newCmdRoot(%q) has %q, want %q (\"\": every command)", tt.args, got, tt.want)
+		if got != tt.want {
+			t.Errorf("newCmdRoot(%q) builds %q, want %q", tt.args, got, tt.want)
 		}
 	}
 }
