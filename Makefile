@@ -108,7 +108,8 @@ FUZZ_TARGETS := \
 	./internal/gateway:FuzzResolverPacket \
 	./internal/gateway:FuzzAddrPolicy \
 	./internal/gateway:FuzzSniff \
-	./internal/modelroute:FuzzMeter
+	./internal/modelroute:FuzzMeter \
+	./internal/tui/chat:FuzzMarkdown
 FUZZTIME ?= 60s
 # FUZZPARALLEL limits the fuzzing workers (default: one per CPU). -fuzzminimizetime is cut from
 # its default of 60s, which would let minimizing one new input take a whole 60s budget.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,5 +53,87 @@ func TestCompletion(t *testing.T) {
 	}
 	if got := out.String(); got != ":4\n" {
 		t.Errorf("session prompt s1 <Tab> = %q, want nothing and no files", got)
+	}
+}
+
+// A lazyCmd list names the commands as they name themselves, so that Run finds the one a
+// command line names without building the others: the top-level commands, and the verbs of
+// those that have lazy verbs.
+func TestLazyCommandsMatch(t *testing.T) {
+	var check func(path string, built *cobra.Command, cmds []lazyCmd)
+	check = func(path string, built *cobra.Command, cmds []lazyCmd) {
+		var names []string
+		for _, c := range built.Commands() {
+			if c.Name() != "completion" && c.Name() != "help" {
+				names = append(names, c.Name())
+			}
+		}
+		var want []string
+		for _, lc := range cmds {
+			want = append(want, lc.name)
+			c := lc.build(&Factory{})
+			if c.Name() != lc.name || strings.Join(c.Aliases, ",") != strings.Join(lc.aliases, ",") {
+				t.Errorf("%s: the list has %q aliases %q; the command is %q aliases %q", path, lc.name, lc.aliases, c.Name(), c.Aliases)
+			}
+			if lc.verbs != nil {
+				bare := lc.bare()
+				if bare.Name() != c.Name() || bare.Short != c.Short || len(bare.Commands()) != 0 {
+					t.Errorf("%s %s: the bare command differs from the built one", path, lc.name)
+				}
+				check(path+" "+lc.name, c, lc.verbs)
+			}
+		}
+		slices.Sort(names)
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			t.Errorf("%s: commands %q, list %q", path, names, want)
+		}
+	}
+	check("hiloop", NewCmdRoot(&Factory{}), rootNouns)
+}
+
+// A command line that names a command, by name or alias and after flags, builds that one
+// alone (and of its lazy verbs, the one named); anything else builds all of them (usage and
+// suggestions need them).
+func TestRunBuildsTheNamedCommandOnly(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string // the tree's commands below the root, or "*" for all of them
+	}{
+		{[]string{"sandbox", "exec", "x", "--", "true"}, "sandbox exec"},
+		{[]string{"sb", "ls"}, "sandbox list"},
+		{[]string{"sandbox", "--host", "unix:///x", "rm", "x"}, "sandbox delete"},
+		{[]string{"sandbox", "snapshot", "ls"}, "sandbox snapshot"},
+		{[]string{"sandbox"}, "sandbox *"},
+		{[]string{"sandbox", "--help"}, "sandbox *"},
+		{[]string{"sandbox", "exce", "x"}, "sandbox *"},
+		{[]string{"--host", "unix:///x", "--no-color", "image", "ls"}, "image"},
+		{[]string{"--host=unix:///x", "version"}, "version"},
+		{[]string{"ssh-config"}, "ssh-config"},
+		{nil, "*"},
+		{[]string{"--help"}, "*"},
+		{[]string{"--version"}, "*"},
+		{[]string{"help", "sandbox"}, "*"},
+		{[]string{"sandbx", "ls"}, "*"},
+	} {
+		root := newCmdRoot(&Factory{}, false, tt.args)
+		got := "*"
+		if cmds := root.Commands(); len(cmds) == 1 {
+			got = cmds[0].Name()
+			if cmds[0].Name() == "sandbox" {
+				if verbs := cmds[0].Commands(); len(verbs) == 1 {
+					got += " " + verbs[0].Name()
+				} else if len(verbs) == len(sandboxVerbs) {
+					got += " *"
+				} else {
+					got += " ?"
+				}
+			}
+		} else if len(cmds) != len(rootNouns) {
+			got = "?"
+		}
+		if got != tt.want {
+			t.Errorf("newCmdRoot(%q) builds %q, want %q", tt.args, got, tt.want)
+		}
 	}
 }

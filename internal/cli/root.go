@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -24,7 +25,10 @@ func Main() int {
 
 // Run runs hiloop with args and returns its exit code; it is Main without the process globals.
 func Run(f *Factory, args []string) int {
-	root := NewCmdRoot(f)
+	// Completions are wired only for the shell's completion request: every other command would
+	// pay for walking the whole tree for nothing.
+	completing := slices.Contains(args, cobra.ShellCompRequestCmd) || slices.Contains(args, cobra.ShellCompNoDescRequestCmd)
+	root := newCmdRoot(f, completing, args)
 	root.SetArgs(args)
 	root.SetIn(f.IO.In)
 	root.SetOut(f.IO.Out)
@@ -68,8 +72,42 @@ func commandPath(root *cobra.Command, args []string) string {
 	return root.Name()
 }
 
-// NewCmdRoot builds the hiloop command tree.
+// NewCmdRoot builds the hiloop command tree, its completions wired.
 func NewCmdRoot(f *Factory) *cobra.Command {
+	return newCmdRoot(f, true, nil)
+}
+
+// lazyCmd is a command Run builds only when the command line names it, or when the whole
+// tree is needed: building every command is a few percent of a short command's CPU. Its name
+// and aliases are repeated here so that the one named is found without building any;
+// TestLazyCommandsMatch keeps them in step with the commands'.
+type lazyCmd struct {
+	name    string
+	aliases []string
+	build   func(*Factory) *cobra.Command
+	// A command with verbs may be built bare, its verbs then added as the line names them.
+	bare  func() *cobra.Command
+	verbs []lazyCmd
+}
+
+// rootNouns are the top-level commands, in the order the tree has them.
+var rootNouns = []lazyCmd{
+	{"sandbox", []string{"sandboxes", "sb"}, newCmdSandbox, newCmdSandboxBare, sandboxVerbs},
+	{"secret", []string{"secrets"}, newCmdSecret, nil, nil},
+	{"login", []string{"logins"}, newCmdLogin, nil, nil},
+	{"audit", nil, func(f *Factory) *cobra.Command { return newCmdAudit(f, nil) }, nil, nil},
+	{"session", []string{"sessions"}, newCmdSession, nil, nil},
+	{"chat", nil, func(f *Factory) *cobra.Command { return newCmdChat(f, nil) }, nil, nil},
+	{"usage", nil, func(f *Factory) *cobra.Command { return newCmdUsage(f, nil) }, nil, nil},
+	{"image", []string{"images"}, newCmdImage, nil, nil},
+	{"ssh-key", []string{"ssh-keys"}, newCmdSSHKey, nil, nil},
+	{"ssh-config", nil, func(f *Factory) *cobra.Command { return newCmdSSHConfig(f, nil) }, nil, nil},
+	{"version", nil, func(f *Factory) *cobra.Command { return newCmdVersion(f, nil) }, nil, nil},
+}
+
+// newCmdRoot is NewCmdRoot with its argument and flag completions (addCompletions) or without.
+// Without them, the tree holds only the top-level command args name, if they name one.
+func newCmdRoot(f *Factory, completions bool, args []string) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "hiloop <noun> <verb>",
 		Short:         "Manage devboxes for coding agents",
@@ -82,9 +120,53 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 	noColor := root.PersistentFlags().VarPF(&noColorFlag{io: f.IO}, "no-color", "", "print no colour (as NO_COLOR does; CLICOLOR_FORCE=1 forces colour on)")
 	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
-	root.AddCommand(newCmdSandbox(f), newCmdSecret(f), newCmdLogin(f), newCmdAudit(f, nil), newCmdSession(f), newCmdChat(f, nil), newCmdUsage(f, nil), newCmdImage(f), newCmdSSHKey(f), newCmdSSHConfig(f, nil), newCmdVersion(f, nil))
-	addCompletions(root, f)
+	addNamed(f, root, root, rootNouns, args, completions)
+	if completions {
+		addCompletions(root, f)
+	}
 	return root
+}
+
+// addNamed adds to parent, a command of root's tree, the one of cmds that args name (and of
+// its verbs, the one they name), or all of them when all is set or args name none of cmds.
+func addNamed(f *Factory, root, parent *cobra.Command, cmds []lazyCmd, args []string, all bool) {
+	i := -1
+	if !all {
+		i = named(root, parent, cmds, args)
+	}
+	if i < 0 {
+		for _, c := range cmds {
+			parent.AddCommand(c.build(f))
+		}
+		return
+	}
+	if c := cmds[i]; c.verbs != nil {
+		cmd := c.bare()
+		parent.AddCommand(cmd)
+		addNamed(f, root, cmd, c.verbs, args, false)
+		return
+	}
+	parent.AddCommand(cmds[i].build(f))
+}
+
+// named is the index in cmds of the command args name under parent, found as cobra finds
+// commands (flags and their values skipped), or -1: no arguments, only flags, help, an unknown
+// or a misspelt command, whose handling (usage, suggestions) needs all of parent's commands.
+func named(root, parent *cobra.Command, cmds []lazyCmd, args []string) int {
+	if len(args) == 0 {
+		return -1
+	}
+	stubs := make([]*cobra.Command, len(cmds))
+	for i, c := range cmds {
+		stubs[i] = &cobra.Command{Use: c.name, Aliases: c.aliases, Run: func(*cobra.Command, []string) {}}
+	}
+	parent.AddCommand(stubs...)
+	defer parent.RemoveCommand(stubs...)
+	found, _, err := root.Find(args)
+	if err != nil {
+		return -1
+	}
+	return slices.Index(stubs, found)
 }
 
 // noColorFlag is --no-color. It turns colour off as it is parsed, so that an error met later in

@@ -14,31 +14,41 @@ import (
 )
 
 func newCmdSandbox(f *Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	cmd := newCmdSandboxBare()
+	for _, v := range sandboxVerbs {
+		cmd.AddCommand(v.build(f))
+	}
+	return cmd
+}
+
+// newCmdSandboxBare is `hiloop sandbox` without its verbs.
+func newCmdSandboxBare() *cobra.Command {
+	return &cobra.Command{
 		Use:     "sandbox <verb>",
 		Aliases: []string{"sandboxes", "sb"},
 		Short:   "Create, run commands in, stop and delete sandboxes",
 	}
-	cmd.AddCommand(
-		newCmdSandboxCreate(f, nil),
-		newCmdSandboxGet(f, nil),
-		newCmdSandboxList(f, nil),
-		newCmdSandboxStart(f, nil),
-		newCmdSandboxStop(f, nil),
-		newCmdSandboxDelete(f, nil),
-		newCmdSandboxExec(f, nil),
-		newCmdSandboxSSH(f, nil),
-		newCmdSandboxPortForward(f, nil),
-		newCmdSandboxExpose(f, nil),
-		newCmdSandboxUnexpose(f, nil),
-		newCmdSandboxGrow(f, nil),
-		newCmdSandboxRestore(f, nil),
-		newCmdSandboxEgress(f, nil),
-		newCmdSandboxBudget(f, nil),
-		newCmdSandboxSecret(f),
-		newCmdSnapshot(f),
-	)
-	return cmd
+}
+
+// sandboxVerbs are the verbs of `hiloop sandbox`, built as a command line names them (lazyCmd).
+var sandboxVerbs = []lazyCmd{
+	{"create", nil, func(f *Factory) *cobra.Command { return newCmdSandboxCreate(f, nil) }, nil, nil},
+	{"get", nil, func(f *Factory) *cobra.Command { return newCmdSandboxGet(f, nil) }, nil, nil},
+	{"list", []string{"ls"}, func(f *Factory) *cobra.Command { return newCmdSandboxList(f, nil) }, nil, nil},
+	{"start", nil, func(f *Factory) *cobra.Command { return newCmdSandboxStart(f, nil) }, nil, nil},
+	{"stop", nil, func(f *Factory) *cobra.Command { return newCmdSandboxStop(f, nil) }, nil, nil},
+	{"delete", []string{"rm"}, func(f *Factory) *cobra.Command { return newCmdSandboxDelete(f, nil) }, nil, nil},
+	{"exec", nil, func(f *Factory) *cobra.Command { return newCmdSandboxExec(f, nil) }, nil, nil},
+	{"ssh", nil, func(f *Factory) *cobra.Command { return newCmdSandboxSSH(f, nil) }, nil, nil},
+	{"port-forward", nil, func(f *Factory) *cobra.Command { return newCmdSandboxPortForward(f, nil) }, nil, nil},
+	{"expose", nil, func(f *Factory) *cobra.Command { return newCmdSandboxExpose(f, nil) }, nil, nil},
+	{"unexpose", nil, func(f *Factory) *cobra.Command { return newCmdSandboxUnexpose(f, nil) }, nil, nil},
+	{"grow", nil, func(f *Factory) *cobra.Command { return newCmdSandboxGrow(f, nil) }, nil, nil},
+	{"restore", nil, func(f *Factory) *cobra.Command { return newCmdSandboxRestore(f, nil) }, nil, nil},
+	{"egress", nil, func(f *Factory) *cobra.Command { return newCmdSandboxEgress(f, nil) }, nil, nil},
+	{"budget", nil, func(f *Factory) *cobra.Command { return newCmdSandboxBudget(f, nil) }, nil, nil},
+	{"secret", nil, newCmdSandboxSecret, nil, nil},
+	{"snapshot", []string{"snapshots"}, newCmdSnapshot, nil, nil},
 }
 
 // SandboxCreateOptions are the flags and argument of `hiloop sandbox create`.

@@ -200,7 +200,9 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 			if outErr != nil {
 				return ExecResult{}, outErr
 			}
-			conn.Close(websocket.StatusNormalClosure, "")
+			// Nothing follows the exit: the connection just closes (the deferred CloseNow). A
+			// close handshake would cost a frame each way and a wait for the daemon's; the
+			// daemon, which sent its close frame after the exit, takes the end as the same.
 			return ExecResult{ExitCode: ctl.ExitCode, Signal: ctl.Signal, TimedOut: ctl.TimedOut,
 				OOMKilled: ctl.OOMKilled, MemoryLimitMB: ctl.MemoryLimitMB, HandedOff: handedOff}, nil
 		case api.ControlError:

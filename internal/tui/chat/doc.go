@@ -24,15 +24,19 @@
 //
 // # Markdown
 //
-// goldmark parses the agent's text (CommonMark with GitHub's tables, strikethrough, task lists
-// and bare links) and markdown.go lays it out: paragraphs word-wrapped at the width, headings
+// mdblock.go and mdinline.go parse the agent's text (CommonMark with GitHub's tables,
+// strikethrough, task lists and bare links) and markdown.go lays it out: paragraphs word-wrapped at the width, headings
 // with their "#" marks, lists with hanging indents, block quotes behind a bar, code blocks
 // indented by two and cut (not wrapped at words) at the width, without syntax highlighting,
 // tables in columns as wide as their cells (the widest shrunk and wrapped until the table
 // fits), a link's text followed by its address. Styles come from internal/styles; with colour
 // off no line holds an escape sequence and emphasis, strong and struck text keep their
-// delimiters. Nothing here pulls in a highlighter: a highlighter's package initialisation runs
-// in every hiloop command, chat or not.
+// delimiters. Nothing here pulls in a highlighter or a markdown library: their package
+// initialisation (a highlighter's styles and lexers; goldmark's Unicode case-folding table and
+// the regular expressions of its parser and extensions) runs in every hiloop command, chat or
+// not. The parser follows CommonMark's reference algorithm and lays out what goldmark's did,
+// which markdown_diff_test.go checks against goldmark itself (markdown_goldmark_test.go keeps
+// the old renderer as the reference) and where it lists the few corners the two differ in.
 //
 // # Keys
 //

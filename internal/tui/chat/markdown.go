@@ -3,25 +3,12 @@ package chat
 import (
 	"strconv"
 	"strings"
-	"sync"
 
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
-	"github.com/yuin/goldmark"
-	"github.com/yuin/goldmark/ast"
-	"github.com/yuin/goldmark/extension"
-	east "github.com/yuin/goldmark/extension/ast"
-	"github.com/yuin/goldmark/parser"
-	"github.com/yuin/goldmark/text"
-	"github.com/yuin/goldmark/util"
 
 	"github.com/hiloop/hiloop/internal/styles"
 )
-
-// mdParser is built on first use, so a hiloop command that shows no chat pays nothing for it.
-var mdParser = sync.OnceValue(func() parser.Parser {
-	return goldmark.New(goldmark.WithExtensions(extension.GFM)).Parser()
-})
 
 // markdown renders text as CommonMark with GitHub's tables, strikethrough, task lists and bare
 // links, in lines of at most w columns (a table that cannot shrink enough is the exception),
@@ -31,8 +18,8 @@ func (r *renderer) markdown(src string, w int) []string {
 	if strings.TrimSpace(src) == "" {
 		return nil
 	}
-	m := mdWriter{st: r.st, src: []byte(src)}
-	lines := m.blocks(mdParser().Parse(text.NewReader(m.src)), max(1, w))
+	m := mdWriter{st: r.st}
+	lines := m.blocks(mdParse(src), max(1, w))
 	for i, l := range lines {
 		lines[i] = strings.TrimRight(l, " ")
 	}
@@ -47,18 +34,14 @@ func (r *renderer) markdown(src string, w int) []string {
 
 // mdWriter turns one parsed document into lines.
 type mdWriter struct {
-	st  styles.Chat
-	src []byte
+	st styles.Chat
 }
 
 // blocks renders n's child blocks with a blank line between two, except in a tight list's item.
-func (m *mdWriter) blocks(n ast.Node, w int) []string {
-	tight := false
-	if l, ok := n.Parent().(*ast.List); ok && n.Kind() == ast.KindListItem {
-		tight = l.IsTight
-	}
+func (m *mdWriter) blocks(n *mdNode, w int) []string {
+	tight := n.kind == mdItem && n.parent.tight
 	var out []string
-	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
+	for _, c := range n.children {
 		b := m.block(c, w)
 		if len(b) == 0 {
 			continue
@@ -71,28 +54,28 @@ func (m *mdWriter) blocks(n ast.Node, w int) []string {
 	return out
 }
 
-func (m *mdWriter) block(n ast.Node, w int) []string {
-	switch n := n.(type) {
-	case *ast.Paragraph, *ast.TextBlock:
+func (m *mdWriter) block(n *mdNode, w int) []string {
+	switch n.kind {
+	case mdParagraph:
 		return m.wrap(m.inline(n, lipgloss.NewStyle()), w)
-	case *ast.Heading:
-		return m.wrap(m.paint(m.st.Heading, strings.Repeat("#", n.Level))+" "+m.inline(n, m.st.Heading), w)
-	case *ast.FencedCodeBlock, *ast.CodeBlock:
+	case mdHeading:
+		return m.wrap(m.paint(m.st.Heading, strings.Repeat("#", n.level))+" "+m.inline(n, m.st.Heading), w)
+	case mdCode:
 		return m.code(n, w)
-	case *ast.HTMLBlock:
+	case mdHTML:
 		return hardwrap(strings.TrimRight(m.lines(n), "\n"), w)
-	case *ast.List:
+	case mdList:
 		return m.list(n, w)
-	case *ast.Blockquote:
+	case mdQuote:
 		bar := m.paint(m.st.Quote, "│")
 		body := m.blocks(n, max(1, w-2))
 		for i, l := range body {
 			body[i] = bar + " " + l
 		}
 		return body
-	case *ast.ThematicBreak:
+	case mdRule:
 		return []string{m.paint(m.st.Border, "--------")}
-	case *east.Table:
+	case mdTable:
 		return m.table(n, w)
 	}
 	return m.blocks(n, w)
@@ -100,22 +83,17 @@ func (m *mdWriter) block(n ast.Node, w int) []string {
 
 // lines is the source text of a block that keeps its lines (code, HTML), tabs expanded where
 // the parser took part of one as indentation.
-func (m *mdWriter) lines(n ast.Node) string {
+func (m *mdWriter) lines(n *mdNode) string {
 	var b strings.Builder
-	ls := n.Lines()
-	for i := range ls.Len() {
-		seg := ls.At(i)
-		b.WriteString(strings.Repeat(" ", seg.Padding))
-		b.Write(seg.Value(m.src))
-	}
-	if h, ok := n.(*ast.HTMLBlock); ok && h.HasClosure() {
-		b.Write(h.ClosureLine.Value(m.src))
+	for _, l := range n.lines {
+		b.WriteString(l)
+		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
 // code indents a code block by two columns and cuts its long lines, keeping their spaces.
-func (m *mdWriter) code(n ast.Node, w int) []string {
+func (m *mdWriter) code(n *mdNode, w int) []string {
 	var out []string
 	for _, l := range hardwrap(strings.TrimRight(m.lines(n), "\n"), max(1, w-2)) {
 		out = append(out, "  "+m.paint(m.st.Code, l))
@@ -124,20 +102,20 @@ func (m *mdWriter) code(n ast.Node, w int) []string {
 }
 
 // list renders items under their markers, continuation lines indented to the item's text.
-func (m *mdWriter) list(l *ast.List, w int) []string {
+func (m *mdWriter) list(l *mdNode, w int) []string {
 	var out []string
-	num := l.Start
-	for it := l.FirstChild(); it != nil; it = it.NextSibling() {
+	num := l.start
+	for _, it := range l.children {
 		mark := "• "
-		if l.IsOrdered() {
-			mark = strconv.Itoa(num) + string(l.Marker) + " "
+		if l.ordered {
+			mark = strconv.Itoa(num) + string(l.marker) + " "
 			num++
 		}
 		indent := ansi.StringWidth(mark)
 		if hasTaskBox(it) {
 			mark, indent = "", 4 // the "[ ] " the item's text starts with is its marker
 		}
-		if len(out) > 0 && !l.IsTight {
+		if len(out) > 0 && !l.tight {
 			out = append(out, "")
 		}
 		body := m.blocks(it, max(1, w-indent))
@@ -158,28 +136,23 @@ func (m *mdWriter) list(l *ast.List, w int) []string {
 	return out
 }
 
-func hasTaskBox(item ast.Node) bool {
-	if first := item.FirstChild(); first != nil {
-		_, ok := first.FirstChild().(*east.TaskCheckBox)
-		return ok
-	}
-	return false
+func hasTaskBox(item *mdNode) bool {
+	return len(item.children) > 0 && len(item.children[0].children) > 0 && item.children[0].children[0].kind == mdTaskBox
 }
 
 // table lays a GFM table out in columns as wide as their widest cell, shrinking the widest
 // column (its cells wrapped) until the table fits in w or no column is wider than three.
-func (m *mdWriter) table(t *east.Table, w int) []string {
-	n := len(t.Alignments)
+func (m *mdWriter) table(t *mdNode, w int) []string {
+	n := len(t.aligns)
 	var rows [][]string
 	widths := make([]int, n)
-	for r := t.FirstChild(); r != nil; r = r.NextSibling() {
+	for _, r := range t.children {
 		st := lipgloss.NewStyle()
-		if r.Kind() == east.KindTableHeader {
+		if r.header {
 			st = m.st.Strong
 		}
 		cells := make([]string, n)
-		i := 0
-		for c := r.FirstChild(); c != nil && i < n; c, i = c.NextSibling(), i+1 {
+		for i, c := range r.children[:min(n, len(r.children))] {
 			cells[i] = m.inline(c, st)
 			widths[i] = max(widths[i], ansi.StringWidth(cells[i]))
 		}
@@ -213,7 +186,7 @@ func (m *mdWriter) table(t *east.Table, w int) []string {
 				if l < len(wrapped[i]) {
 					s = wrapped[i][l]
 				}
-				parts[i] = align(s, widths[i], t.Alignments[i])
+				parts[i] = align(s, widths[i], t.aligns[i])
 			}
 			out = append(out, strings.Join(parts, sep))
 		}
@@ -237,65 +210,56 @@ func sum(xs []int) int {
 }
 
 // align pads s to w columns as a table column asks.
-func align(s string, w int, a east.Alignment) string {
+func align(s string, w int, a mdAlign) string {
 	gap := max(0, w-ansi.StringWidth(s))
 	switch a {
-	case east.AlignRight:
+	case alignRight:
 		return strings.Repeat(" ", gap) + s
-	case east.AlignCenter:
+	case alignCenter:
 		return strings.Repeat(" ", gap/2) + s + strings.Repeat(" ", gap-gap/2)
 	}
 	return s + strings.Repeat(" ", gap)
 }
 
 // inline renders n's inline children in style st as one string; hard line breaks are newlines.
-func (m *mdWriter) inline(n ast.Node, st lipgloss.Style) string {
+func (m *mdWriter) inline(n *mdNode, st lipgloss.Style) string {
 	var b strings.Builder
-	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
+	for _, c := range n.children {
 		m.inlineNode(&b, c, st)
 	}
 	return b.String()
 }
 
-func (m *mdWriter) inlineNode(b *strings.Builder, n ast.Node, st lipgloss.Style) {
-	switch n := n.(type) {
-	case *ast.Text:
-		v := n.Value(m.src)
-		if !n.IsRaw() {
-			v = util.ResolveEntityNames(util.ResolveNumericReferences(util.UnescapePunctuations(v)))
-		}
-		b.WriteString(m.words(st, string(v)))
+func (m *mdWriter) inlineNode(b *strings.Builder, n *mdNode, st lipgloss.Style) {
+	switch n.kind {
+	case mdText:
+		b.WriteString(m.words(st, resolveText(n.lit)))
 		switch {
-		case n.HardLineBreak():
+		case n.hard:
 			b.WriteByte('\n')
-		case n.SoftLineBreak():
+		case n.soft:
 			b.WriteByte(' ')
 		}
-	case *ast.String:
-		b.WriteString(m.words(st, string(n.Value)))
-	case *ast.CodeSpan:
-		b.WriteString(m.words(m.st.Code.Inherit(st), m.plain(n)))
-	case *ast.Emphasis:
+	case mdCodeSpan:
+		b.WriteString(m.words(m.st.Code.Inherit(st), n.lit))
+	case mdEmph:
 		style, delim := m.st.Emph, "*"
-		if n.Level >= 2 {
+		if n.level >= 2 {
 			style, delim = m.st.Strong, "**"
 		}
 		m.delimited(b, n, style.Inherit(st), delim)
-	case *east.Strikethrough:
+	case mdStrike:
 		m.delimited(b, n, m.st.Strike.Inherit(st), "~~")
-	case *ast.Link:
-		m.link(b, m.inline(n, m.st.Link.Inherit(st)), m.plain(n), string(n.Destination))
-	case *ast.AutoLink:
-		b.WriteString(m.words(m.st.URL, string(n.URL(m.src))))
-	case *ast.Image:
-		b.WriteString(m.words(st, "Image: "+m.plain(n)+" →") + " " + m.words(m.st.URL, string(n.Destination)))
-	case *ast.RawHTML:
-		for i := range n.Segments.Len() {
-			seg := n.Segments.At(i)
-			b.WriteString(m.words(st, string(seg.Value(m.src))))
-		}
-	case *east.TaskCheckBox:
-		if n.IsChecked {
+	case mdLink:
+		m.link(b, m.inline(n, m.st.Link.Inherit(st)), m.plain(n), n.dest)
+	case mdAutoLink:
+		b.WriteString(m.words(m.st.URL, n.dest))
+	case mdImage:
+		b.WriteString(m.words(st, "Image: "+m.plain(n)+" →") + " " + m.words(m.st.URL, n.dest))
+	case mdRawHTML:
+		b.WriteString(m.words(st, n.lit))
+	case mdTaskBox:
+		if n.checked {
 			b.WriteString("[x] ")
 		} else {
 			b.WriteString("[ ] ")
@@ -316,7 +280,7 @@ func (m *mdWriter) link(b *strings.Builder, styled, plain, dest string) {
 }
 
 // delimited writes n's children in st, or between delim's with colour off.
-func (m *mdWriter) delimited(b *strings.Builder, n ast.Node, st lipgloss.Style, delim string) {
+func (m *mdWriter) delimited(b *strings.Builder, n *mdNode, st lipgloss.Style, delim string) {
 	if !m.st.Colour {
 		b.WriteString(delim + m.inline(n, st) + delim)
 		return
@@ -325,17 +289,17 @@ func (m *mdWriter) delimited(b *strings.Builder, n ast.Node, st lipgloss.Style, 
 }
 
 // plain is the text of n's inline children without styles: a link's words, an image's alt.
-func (m *mdWriter) plain(n ast.Node) string {
+func (m *mdWriter) plain(n *mdNode) string {
 	var b strings.Builder
-	for c := n.FirstChild(); c != nil; c = c.NextSibling() {
-		switch c := c.(type) {
-		case *ast.Text:
-			b.Write(c.Value(m.src))
-			if c.SoftLineBreak() || c.HardLineBreak() {
+	for _, c := range n.children {
+		switch c.kind {
+		case mdText:
+			b.WriteString(c.lit)
+			if c.soft || c.hard {
 				b.WriteByte(' ')
 			}
-		case *ast.String:
-			b.Write(c.Value)
+		case mdCodeSpan:
+			b.WriteString(c.lit)
 		default:
 			b.WriteString(m.plain(c))
 		}
