@@ -144,46 +144,71 @@ func (s *Store) CreateSandbox(sb Sandbox) error {
 	})
 }
 
-// GetSandbox returns the record named name; ErrNotFound if there is none.
+// GetSandbox returns the record named name; ErrNotFound if there is none. Like a list, it
+// decodes the record only when its bytes changed since the last decoding: an exec reads its
+// sandbox's record three times.
 func (s *Store) GetSandbox(name string) (Sandbox, error) {
 	var sb Sandbox
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return getJSON(tx.Bucket(bucketSandboxes), name, &sb)
+		v := tx.Bucket(bucketSandboxes).Get([]byte(name))
+		if v == nil {
+			s.decodedMu.Lock()
+			delete(s.decoded, name)
+			s.decodedMu.Unlock()
+			return ErrNotFound
+		}
+		d, err := s.decodedRecord(name, v)
+		sb = d.clone()
+		return err
 	})
 	return sb, err
+}
+
+// decodedRecord returns the decoding of the record name whose bytes are v, the last one if they
+// are unchanged. v is valid only in its transaction; the result is shared: clone it.
+func (s *Store) decodedRecord(name string, v []byte) (Sandbox, error) {
+	s.decodedMu.Lock()
+	defer s.decodedMu.Unlock()
+	if d, ok := s.decoded[name]; ok && bytes.Equal(d.raw, v) {
+		return d.sb, nil
+	}
+	d := decodedSandbox{raw: bytes.Clone(v)}
+	if err := json.Unmarshal(v, &d.sb); err != nil {
+		return Sandbox{}, err
+	}
+	if s.decoded == nil {
+		s.decoded = map[string]decodedSandbox{}
+	}
+	s.decoded[name] = d
+	return d.sb, nil
 }
 
 // ListSandboxes returns every record, sorted by name (bbolt's order of the keys). The truth is
 // the database's: a record is decoded again whenever its bytes differ from the last decoding.
 func (s *Store) ListSandboxes() ([]Sandbox, error) {
 	var out []Sandbox
-	s.decodedMu.Lock()
-	defer s.decodedMu.Unlock()
-	seen := make(map[string]bool, len(s.decoded))
+	seen := map[string]bool{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).ForEach(func(k, v []byte) error {
 			name := string(k)
 			seen[name] = true
-			d, ok := s.decoded[name]
-			if !ok || !bytes.Equal(d.raw, v) {
-				d = decodedSandbox{raw: bytes.Clone(v)} // v is valid only in the transaction
-				if err := json.Unmarshal(v, &d.sb); err != nil {
-					return err
-				}
-				if s.decoded == nil {
-					s.decoded = map[string]decodedSandbox{}
-				}
-				s.decoded[name] = d
+			sb, err := s.decodedRecord(name, v)
+			if err != nil {
+				return err
 			}
-			out = append(out, d.sb.clone())
+			out = append(out, sb.clone())
 			return nil
 		})
 	})
+	// Records gone since: a Get meanwhile may have decoded one the list did not see, which
+	// costs it one decoding more, no more.
+	s.decodedMu.Lock()
 	for name := range s.decoded {
 		if !seen[name] {
 			delete(s.decoded, name)
 		}
 	}
+	s.decodedMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
 }

@@ -137,6 +137,43 @@ func TestListSandboxesSeesEveryWrite(t *testing.T) {
 	}
 }
 
+// A get shares the list's decodings on the same terms: what a caller changes in its record
+// reaches no other, and an update or a delete shows at the next get.
+func TestGetSandboxSeesEveryWrite(t *testing.T) {
+	s, _ := openTemp(t)
+	defer s.Close()
+	if err := s.CreateSandbox(Sandbox{ID: "1", Name: "a", State: "running",
+		Egress: &Egress{Mode: "closed", Allow: []string{"example.com"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ListSandboxes(); err != nil { // the list's decoding, which the get reuses
+		t.Fatal(err)
+	}
+	got, err := s.GetSandbox("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Egress.Allow[0] = "mutated.example"
+	if again, err := s.GetSandbox("a"); err != nil || again.Egress.Allow[0] != "example.com" {
+		t.Fatalf("a caller's change reached the next get: %+v (%v)", again.Egress, err)
+	}
+	if list, err := s.ListSandboxes(); err != nil || list[0].Egress.Allow[0] != "example.com" {
+		t.Fatalf("a get's caller's change reached a list: %+v (%v)", list, err)
+	}
+	if _, err := s.UpdateSandbox("a", func(sb *Sandbox) error { sb.State = "stopped"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetSandbox("a"); err != nil || got.State != "stopped" {
+		t.Fatalf("get after an update: %+v (%v)", got, err)
+	}
+	if err := s.DeleteSandbox("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSandbox("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get after a delete: %v, want ErrNotFound", err)
+	}
+}
+
 // clone copies every field that points somewhere: a new one must be added to clone (and here).
 func TestSandboxCloneCoversPointers(t *testing.T) {
 	handled := map[string]bool{"Egress": true, "StartedAt": true}
