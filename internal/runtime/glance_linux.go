@@ -3,7 +3,6 @@
 package runtime
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
+
+	"github.com/hiloop/hiloop/internal/runtime/initproc"
 )
 
 // Glance says what sandbox id's init is doing without waking it, as a list of many sandboxes
@@ -187,20 +188,14 @@ func procStat(pid int) (state byte, startTime uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	// The command name, in parentheses, may hold spaces and parentheses itself: the fields
-	// that matter follow the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	f := initproc.StatFields(b)
+	// The state is field 3 of the line, the start time field 22.
+	if len(f) < 20 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
 	}
-	fields := bytes.Fields(b[i+1:])
-	if len(fields) < 20 || len(fields[0]) != 1 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
-	}
-	// Field 3 of the stat line is the state, field 22 the start time.
-	startTime, err = strconv.ParseUint(string(fields[19]), 10, 64)
+	startTime, err = strconv.ParseUint(f[19], 10, 64)
 	if err != nil {
 		return 0, 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
 	}
-	return fields[0][0], startTime, nil
+	return f[0][0], startTime, nil
 }

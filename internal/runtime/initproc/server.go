@@ -522,14 +522,9 @@ func procStat(pid int) (byte, int, bool) {
 	return parseStat(b)
 }
 
-// parseStat parses "pid (comm) state ppid pgrp session ..."; comm may hold spaces and parens.
+// parseStat parses "pid (comm) state ppid pgrp session ..." for the state and the session.
 func parseStat(b []byte) (byte, int, bool) {
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0, 0, false
-	}
-	f := strings.Fields(s[i+2:])
+	f := StatFields(b)
 	if len(f) < 4 {
 		return 0, 0, false
 	}
@@ -538,4 +533,20 @@ func parseStat(b []byte) (byte, int, bool) {
 		return 0, 0, false
 	}
 	return f[0][0], sid, true
+}
+
+// StatFields returns the fields of a /proc/PID/stat line that follow the command name, the
+// process's state (field 3 of the line) first, or nil for a line that is not one. The name
+// may hold spaces and parentheses itself: the fields are those after the last ')'.
+func StatFields(line []byte) []string {
+	s := string(line)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) == 0 || len(f[0]) != 1 {
+		return nil
+	}
+	return f
 }
