@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
 	"github.com/hiloop/hiloop/internal/iostreams"
@@ -213,8 +210,6 @@ type ImagePullOptions struct {
 	Post    api.ImagePullPost
 	Verbose bool
 	Output  string
-	// Keychain finds the registry login; nil means the Docker config (authn.DefaultKeychain).
-	Keychain authn.Keychain
 }
 
 func newCmdImagePull(f *Factory, runF func(*ImagePullOptions) error) *cobra.Command {
@@ -225,7 +220,8 @@ func newCmdImagePull(f *Factory, runF func(*ImagePullOptions) error) *cobra.Comm
 		Long: `Make image NAME from the container image REF in an OCI registry (for the daemon's
 platform), converted as hiloop image import does. The registry login comes from your Docker
 config file ($DOCKER_CONFIG/config.json, else ~/.docker/config.json, with its credential
-helpers), read here and sent to the daemon for this pull only; without one the pull is anonymous.
+helpers; without one, Podman's auth.json), read here and sent to the daemon for this pull only;
+without a login the pull is anonymous.
 A registry on the loopback (localhost, 127.0.0.1) is reached over plain HTTP.`,
 		Example: `  hiloop image pull py ghcr.io/astral-sh/uv:python3.12-bookworm`,
 		Args:    exactArgs(2, "an image NAME and a registry REF"),
@@ -247,7 +243,7 @@ A registry on the loopback (localhost, 127.0.0.1) is reached over plain HTTP.`,
 }
 
 func imagePullRun(ctx context.Context, f *Factory, opts *ImagePullOptions) error {
-	auth, err := registryAuth(opts.Keychain, opts.Post.Ref)
+	auth, err := registryLogin(opts.Post.Ref)
 	if err != nil {
 		return err
 	}
@@ -263,41 +259,6 @@ func imagePullRun(ctx context.Context, f *Factory, opts *ImagePullOptions) error
 		return err
 	}
 	return printImageRow(f, opts.Output, img)
-}
-
-// registryAuth finds the login for ref's registry in keychain (the Docker config file and its
-// credential helpers by default): read on this side, because the login is the person's running
-// hiloop, while sandboxd runs as root with a config of its own, usually none. Nil: anonymous.
-func registryAuth(keychain authn.Keychain, ref string) (*api.RegistryAuth, error) {
-	if keychain == nil {
-		keychain = authn.DefaultKeychain
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		return nil, &usageError{fmt.Errorf("invalid image reference %q: %w", ref, err)}
-	}
-	a, err := keychain.Resolve(r.Context())
-	if err != nil {
-		return nil, fmt.Errorf("registry login for %s (Docker config): %w", r.Context().RegistryStr(), err)
-	}
-	if a == authn.Anonymous {
-		return nil, nil
-	}
-	cfg, err := a.Authorization()
-	if err != nil {
-		return nil, fmt.Errorf("registry login for %s (Docker config): %w", r.Context().RegistryStr(), err)
-	}
-	if cfg.Auth != "" && cfg.Username == "" {
-		// A config's "auth" is base64 user:password; the daemon takes them apart.
-		if b, err := base64.StdEncoding.DecodeString(cfg.Auth); err == nil {
-			cfg.Username, cfg.Password, _ = strings.Cut(string(b), ":")
-		}
-	}
-	out := &api.RegistryAuth{Username: cfg.Username, Password: cfg.Password, IdentityToken: cfg.IdentityToken, RegistryToken: cfg.RegistryToken}
-	if *out == (api.RegistryAuth{}) {
-		return nil, nil
-	}
-	return out, nil
 }
 
 // ImageGetOptions are the argument and flags of `hiloop image get`.

@@ -4,10 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-
 	"github.com/hiloop/hiloop/internal/iostreams"
-	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // A terminal shows a build's stages and keeps its scripts' output for --verbose; off a terminal
@@ -42,26 +39,3 @@ func TestBuildProgressShowsOutputOnlyWhenAsked(t *testing.T) {
 	}
 }
 
-// staticKeychain answers every registry with one login.
-type staticKeychain struct{ auth authn.Authenticator }
-
-func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.auth, nil }
-
-func TestRegistryAuthFromTheKeychain(t *testing.T) {
-	got, err := registryAuth(staticKeychain{&authn.Basic{Username: "me", Password: "pw"}}, "ghcr.io/org/tools:1")
-	if err != nil || got == nil || *got != (api.RegistryAuth{Username: "me", Password: "pw"}) {
-		t.Errorf("basic login: %+v, %v", got, err)
-	}
-	// A config's "auth" field (base64 user:password) is taken apart.
-	got, err = registryAuth(staticKeychain{authn.FromConfig(authn.AuthConfig{Auth: "bWU6cHc="})}, "ghcr.io/org/tools:1")
-	if err != nil || got == nil || *got != (api.RegistryAuth{Username: "me", Password: "pw"}) {
-		t.Errorf("auth field: %+v, %v", got, err)
-	}
-	got, err = registryAuth(staticKeychain{authn.Anonymous}, "ghcr.io/org/tools:1")
-	if err != nil || got != nil {
-		t.Errorf("anonymous: %+v, %v", got, err)
-	}
-	if _, err := registryAuth(staticKeychain{authn.Anonymous}, "Not A Ref"); err == nil {
-		t.Error("an invalid reference was accepted")
-	}
-}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -26,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/rogpeppe/go-internal/testscript"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/hiloop/hiloop/images"
 )
@@ -68,7 +70,11 @@ func cmdOCIImage(ts *testscript.TestScript, neg bool, args []string) {
 	case "push":
 		ref, err := name.ParseReference(args[1])
 		ts.Check(err)
-		ts.Check(remote.Write(ref, img))
+		auth := authn.Anonymous
+		if user, pass, ok := strings.Cut(ts.Getenv("REGISTRY_LOGIN"), ":"); ok {
+			auth = &authn.Basic{Username: user, Password: pass}
+		}
+		ts.Check(remote.Write(ref, img, remote.WithAuth(auth)))
 	}
 }
 
@@ -235,11 +241,12 @@ func (l fileLayer) Size() (int64, error) {
 	return st.Size(), nil
 }
 
-// cmdRegistry: registry start runs Debian's docker-registry on a free loopback port, storage in
-// the work directory, until the script ends, and sets $REGISTRY to its host:port.
+// cmdRegistry: registry start [USER:PASSWORD] runs Debian's docker-registry on a free loopback
+// port, storage in the work directory, until the script ends, and sets $REGISTRY to its host:port;
+// with a login it takes only that one (and ociimage push gives it, from $REGISTRY_LOGIN).
 func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 || args[0] != "start" {
-		ts.Fatalf("usage: registry start")
+	if neg || len(args) < 1 || len(args) > 2 || args[0] != "start" {
+		ts.Fatalf("usage: registry start [USER:PASSWORD]")
 	}
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
@@ -253,6 +260,20 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(os.MkdirAll(dir, 0o755))
 	cfg := filepath.Join(dir, "config.yml")
 	conf := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
+	login := ""
+	if len(args) == 2 {
+		// A registry that wants a login: htpasswd with one user (bcrypt, the only hash it takes).
+		login = args[1]
+		user, pass, ok := strings.Cut(login, ":")
+		if !ok {
+			ts.Fatalf("usage: registry start [USER:PASSWORD]")
+		}
+		hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
+		ts.Check(err)
+		htpasswd := filepath.Join(dir, "htpasswd")
+		ts.Check(os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600))
+		conf += fmt.Sprintf("auth:\n  htpasswd:\n    realm: hiloop-test\n    path: %s\n", htpasswd)
+	}
 	ts.Check(os.WriteFile(cfg, []byte(conf), 0o644))
 	logf, err := os.Create(filepath.Join(dir, "log"))
 	ts.Check(err)
@@ -278,4 +299,5 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	ts.Setenv("REGISTRY", addr)
+	ts.Setenv("REGISTRY_LOGIN", login)
 }
