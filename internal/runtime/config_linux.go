@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,6 +174,13 @@ func ociSpec(s Spec, rootfs, userns string, cfg Config, cgroup string) *specs.Sp
 	for _, name := range slices.Sorted(maps.Keys(cfg.Tools)) {
 		spec.Mounts = append(spec.Mounts, specs.Mount{
 			Destination: path.Join(ToolsDirInSandbox, name), Type: "bind", Source: cfg.Tools[name], Options: []string{"bind", "ro", "nodev"},
+		})
+	}
+	if s.Spare {
+		// The slot Adopt mounts the workspace on: a shared mount on the host, so the mount
+		// reaches this one, its slave (see makeWorkspaceSlot).
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: "/workspace", Type: "bind", Source: filepath.Join(filepath.Dir(rootfs), workspaceSlot), Options: []string{"bind", "rw", "slave"},
 		})
 	}
 	if s.WorkspaceDir != "" {

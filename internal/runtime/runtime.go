@@ -65,6 +65,22 @@ type Spec struct {
 	// gateway's CA): written alone to ExtraCAPath and appended to a copy of the image's system
 	// bundle at CABundlePath (created if the image has none). Empty leaves the image's files.
 	ExtraCAs []byte
+	// Spare starts the sandbox ahead of need, without its workspace and network (Workspace,
+	// WorkspaceDir and Network must be unset): Adopt gives them, and its hostname, when a
+	// create takes it. Until then /workspace is an empty directory that will receive the
+	// workspace's mount, and Hostname a placeholder.
+	Spare bool
+}
+
+// AdoptSpec is what a spare sandbox (Spec.Spare) gets when a create takes it.
+type AdoptSpec struct {
+	// Hostname replaces the spare's placeholder: the kernel's and /etc's.
+	Hostname string
+	// Workspace gives the host directory mounted at /workspace, idmapped as Spec.WorkspaceDir.
+	// It is called once, beside Network.
+	Workspace func() (string, error)
+	// Network, when set, gives the sandbox its network, beside the workspace.
+	Network func(ctx context.Context) error
 }
 
 // IDRangeSize is how many host uids (and as many gids) each sandbox's user namespace maps:

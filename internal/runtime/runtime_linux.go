@@ -130,6 +130,9 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if s.CPUs < 0 || s.MemoryMB < 0 {
 		return fmt.Errorf("runtime: CPUs and MemoryMB must not be negative")
 	}
+	if s.Spare && (s.WorkspaceDir != "" || s.Workspace != nil || s.Network != nil || s.WritableImage) {
+		return fmt.Errorf("runtime: a spare gets its workspace and network when adopted, and has an overlay root")
+	}
 	if err := checkIDBase(s.IDBase); err != nil {
 		return err
 	}
@@ -172,6 +175,11 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	}
 	if _, err := mount(s.ImageDir, s.LayerDir, s.IDBase, userns.File, s.Hostname, s.Nameserver, s.ExtraCAs); err != nil {
 		return fmt.Errorf("runtime: %w", err)
+	}
+	if s.Spare {
+		if err := makeWorkspaceSlot(s.LayerDir); err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
 	}
 	if s.Workspace != nil {
 		if s.WorkspaceDir, err = s.Workspace(); err != nil {
@@ -373,6 +381,10 @@ func (r *Runtime) teardown(ctx context.Context, id string, grace time.Duration) 
 		}
 	}
 	if rootfs != "" {
+		// A spare's workspace slot first: an adopted workspace is mounted on it.
+		if err := unmountAll(filepath.Join(filepath.Dir(rootfs), workspaceSlot)); err != nil {
+			errs = append(errs, err)
+		}
 		if err := unmountAll(rootfs); err != nil {
 			errs = append(errs, err)
 		}
