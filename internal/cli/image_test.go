@@ -38,4 +38,3 @@ func TestBuildProgressShowsOutputOnlyWhenAsked(t *testing.T) {
 		})
 	}
 }
-

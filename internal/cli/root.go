@@ -272,5 +272,10 @@ func versionRun(ctx context.Context, f *Factory, opts *VersionOptions) error {
 		t.row("daemon", v.Version)
 		t.row("api", v.API)
 		t.row("volume driver", v.VolumeDriver)
+		spares := "none"
+		if v.Spares.Wanted > 0 {
+			spares = fmt.Sprintf("%d of %d ready (image %s)", v.Spares.Ready, v.Spares.Wanted, v.Spares.Image)
+		}
+		t.row("spare sandboxes", spares)
 	})
 }

@@ -89,6 +89,9 @@ type Config struct {
 	// ExecKeepalive is how often an exec's client is pinged; one that does not answer within
 	// it has its command killed (--exec-keepalive). 0: DefaultExecKeepalive.
 	ExecKeepalive time.Duration
+	// Spares is how many sandboxes are kept started ahead of need for creates to take
+	// (--spares; sandbox.Manager.SetSpares); 0: none.
+	Spares int
 	// EventLimits bound each session's and each sandbox's event log (--session-log-events,
 	// --session-log-mib, --sandbox-log-events, --sandbox-log-mib); 0 fields are no limit.
 	EventLimits eventlog.Limits
@@ -294,6 +297,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}
+	d.sandboxes.SetSpares(d.cfg.Spares)
 	d.sandboxes.OnDelete(d.egressLogDeleted)
 	d.sandboxes.OnDelete(d.secretsDeleted)
 	if err := d.pruneEgressLog(); err != nil {
@@ -398,6 +402,12 @@ func (d *Daemon) sessionSandboxID(session string) string {
 // Close stops the harnesses and releases the store. Sandboxes keep running; the next daemon
 // picks them up.
 func (d *Daemon) Close() error {
+	if d.sandboxes != nil {
+		// Spares are no sandboxes: the next daemon makes its own.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		d.sandboxes.CloseSpares(ctx)
+		cancel()
+	}
 	if d.exposures != nil {
 		d.exposures.close() // the records stay: the next daemon listens again
 	}

@@ -78,6 +78,9 @@ func Main() int {
 			if err := checkOvercommit(cfg.Overcommit); err != nil {
 				return err
 			}
+			if err := checkSpares(cfg.Spares); err != nil {
+				return err
+			}
 			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
 				return err
 			}
@@ -125,6 +128,7 @@ func Main() int {
 	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
+	f.IntVar(&cfg.Spares, "spares", DefaultSpares, "keep this many sandboxes started ahead of need, of the image the last create used (at first the default image): a create with the default limits takes one and is ready in milliseconds (0: none; each costs an idle sandbox's memory, ~3 MiB)")
 	f.DurationVar(&cfg.ExecKeepalive, "exec-keepalive", DefaultExecKeepalive, "ping an exec's client this often; one that does not answer within it (gone without closing its connection) has its command killed")
 	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
@@ -142,6 +146,13 @@ func Main() int {
 	return 0
 }
 
+// DefaultSpares is how many spare sandboxes a daemon keeps unless --spares says; MaxSpares
+// bounds --spares.
+const (
+	DefaultSpares = 1
+	MaxSpares     = 64
+)
+
 // Bounds of --overcommit.
 const (
 	minOvercommit = 0.1
@@ -152,6 +163,14 @@ const (
 func checkOvercommit(v float64) error {
 	if !(v >= minOvercommit && v <= maxOvercommit) { // also NaN
 		return fmt.Errorf("invalid --overcommit %g: use %g to %g (1: promise no more storage than the host has)", v, minOvercommit, maxOvercommit)
+	}
+	return nil
+}
+
+// checkSpares validates --spares.
+func checkSpares(n int) error {
+	if n < 0 || n > MaxSpares {
+		return fmt.Errorf("invalid --spares %d: use 0 to %d", n, MaxSpares)
 	}
 	return nil
 }

@@ -78,6 +78,7 @@ func (d *Daemon) getVersion(w http.ResponseWriter, r *http.Request) error {
 		API:          api.Version,
 		VolumeDriver: d.volumes.Name(),
 		Capabilities: d.capabilities(),
+		Spares:       d.sandboxes.Spares(),
 	})
 }
 

@@ -44,7 +44,7 @@ func (m *Manager) StartBuild(ctx context.Context, name, rootfs string) (_ *Build
 	b := &Build{m: m, ID: BuildIDPrefix + newID(), Name: BuildIDPrefix + name}
 	b.layerDir = filepath.Join(m.layerDir, b.ID)
 	var err error
-	if b.base, err = m.reserveBuildIDBase(); err != nil {
+	if b.base, err = m.reserveIDBase(); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -108,44 +108,10 @@ func (b *Build) Close(ctx context.Context) error {
 	}
 	if err == nil {
 		// Only once nothing runs in it can another sandbox get the range.
-		b.m.idMu.Lock()
-		delete(b.m.buildBases, b.base)
-		b.m.idMu.Unlock()
+		b.m.releaseIDBase(b.base)
 	}
 	if err != nil {
 		return fmt.Errorf("remove the build sandbox %s: %w", b.ID, err)
 	}
 	return nil
-}
-
-// reserveBuildIDBase picks a range of host ids for a build sandbox that no record and no
-// other build uses, and holds it until the build's Close.
-func (m *Manager) reserveBuildIDBase() (uint32, error) {
-	m.idMu.Lock()
-	defer m.idMu.Unlock()
-	recs, err := m.store.ListSandboxes()
-	if err != nil {
-		return 0, err
-	}
-	reserved, err := reservedIDs(m.hostIDFiles)
-	if err != nil {
-		return 0, err
-	}
-	base, err := pickIDBase(recs, m.withBuildBases(reserved), m.idStart)
-	if err != nil {
-		return 0, err
-	}
-	if m.buildBases == nil {
-		m.buildBases = map[uint32]bool{}
-	}
-	m.buildBases[base] = true
-	return base, nil
-}
-
-// withBuildBases adds the ranges running builds hold to reserved; the caller holds idMu.
-func (m *Manager) withBuildBases(reserved []idSpan) []idSpan {
-	for b := range m.buildBases {
-		reserved = append(reserved, idSpan{uint64(b), uint64(b) + runtime.IDRangeSize})
-	}
-	return reserved
 }

@@ -62,7 +62,9 @@ type fakeRuntime struct {
 	probe  func(ctx context.Context, id string) runtime.Liveness
 	probes atomic.Int32 // Probe calls
 	// glance, when set, answers Glance for a running sandbox (the default: answering).
-	glance func(id string) runtime.Liveness
+	glance  func(id string) runtime.Liveness
+	spares  map[string]bool // the running spares not yet adopted
+	adopted []fakeAdoption
 }
 
 func (r *fakeRuntime) setRunning(id string, on bool) {
@@ -90,16 +92,60 @@ func (r *fakeRuntime) Start(ctx context.Context, s runtime.Spec) error {
 		}
 	}
 	r.mu.Lock()
-	r.lastSpec = s
+	if s.Spare {
+		if r.spares == nil {
+			r.spares = map[string]bool{}
+		}
+		r.spares[s.ID] = true
+	} else {
+		r.lastSpec = s
+	}
 	r.mu.Unlock()
 	r.setRunning(s.ID, true)
 	return nil
 }
 
+// Adopt gives a running spare its parts as the real runtime does: the workspace and the
+// network, either failing fails the adoption.
+func (r *fakeRuntime) Adopt(ctx context.Context, id string, a runtime.AdoptSpec) error {
+	if err := r.log.call("runtime.Adopt"); err != nil {
+		return err
+	}
+	if !r.Running(id) {
+		return runtime.ErrNotRunning
+	}
+	r.mu.Lock()
+	spare := r.spares[id]
+	r.mu.Unlock()
+	if !spare {
+		return fmt.Errorf("adopt %s: not a spare", id)
+	}
+	dir, err := a.Workspace()
+	if err != nil {
+		return err
+	}
+	if a.Network != nil {
+		if err := a.Network(ctx); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	r.adopted = append(r.adopted, fakeAdoption{id: id, hostname: a.Hostname, workspace: dir})
+	delete(r.spares, id)
+	r.mu.Unlock()
+	return nil
+}
+
+// fakeAdoption is what Adopt gave a spare.
+type fakeAdoption struct{ id, hostname, workspace string }
+
 func (r *fakeRuntime) Stop(_ context.Context, id string, _ time.Duration) error {
 	if err := r.log.call("runtime.Stop"); err != nil {
 		return err
 	}
+	r.mu.Lock()
+	delete(r.spares, id)
+	r.mu.Unlock()
 	r.setRunning(id, false)
 	return nil
 }

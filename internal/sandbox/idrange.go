@@ -124,7 +124,7 @@ func (m *Manager) assignIDBase(rec *store.Sandbox, save func(*store.Sandbox) err
 	if err != nil {
 		return err
 	}
-	if rec.IDBase, err = pickIDBase(recs, m.withBuildBases(reserved), m.idStart); err != nil {
+	if rec.IDBase, err = pickIDBase(recs, m.withHeldBases(reserved), m.idStart); err != nil {
 		return err
 	}
 	if err := save(rec); err != nil {
@@ -132,4 +132,45 @@ func (m *Manager) assignIDBase(rec *store.Sandbox, save func(*store.Sandbox) err
 		return err
 	}
 	return nil
+}
+
+// reserveIDBase picks a range of host ids for a sandbox with no record yet (a build sandbox, a
+// spare) that no record and no other such sandbox uses, and holds it until releaseIDBase.
+func (m *Manager) reserveIDBase() (uint32, error) {
+	m.idMu.Lock()
+	defer m.idMu.Unlock()
+	recs, err := m.store.ListSandboxes()
+	if err != nil {
+		return 0, err
+	}
+	reserved, err := reservedIDs(m.hostIDFiles)
+	if err != nil {
+		return 0, err
+	}
+	base, err := pickIDBase(recs, m.withHeldBases(reserved), m.idStart)
+	if err != nil {
+		return 0, err
+	}
+	if m.heldBases == nil {
+		m.heldBases = map[uint32]bool{}
+	}
+	m.heldBases[base] = true
+	return base, nil
+}
+
+// releaseIDBase gives back a range reserveIDBase held: nothing runs in it any more, or a record
+// holds it now.
+func (m *Manager) releaseIDBase(base uint32) {
+	m.idMu.Lock()
+	defer m.idMu.Unlock()
+	delete(m.heldBases, base)
+}
+
+// withHeldBases adds the ranges held for sandboxes with no record to reserved; the caller holds
+// idMu.
+func (m *Manager) withHeldBases(reserved []idSpan) []idSpan {
+	for b := range m.heldBases {
+		reserved = append(reserved, idSpan{uint64(b), uint64(b) + runtime.IDRangeSize})
+	}
+	return reserved
 }

@@ -37,6 +37,8 @@ const gib = 1 << 30
 // Runtime is what the manager needs of internal/runtime (an interface so tests can count calls).
 type Runtime interface {
 	Start(ctx context.Context, s runtime.Spec) error
+	// Adopt gives a spare (started with Spec.Spare) its hostname, workspace and network.
+	Adopt(ctx context.Context, id string, a runtime.AdoptSpec) error
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	Running(id string) bool
 	List() ([]string, error)
@@ -115,11 +117,13 @@ type Manager struct {
 	idMu        sync.Mutex      // one assignment of a host id range at a time (idrange.go)
 	hostIDFiles []string        // the host's ids and ranges no sandbox's range overlaps
 	idStart     uint32          // where this daemon's search for a free range starts (idStartFor)
-	buildBases  map[uint32]bool // ranges running build sandboxes hold (build.go), under idMu
+	heldBases   map[uint32]bool // ranges build sandboxes and spares hold (reserveIDBase), under idMu
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // per sandbox name: one lifecycle transition at a time
 	seals map[string]*sealing    // per sandbox id: the snapshot being sealed
+
+	spares spares // sandboxes started ahead of need (spares.go)
 
 	onStop   []func(name string)
 	onDelete []func(name, id string)
@@ -154,7 +158,8 @@ func (m *Manager) lock(name string) func() {
 // Create makes a sandbox and, unless p.NoStart, starts it. A failed create leaves nothing behind.
 func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx) // a client that goes away must not leave a half-made sandbox
-	if _, err := m.image(p.Image); err != nil {
+	img, err := m.image(p.Image)
+	if err != nil {
 		return api.Sandbox{}, err
 	}
 	defer m.lock(p.Name)()
@@ -174,15 +179,28 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		Unanswered:   true,
 		Call:         store.CallOf(ctx),
 	}
-	// The range is chosen and the record stored (once the capacity budget admits it) in one
-	// step, so no other create picks it too.
-	if err := m.assignIDBase(&rec, func(r *store.Sandbox) error { return m.recordCreate(*r, p) }); err != nil {
+	// A spare gives the sandbox its id and range of host ids; else the range is chosen and the
+	// record stored (once the capacity budget admits it) in one step, so no other create
+	// picks it too.
+	sp, fromSpare := m.takeSpare(rec, p, img)
+	if fromSpare {
+		rec.ID, rec.IDBase = sp.id, sp.base
+		if err = m.recordCreate(rec, p); err != nil {
+			m.untakeSpare(sp.id)
+			m.dropSpare(ctx, sp)
+		} else {
+			m.releaseIDBase(sp.base) // the record holds it now
+		}
+	} else {
+		err = m.assignIDBase(&rec, func(r *store.Sandbox) error { return m.recordCreate(*r, p) })
+	}
+	if err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return m.createdBefore(ctx, p.Name)
 		}
 		return api.Sandbox{}, err
 	}
-	err := m.create(ctx, &rec, p)
+	err = m.create(ctx, &rec, p)
 	if err == nil {
 		rec.Unanswered = false
 		err = m.save(&rec)
@@ -277,6 +295,7 @@ func (m *Manager) fork(ctx context.Context, rec *store.Sandbox, snapName string)
 
 // undoCreate removes everything a failed create made.
 func (m *Manager) undoCreate(ctx context.Context, rec store.Sandbox) {
+	m.untakeSpare(rec.ID) // a spare it took and did not adopt goes with its id's teardown
 	if err := m.teardown(ctx, rec); err != nil {
 		m.log.Error("undo create", "sandbox", rec.Name, "err", err)
 		return
@@ -382,6 +401,11 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 }
 
 func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img images.Image) error {
+	if sp, ok := m.adoptable(rec.ID); ok {
+		if adopted, err := m.adoptSpare(ctx, rec, sp, img); adopted || err != nil {
+			return err
+		}
+	}
 	// The workspace is made beside the root layer and the runtime's own preparation; the
 	// runtime waits for it only before the container starts.
 	type made struct {

@@ -166,4 +166,19 @@ type VersionInfo struct {
 	VolumeDriver string `json:"volume_driver"`
 	// Capabilities lists optional features this daemon serves, e.g. "workspace_grow".
 	Capabilities []string `json:"capabilities"`
+	// Spares are the sandboxes the daemon keeps started ahead of need.
+	Spares Spares `json:"spares"`
+}
+
+// Spares describes a daemon's spare sandboxes: started ahead of need, each is taken by a create
+// of its image with the default limits and root filesystem, which is then ready in
+// milliseconds, and replaced in the background.
+type Spares struct {
+	// Wanted is how many the daemon keeps (sandboxd --spares); 0: none.
+	Wanted int `json:"wanted"`
+	// Ready is how many are started now.
+	Ready int `json:"ready"`
+	// Image is the image they are made of: the default image, then that of the last create
+	// a spare could have served.
+	Image string `json:"image,omitempty"`
 }

@@ -1,0 +1,319 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// Spare sandboxes are started ahead of need (runtime.Spec.Spare): a create that a spare can
+// serve takes one and gives it the new sandbox's id (the spare's own), name, workspace and
+// egress (runtime.Adopt) instead of starting a container, which costs a few milliseconds where
+// a start costs tens. A spare serves a create of its image (the generation it was started
+// from) with the default limits and root filesystem, started at once; any other create starts
+// its sandbox as before. Spares are of the default image until a create that only its image
+// kept from a spare names another: they follow the image sandboxes are made of. Each take
+// starts a replacement in the background.
+//
+// A spare has no record: it is not listed, and its resources (container, cgroup, root layer,
+// host id range) are the runtime's and the manager's alone until a create's record names its
+// id. A daemon that stops removes its spares; one that crashed leaves them to the next
+// daemon's Reconcile, which removes containers no record knows. Their root layers are thin and
+// their memory that of an idle sandbox (~3 MiB): the storage and host budgets count a spare
+// once a create takes it.
+
+// spareStartTimeout bounds the start of one spare.
+const spareStartTimeout = time.Minute
+
+// spare is a started spare sandbox.
+type spare struct {
+	id   string
+	base uint32 // its range of host ids, held (reserveIDBase) until a record holds it
+	// image and imagePath are the image it was started from: its name and its rootfs, which is
+	// new with every build of the image.
+	image, imagePath string
+}
+
+// spares is the manager's pool.
+type spares struct {
+	mu    sync.Mutex
+	want  int    // how many to keep ready; 0: none
+	image string // the image new spares are made of
+	ready []spare
+	// taken are the spares creates took, by id, until their start adopts them.
+	taken map[string]spare
+	// making: a goroutine is starting spares. stalled: the last start failed, and none is
+	// made until a create asks again. closed: the pool is closed for good.
+	making, stalled, closed bool
+	wg                      sync.WaitGroup // the making goroutine
+}
+
+// SetSpares keeps n spare sandboxes started (0: none), of the default image until creates use
+// another. Call it after Reconcile, which would remove them.
+func (m *Manager) SetSpares(n int) {
+	s := &m.spares
+	s.mu.Lock()
+	s.want = max(n, 0)
+	if s.image == "" {
+		s.image = api.DefaultImage
+	}
+	var extra []spare
+	if len(s.ready) > s.want {
+		extra, s.ready = s.ready[s.want:], s.ready[:s.want]
+	}
+	s.mu.Unlock()
+	m.dropSpares(extra)
+	m.fillSpares()
+}
+
+// Spares says how many spares the pool keeps, how many are ready, and of which image.
+func (m *Manager) Spares() api.Spares {
+	s := &m.spares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := api.Spares{Wanted: s.want, Ready: len(s.ready)}
+	if s.want > 0 {
+		info.Image = s.image
+	}
+	return info
+}
+
+// CloseSpares removes every spare that no create took, and makes no more.
+func (m *Manager) CloseSpares(ctx context.Context) {
+	s := &m.spares
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.mu.Lock()
+	left := s.ready
+	s.ready = nil
+	s.mu.Unlock()
+	for _, sp := range left {
+		m.dropSpare(ctx, sp)
+	}
+}
+
+// spareFits says whether a spare can be the sandbox of create p, whose record is rec: one that
+// starts at once with the limits and root filesystem spares have.
+func spareFits(rec store.Sandbox, p api.SandboxesPost) bool {
+	return !p.NoStart && rec.CPUs == api.DefaultCPUs && rec.MemoryMB == api.DefaultMemoryMB &&
+		rec.RootfsGiB == api.DefaultRootfsGiB
+}
+
+// takeSpare gives create p (record rec, image img) a spare when one fits, and keeps it among
+// the taken until the create's start adopts it (adoptable) or the create gives it up
+// (untakeSpare). Spares of another image or an earlier build of img are removed.
+func (m *Manager) takeSpare(rec store.Sandbox, p api.SandboxesPost, img images.Image) (spare, bool) {
+	s := &m.spares
+	if !spareFits(rec, p) {
+		return spare{}, false
+	}
+	s.mu.Lock()
+	if s.want == 0 || s.closed {
+		s.mu.Unlock()
+		return spare{}, false
+	}
+	s.image, s.stalled = rec.Image, false
+	var stale []spare
+	var sp spare
+	found := false
+	for len(s.ready) > 0 && !found {
+		sp, s.ready = s.ready[0], s.ready[1:]
+		if sp.image == rec.Image && sp.imagePath == img.Path {
+			found = true
+		} else {
+			stale = append(stale, sp)
+		}
+	}
+	if found {
+		if s.taken == nil {
+			s.taken = map[string]spare{}
+		}
+		s.taken[sp.id] = sp
+	}
+	s.mu.Unlock()
+	m.dropSpares(stale)
+	m.fillSpares()
+	return sp, found
+}
+
+// untakeSpare forgets the taken spare id: its create failed. The caller removes it (it has the
+// create's id, so the create's own clean-up does).
+func (m *Manager) untakeSpare(id string) {
+	m.spares.mu.Lock()
+	delete(m.spares.taken, id)
+	m.spares.mu.Unlock()
+}
+
+// adoptable returns the spare a create took for the sandbox id, if any, and forgets it.
+func (m *Manager) adoptable(id string) (spare, bool) {
+	s := &m.spares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.taken[id]
+	delete(s.taken, id)
+	return sp, ok
+}
+
+// fillSpares starts spares in the background until the pool has what it wants, unless it is
+// doing so already.
+func (m *Manager) fillSpares() {
+	s := &m.spares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.making || s.closed || s.stalled || len(s.ready) >= s.want {
+		return
+	}
+	s.making = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			s.mu.Lock()
+			if s.closed || s.stalled || len(s.ready) >= s.want {
+				s.making = false
+				s.mu.Unlock()
+				return
+			}
+			image := s.image
+			s.mu.Unlock()
+
+			sp, err := m.startSpare(image)
+			s.mu.Lock()
+			if err != nil {
+				s.stalled = true
+				s.making = false
+				s.mu.Unlock()
+				m.log.Warn("could not start a spare sandbox; creates start their own until one asks again", "image", image, "err", err)
+				return
+			}
+			keep := !s.closed && sp.image == s.image
+			if keep {
+				s.ready = append(s.ready, sp)
+			}
+			s.mu.Unlock()
+			if !keep {
+				m.dropSpare(context.Background(), sp)
+			}
+		}
+	}()
+}
+
+// startSpare starts a spare of image.
+func (m *Manager) startSpare(image string) (_ spare, retErr error) {
+	ctx, cancel := context.WithTimeout(context.Background(), spareStartTimeout)
+	defer cancel()
+	img, err := m.image(image)
+	if err != nil {
+		return spare{}, err
+	}
+	sp := spare{id: newID(), image: image, imagePath: img.Path}
+	if sp.base, err = m.reserveIDBase(); err != nil {
+		return spare{}, err
+	}
+	defer func() {
+		if retErr != nil {
+			m.dropSpare(ctx, sp)
+		}
+	}()
+	layerDir := filepath.Join(m.layerDir, sp.id)
+	if m.layers != nil {
+		if layerDir, err = m.layers.Fresh(ctx, sp.id, api.DefaultRootfsGiB); err != nil {
+			return sp, storageError("make a spare's root filesystem", err)
+		}
+	}
+	spec := runtime.Spec{
+		ID:       sp.id,
+		ImageDir: img.Path,
+		LayerDir: layerDir,
+		IDBase:   sp.base,
+		CPUs:     api.DefaultCPUs,
+		MemoryMB: api.DefaultMemoryMB,
+		Spare:    true,
+	}
+	if m.egress != nil {
+		spec.Nameserver = m.egress.Nameserver()
+		spec.ExtraCAs = m.egress.CACert()
+	}
+	if err := m.runtime.Start(ctx, spec); err != nil {
+		return sp, fmt.Errorf("start a spare sandbox: %w", err)
+	}
+	return sp, nil
+}
+
+// dropSpares removes spares in the background.
+func (m *Manager) dropSpares(list []spare) {
+	if len(list) == 0 {
+		return
+	}
+	go func() {
+		for _, sp := range list {
+			m.dropSpare(context.Background(), sp)
+		}
+	}()
+}
+
+// dropSpare removes a spare no create took: its container, root layer and range.
+func (m *Manager) dropSpare(ctx context.Context, sp spare) {
+	err := m.runtime.Stop(ctx, sp.id, 0)
+	if err == nil && m.layers != nil {
+		err = m.layers.Drop(ctx, sp.id)
+	}
+	if err == nil {
+		err = m.runtime.RemoveLayer(filepath.Join(m.layerDir, sp.id))
+	}
+	if err != nil {
+		// Its range stays held: something may still run in it. The next Reconcile removes it.
+		m.log.Error("remove a spare sandbox", "id", sp.id, "err", err)
+		return
+	}
+	m.releaseIDBase(sp.base)
+}
+
+// adoptSpare makes the spare a create took (for rec, of image img) rec's running sandbox: its
+// name, workspace and egress. A spare of an earlier build of the image (rebuilt between the
+// take and the start) is removed instead, and false says the caller starts the sandbox itself.
+func (m *Manager) adoptSpare(ctx context.Context, rec *store.Sandbox, sp spare, img images.Image) (bool, error) {
+	if sp.imagePath != img.Path {
+		if err := m.runtime.Stop(ctx, rec.ID, 0); err != nil {
+			return true, err
+		}
+		return false, m.dropLayer(ctx, *rec)
+	}
+	workspaceMade := false
+	spec := runtime.AdoptSpec{
+		Hostname: rec.Name,
+		Workspace: func() (string, error) {
+			workspaceMade = true
+			return m.workspace(ctx, rec)
+		},
+	}
+	if m.egress != nil {
+		policy := EgressOf(*rec)
+		spec.Network = func(ctx context.Context) error {
+			if err := m.egress.Attach(ctx, rec.ID, rec.Name, policy); err != nil {
+				return fmt.Errorf("egress: %w", err)
+			}
+			return nil
+		}
+	}
+	err := m.runtime.Adopt(ctx, rec.ID, spec)
+	if errors.Is(err, runtime.ErrNotRunning) && !workspaceMade {
+		// The spare died before it was given anything (killed from outside): the create
+		// starts its sandbox itself.
+		if err := m.runtime.Stop(ctx, rec.ID, 0); err != nil {
+			return true, err
+		}
+		return false, m.dropLayer(ctx, *rec)
+	}
+	return true, err
+}

@@ -1,0 +1,185 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// readySpares waits until the pool holds n ready spares and returns their ids.
+func readySpares(t *testing.T, m *Manager, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m.spares.mu.Lock()
+		var ids []string
+		for _, sp := range m.spares.ready {
+			ids = append(ids, sp.id)
+		}
+		making := m.spares.making
+		m.spares.mu.Unlock()
+		if len(ids) == n && !making {
+			return ids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool holds %d ready spares (making %v), want %d", len(ids), making, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A create that fits a spare takes it: the sandbox gets the spare's id and range, is adopted
+// (its name, workspace, egress) instead of started, and a replacement starts. A create a spare
+// cannot serve starts its own sandbox and leaves the spare.
+func TestSpareServesCreate(t *testing.T) {
+	f := newFakeManager(t)
+	ctx := context.Background()
+	f.SetSpares(1)
+	// The default image is not built here: no spare, and no retry until a create asks.
+	readySpares(t, f.Manager, 0)
+	if !f.spares.stalled {
+		t.Fatal("a spare of an image that is not built did not stall the pool")
+	}
+	// The first create of minimal starts its own sandbox and turns the pool to minimal.
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
+	spare := readySpares(t, f.Manager, 1)[0]
+	f.calls.take()
+
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "fast", Image: "minimal", StorageClass: api.StorageEphemeral})
+	if sb.ID != spare || sb.State != api.StateRunning {
+		t.Fatalf("create from a spare: id %s state %s, want the spare's id %s, running", sb.ID, sb.State, spare)
+	}
+	f.rt.mu.Lock()
+	adopted := slices.Clone(f.rt.adopted)
+	f.rt.mu.Unlock()
+	if len(adopted) != 1 || adopted[0].id != spare || adopted[0].hostname != "fast" || adopted[0].workspace == "" {
+		t.Errorf("adoptions %+v, want the spare given hostname fast and a workspace", adopted)
+	}
+	rec, err := f.store.GetSandbox("fast")
+	if err != nil || rec.ID != spare || rec.IDBase == 0 {
+		t.Fatalf("record %+v, %v", rec, err)
+	}
+	replacement := readySpares(t, f.Manager, 1)[0]
+	if replacement == spare {
+		t.Fatal("no replacement spare was started")
+	}
+	// The record holds the spare's range now: no other sandbox gets it.
+	f.idMu.Lock()
+	held := f.heldBases[rec.IDBase]
+	f.idMu.Unlock()
+	if held {
+		t.Error("the adopted spare's range is still held apart from its record")
+	}
+	if calls := f.calls.take(); calls["runtime.Adopt"] != 1 || calls["runtime.Start"] != 1 || calls["volume.Create"] != 1 {
+		t.Errorf("calls %v, want one adoption, one start (the replacement), one workspace", calls)
+	}
+
+	// Limits other than a spare's: a start of its own; the spare stays.
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "big", Image: "minimal", CPUs: 4})
+	if got := readySpares(t, f.Manager, 1)[0]; got != replacement {
+		t.Errorf("a create with its own limits took spare %s", got)
+	}
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "later", Image: "minimal", NoStart: true})
+	readySpares(t, f.Manager, 1)
+
+	// A sandbox made from a spare stops and starts as any other.
+	if _, err := f.Stop(ctx, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Start(ctx, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	if f.rt.lastSpec.ID != spare || f.rt.lastSpec.Hostname != "fast" || f.rt.lastSpec.Spare {
+		t.Errorf("restart of the adopted sandbox: spec %+v", f.rt.lastSpec)
+	}
+
+	// Closing the pool removes the spare and makes no more.
+	f.CloseSpares(ctx)
+	if f.rt.Running(replacement) {
+		t.Error("the spare still runs after CloseSpares")
+	}
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "closed", Image: "minimal"})
+	readySpares(t, f.Manager, 0)
+}
+
+// A failed adoption fails the create and leaves nothing of the sandbox or the spare.
+func TestSpareAdoptionFails(t *testing.T) {
+	f := newFakeManager(t)
+	f.SetSpares(1)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
+	spare := readySpares(t, f.Manager, 1)[0]
+	f.calls.failNext("runtime.Adopt", errors.New("adopt failed"))
+	p := api.SandboxesPost{Name: "doomed", Image: "minimal"}
+	if err := p.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Create(context.Background(), p); err == nil {
+		t.Fatal("create succeeded although the adoption failed")
+	}
+	if _, err := f.store.GetSandbox("doomed"); err == nil {
+		t.Error("the failed create left its record")
+	}
+	if f.rt.Running(spare) {
+		t.Error("the spare of the failed create still runs")
+	}
+	f.vol.mu.Lock()
+	_, ws := f.vol.vols[spare]
+	f.vol.mu.Unlock()
+	if ws {
+		t.Error("the failed create left its workspace")
+	}
+}
+
+// switchImages is an image store whose minimal image can be rebuilt (a new rootfs path).
+type switchImages struct {
+	mu   sync.Mutex
+	path string
+}
+
+func (s *switchImages) Get(name string) (images.Image, error) {
+	if name != "minimal" {
+		return images.Image{}, fmt.Errorf("image %q: %w", name, images.ErrUnknown)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return images.Image{Name: name, Path: s.path}, nil
+}
+
+// A spare of an earlier build of its image serves no create: the create starts its own
+// sandbox from the new build, and the stale spare is replaced.
+func TestStaleSpareIsReplaced(t *testing.T) {
+	f := newFakeManager(t)
+	imgs := &switchImages{path: "/images/minimal/rootfs-1"}
+	f.images = imgs
+	f.SetSpares(1)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
+	stale := readySpares(t, f.Manager, 1)[0]
+	imgs.mu.Lock()
+	imgs.path = "/images/minimal/rootfs-2"
+	imgs.mu.Unlock()
+	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "second", Image: "minimal"})
+	if sb.ID == stale {
+		t.Fatal("a spare of the earlier build served the create")
+	}
+	if f.rt.lastSpec.ImageDir != "/images/minimal/rootfs-2" {
+		t.Errorf("the create started from %q, want the new build", f.rt.lastSpec.ImageDir)
+	}
+	fresh := readySpares(t, f.Manager, 1)[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for f.rt.Running(stale) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if f.rt.Running(stale) {
+		t.Error("the stale spare still runs")
+	}
+	if sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "third", Image: "minimal"}); sb.ID != fresh {
+		t.Errorf("create after the rebuild: id %s, want the new spare %s", sb.ID, fresh)
+	}
+}
