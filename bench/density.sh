@@ -60,7 +60,8 @@ cgroup_bytes() {
 # The promises are sparse: overcommit so that N workspaces and root filesystems fit on paper.
 free_gib=$(df -BG --output=avail /tmp | tail -1 | tr -dc 0-9)
 overcommit=$(python3 -c "import math; print(min(100, max(1, math.ceil($N * ($WS_GIB + $ROOTFS_GIB) * 1.2 / $free_gib))))")
-start_daemon --overcommit "$overcommit"
+# No spare: the figures are the sandboxes' own (a spare is one idle sandbox more, ~3 MiB).
+start_daemon --overcommit "$overcommit" --spares 0
 $hiloop sandbox create warm --image "$IMAGE" --workspace-gib "$WS_GIB" --rootfs-gib "$ROOTFS_GIB" --memory-mb "$MEMORY_MB" >/dev/null
 $hiloop sandbox delete warm >/dev/null
 sync

@@ -297,7 +297,12 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}
-	d.sandboxes.SetSpares(d.cfg.Spares)
+	// A spare has the limits a create gets by default on this host.
+	spareLimits := api.SandboxesPost{CPUs: api.DefaultCPUs, MemoryMB: api.DefaultMemoryMB}
+	if err := d.host.fitHost(&spareLimits, true, true); err != nil {
+		return fmt.Errorf("spare sandboxes: %w", err)
+	}
+	d.sandboxes.SetSpares(d.cfg.Spares, spareLimits.CPUs, spareLimits.MemoryMB)
 	d.sandboxes.OnDelete(d.egressLogDeleted)
 	d.sandboxes.OnDelete(d.secretsDeleted)
 	if err := d.pruneEgressLog(); err != nil {

@@ -47,6 +47,9 @@ type spares struct {
 	mu    sync.Mutex
 	want  int    // how many to keep ready; 0: none
 	image string // the image new spares are made of
+	// cpus and memoryMB are a spare's limits: a create's defaults on this host.
+	cpus     float64
+	memoryMB int
 	ready []spare
 	// taken are the spares creates took, by id, until their start adopts them.
 	taken map[string]spare
@@ -57,11 +60,13 @@ type spares struct {
 }
 
 // SetSpares keeps n spare sandboxes started (0: none), of the default image until creates use
-// another. Call it after Reconcile, which would remove them.
-func (m *Manager) SetSpares(n int) {
+// another, with the limits a create gets by default on this host (cpus, memoryMB). Call it
+// after Reconcile, which would remove them.
+func (m *Manager) SetSpares(n int, cpus float64, memoryMB int) {
 	s := &m.spares
 	s.mu.Lock()
 	s.want = max(n, 0)
+	s.cpus, s.memoryMB = cpus, memoryMB
 	if s.image == "" {
 		s.image = api.DefaultImage
 	}
@@ -102,11 +107,10 @@ func (m *Manager) CloseSpares(ctx context.Context) {
 	}
 }
 
-// spareFits says whether a spare can be the sandbox of create p, whose record is rec: one that
-// starts at once with the limits and root filesystem spares have.
-func spareFits(rec store.Sandbox, p api.SandboxesPost) bool {
-	return !p.NoStart && rec.CPUs == api.DefaultCPUs && rec.MemoryMB == api.DefaultMemoryMB &&
-		rec.RootfsGiB == api.DefaultRootfsGiB
+// fits says whether a spare can be the sandbox of create p, whose record is rec: one that
+// starts at once with the limits and root filesystem spares have. The caller holds mu.
+func (s *spares) fits(rec store.Sandbox, p api.SandboxesPost) bool {
+	return !p.NoStart && rec.CPUs == s.cpus && rec.MemoryMB == s.memoryMB && rec.RootfsGiB == api.DefaultRootfsGiB
 }
 
 // takeSpare gives create p (record rec, image img) a spare when one fits, and keeps it among
@@ -114,11 +118,8 @@ func spareFits(rec store.Sandbox, p api.SandboxesPost) bool {
 // (untakeSpare). Spares of another image or an earlier build of img are removed.
 func (m *Manager) takeSpare(rec store.Sandbox, p api.SandboxesPost, img images.Image) (spare, bool) {
 	s := &m.spares
-	if !spareFits(rec, p) {
-		return spare{}, false
-	}
 	s.mu.Lock()
-	if s.want == 0 || s.closed {
+	if s.want == 0 || s.closed || !s.fits(rec, p) {
 		s.mu.Unlock()
 		return spare{}, false
 	}
@@ -184,16 +185,20 @@ func (m *Manager) fillSpares() {
 				s.mu.Unlock()
 				return
 			}
-			image := s.image
+			image, cpus, memoryMB := s.image, s.cpus, s.memoryMB
 			s.mu.Unlock()
 
-			sp, err := m.startSpare(image)
+			sp, err := m.startSpare(image, cpus, memoryMB)
 			s.mu.Lock()
 			if err != nil {
 				s.stalled = true
 				s.making = false
 				s.mu.Unlock()
-				m.log.Warn("could not start a spare sandbox; creates start their own until one asks again", "image", image, "err", err)
+				if isImageMissing(err) {
+					m.log.Info("no spare sandbox: its image is not built", "image", image)
+				} else {
+					m.log.Warn("could not start a spare sandbox; creates start their own until one asks again", "image", image, "err", err)
+				}
 				return
 			}
 			keep := !s.closed && sp.image == s.image
@@ -208,8 +213,8 @@ func (m *Manager) fillSpares() {
 	}()
 }
 
-// startSpare starts a spare of image.
-func (m *Manager) startSpare(image string) (_ spare, retErr error) {
+// startSpare starts a spare of image with the limits given.
+func (m *Manager) startSpare(image string, cpus float64, memoryMB int) (_ spare, retErr error) {
 	ctx, cancel := context.WithTimeout(context.Background(), spareStartTimeout)
 	defer cancel()
 	img, err := m.image(image)
@@ -236,8 +241,8 @@ func (m *Manager) startSpare(image string) (_ spare, retErr error) {
 		ImageDir: img.Path,
 		LayerDir: layerDir,
 		IDBase:   sp.base,
-		CPUs:     api.DefaultCPUs,
-		MemoryMB: api.DefaultMemoryMB,
+		CPUs:     cpus,
+		MemoryMB: memoryMB,
 		Spare:    true,
 	}
 	if m.egress != nil {
@@ -316,4 +321,10 @@ func (m *Manager) adoptSpare(ctx context.Context, rec *store.Sandbox, sp spare, 
 		return false, m.dropLayer(ctx, *rec)
 	}
 	return true, err
+}
+
+// isImageMissing tells the error of an image that is not built (or not known).
+func isImageMissing(err error) bool {
+	var apiErr *api.Error
+	return errors.As(err, &apiErr) && apiErr.Code == api.CodeImageNotFound
 }

@@ -41,7 +41,7 @@ func readySpares(t *testing.T, m *Manager, n int) []string {
 func TestSpareServesCreate(t *testing.T) {
 	f := newFakeManager(t)
 	ctx := context.Background()
-	f.SetSpares(1)
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
 	// The default image is not built here: no spare, and no retry until a create asks.
 	readySpares(t, f.Manager, 0)
 	if !f.spares.stalled {
@@ -112,7 +112,7 @@ func TestSpareServesCreate(t *testing.T) {
 // A failed adoption fails the create and leaves nothing of the sandbox or the spare.
 func TestSpareAdoptionFails(t *testing.T) {
 	f := newFakeManager(t)
-	f.SetSpares(1)
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
 	spare := readySpares(t, f.Manager, 1)[0]
 	f.calls.failNext("runtime.Adopt", errors.New("adopt failed"))
@@ -158,7 +158,7 @@ func TestStaleSpareIsReplaced(t *testing.T) {
 	f := newFakeManager(t)
 	imgs := &switchImages{path: "/images/minimal/rootfs-1"}
 	f.images = imgs
-	f.SetSpares(1)
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
 	stale := readySpares(t, f.Manager, 1)[0]
 	imgs.mu.Lock()
