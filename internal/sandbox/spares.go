@@ -50,7 +50,7 @@ type spares struct {
 	// cpus and memoryMB are a spare's limits: a create's defaults on this host.
 	cpus     float64
 	memoryMB int
-	ready []spare
+	ready    []spare
 	// taken are the spares creates took, by id, until their start adopts them.
 	taken map[string]spare
 	// making: a goroutine is starting spares. stalled: the last start failed, and none is
