@@ -127,12 +127,23 @@ func TestTerminalScripts(t *testing.T) {
 	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "terminal")))
 }
 
+// scriptCondition answers a script's [ia32]: whether this host's kernel runs 32-bit x86
+// programs at all (some are built without IA32 emulation, or boot with it off).
+func scriptCondition(cond string) (bool, error) {
+	if cond != "ia32" {
+		return false, fmt.Errorf("unknown condition %q", cond)
+	}
+	err := exec.Command(filepath.Join(filepath.Dir(initPath), "syscallprobe-386"), "none").Run()
+	return !errors.Is(err, syscall.ENOEXEC), nil
+}
+
 // scriptParams are the parameters every script directory runs with: the commands of this file.
 func scriptParams(dir string) testscript.Params {
 	return testscript.Params{
 		Dir:                 dir,
 		RequireExplicitExec: true,
 		Setup:               setupScript,
+		Condition:           scriptCondition,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"daemon":      cmdDaemon,
 			"leakcheck":   cmdLeakcheck,

@@ -68,22 +68,12 @@ func removeCgroup(name string) error {
 	paths := m.GetPaths()
 	// A process frozen by the v1 freezer (a paused sandbox) only dies of SIGKILL once thawed.
 	_ = m.Freeze(cgroups.Thawed)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	err = waitKilled(func() ([]int, bool, error) {
 		pids, err := cgroupPids(paths)
-		if err != nil {
-			return err
-		}
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: processes still running after SIGKILL: %v", name, pids)
-		}
-		for _, pid := range pids {
-			_ = unix.Kill(pid, unix.SIGKILL)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return pids, len(pids) == 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", name, err)
 	}
 	if err := m.Destroy(); err != nil {
 		return fmt.Errorf("remove cgroup %s: %w", name, err)
@@ -186,4 +176,33 @@ func (r *Runtime) oomCounter(id string) (*os.File, error) {
 		return prev.(*os.File), nil
 	}
 	return f, nil
+}
+
+// killStall is how long waitKilled waits with no process going before it gives up. A fork
+// bomb's thousands of processes take seconds to go where page tables are dear (a paravirtualised
+// guest took over 10 s for 4,096), so no fixed deadline fits them all.
+const killStall = 10 * time.Second
+
+// waitKilled waits until alive says done, SIGKILLing every process it reports between its
+// calls (processes that escaped the PID namespace's kill, if any), and gives up once killStall
+// passes without one of them going.
+func waitKilled(alive func() (pids []int, done bool, err error)) error {
+	left, progress, pause := -1, time.Now(), time.Millisecond
+	for {
+		pids, done, err := alive()
+		if err != nil || done {
+			return err
+		}
+		if left < 0 || len(pids) < left {
+			left, progress = len(pids), time.Now()
+		}
+		if time.Since(progress) > killStall {
+			return fmt.Errorf("%d processes still running after SIGKILL, none gone for %s: %v", len(pids), killStall, pids[:min(len(pids), 20)])
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
 }

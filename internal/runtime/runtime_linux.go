@@ -431,19 +431,11 @@ func stopContainer(ctx context.Context, c *libcontainer.Container, grace time.Du
 		}
 	}
 	// Wait until the kernel has taken every process down, or the cgroup cannot be removed.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return waitKilled(func() ([]int, bool, error) {
 		st, _ := c.Status()
 		pids, _ := c.Processes()
-		if st == libcontainer.Stopped && len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes still running after SIGKILL: %v", pids)
-		}
-		signalAll(c, unix.SIGKILL, 0) // processes that escaped the namespace kill, if any
-		time.Sleep(5 * time.Millisecond)
-	}
+		return pids, st == libcontainer.Stopped && len(pids) == 0, nil
+	})
 }
 
 // killInit sends SIGKILL to c's init, pid, through a pidfd it closes at once. (Container.Signal

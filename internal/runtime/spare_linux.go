@@ -57,22 +57,23 @@ func (r *Runtime) Adopt(ctx context.Context, id string, a AdoptSpec) error {
 	}
 	rootfs := string(b)
 
+	// The network, the hostname and the workspace need nothing of each other.
 	network := make(chan error, 1)
 	if a.Network != nil {
 		go func() { network <- a.Network(ctx) }()
 	} else {
 		network <- nil
 	}
-	err = setHostname(w, rootfs, a.Hostname)
-	if err == nil {
-		var dir string
-		if dir, err = a.Workspace(); err == nil && !filepath.IsAbs(dir) {
-			err = fmt.Errorf("the workspace must be an absolute path, got %q", dir)
-		}
-		if err == nil {
-			err = mountWorkspace(w, dir, filepath.Join(filepath.Dir(rootfs), workspaceSlot))
-		}
+	hostname := make(chan error, 1)
+	go func() { hostname <- setHostname(w, rootfs, a.Hostname) }()
+	dir, err := a.Workspace()
+	if err == nil && !filepath.IsAbs(dir) {
+		err = fmt.Errorf("the workspace must be an absolute path, got %q", dir)
 	}
+	if err == nil {
+		err = mountWorkspace(w, dir, filepath.Join(filepath.Dir(rootfs), workspaceSlot))
+	}
+	err = errors.Join(err, <-hostname)
 	// Waited for even when the rest failed: the caller's clean-up must not race it.
 	if netErr := <-network; netErr != nil {
 		err = errors.Join(err, netErr)

@@ -253,6 +253,10 @@ func (v *fakeVolumes) Create(_ context.Context, id string, sizeGiB, _, _ int) (v
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	// As the real drivers: the same volume again is no change, another size is refused.
+	if have, ok := v.vols[id]; ok && have != int64(sizeGiB)*gib {
+		return volume.Info{}, fmt.Errorf("volume %s has %d GiB, not %d: %w", id, have/gib, sizeGiB, volume.ErrExists)
+	}
 	v.vols[id] = int64(sizeGiB) * gib
 	return volume.Info{ID: id, CapacityBytes: v.vols[id], Resizable: true}, nil
 }

@@ -186,8 +186,7 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 	if fromSpare {
 		rec.ID, rec.IDBase = sp.id, sp.base
 		if err = m.recordCreate(rec, p); err != nil {
-			m.untakeSpare(sp.id)
-			m.dropSpare(ctx, sp)
+			m.returnSpare(sp)
 		} else {
 			m.releaseIDBase(sp.base) // the record holds it now
 		}
@@ -200,7 +199,12 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 		}
 		return api.Sandbox{}, err
 	}
-	err = m.create(ctx, &rec, p)
+	if fromSpare {
+		err = m.keepsVolume(ctx, rec, p)
+	}
+	if err == nil {
+		err = m.create(ctx, &rec, p)
+	}
 	if err == nil {
 		rec.Unanswered = false
 		err = m.save(&rec)
@@ -250,7 +254,7 @@ func (m *Manager) create(ctx context.Context, rec *store.Sandbox, p api.Sandboxe
 		if err := m.fork(ctx, rec, p.FromSnapshot); err != nil {
 			return err
 		}
-	case rec.StorageClass == string(api.StorageDurable):
+	case rec.StorageClass == string(api.StorageDurable) && !m.spareVolume(rec.ID):
 		if _, err := m.volumes.Create(ctx, rec.ID, rec.WorkspaceGiB, AgentUID, AgentGID); err != nil {
 			return volumeError(err, rec.WorkspaceGiB)
 		}

@@ -37,6 +37,9 @@ const spareStartTimeout = time.Minute
 type spare struct {
 	id   string
 	base uint32 // its range of host ids, held (reserveIDBase) until a record holds it
+	// volume: a workspace of the default size, made and mounted beside its start, which a
+	// create that wants one takes with it (others delete it first).
+	volume bool
 	// image and imagePath are the image it was started from: its name and its rootfs, which is
 	// new with every build of the image.
 	image, imagePath string
@@ -56,6 +59,7 @@ type spares struct {
 	// making: a goroutine is starting spares. stalled: the last start failed, and none is
 	// made until a create asks again. closed: the pool is closed for good.
 	making, stalled, closed bool
+	asks                    int            // creates that a spare could serve, counted: a failed start stalls only if none asked since it began
 	wg                      sync.WaitGroup // the making goroutine
 }
 
@@ -124,6 +128,7 @@ func (m *Manager) takeSpare(rec store.Sandbox, p api.SandboxesPost, img images.I
 		return spare{}, false
 	}
 	s.image, s.stalled = rec.Image, false
+	s.asks++
 	var stale []spare
 	var sp spare
 	found := false
@@ -147,12 +152,59 @@ func (m *Manager) takeSpare(rec store.Sandbox, p api.SandboxesPost, img images.I
 	return sp, found
 }
 
+// returnSpare puts back a spare whose create failed before anything was given to it (its name
+// was taken, the storage budget refused it): it is as good as it was, unless the pool closed or
+// moved to another image meanwhile.
+func (m *Manager) returnSpare(sp spare) {
+	s := &m.spares
+	s.mu.Lock()
+	delete(s.taken, sp.id)
+	keep := !s.closed && sp.image == s.image && len(s.ready) < s.want
+	if keep {
+		s.ready = append([]spare{sp}, s.ready...)
+	}
+	s.mu.Unlock()
+	if !keep {
+		m.dropSpares([]spare{sp})
+	}
+}
+
 // untakeSpare forgets the taken spare id: its create failed. The caller removes it (it has the
 // create's id, so the create's own clean-up does).
 func (m *Manager) untakeSpare(id string) {
 	m.spares.mu.Lock()
 	delete(m.spares.taken, id)
 	m.spares.mu.Unlock()
+}
+
+// keepsVolume settles whether the spare create p (record rec) took keeps its workspace: a
+// create of the default workspace size that is no fork does; any other deletes it, and makes
+// its own as it would without a spare.
+func (m *Manager) keepsVolume(ctx context.Context, rec store.Sandbox, p api.SandboxesPost) error {
+	s := &m.spares
+	s.mu.Lock()
+	sp, ok := s.taken[rec.ID]
+	s.mu.Unlock()
+	if !ok || !sp.volume || (p.FromSnapshot == "" && rec.WorkspaceGiB == 0) {
+		return nil
+	}
+	if err := m.volumes.Delete(ctx, rec.ID); err != nil {
+		return fmt.Errorf("delete a spare's workspace: %w", err)
+	}
+	s.mu.Lock()
+	if sp, ok := s.taken[rec.ID]; ok {
+		sp.volume = false
+		s.taken[rec.ID] = sp
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// spareVolume says whether the create of sandbox id took a spare with its workspace.
+func (m *Manager) spareVolume(id string) bool {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	return m.spares.taken[id].volume
 }
 
 // adoptable returns the spare a create took for the sandbox id, if any, and forgets it.
@@ -185,11 +237,16 @@ func (m *Manager) fillSpares() {
 				s.mu.Unlock()
 				return
 			}
-			image, cpus, memoryMB := s.image, s.cpus, s.memoryMB
+			image, cpus, memoryMB, asks := s.image, s.cpus, s.memoryMB, s.asks
 			s.mu.Unlock()
 
 			sp, err := m.startSpare(image, cpus, memoryMB)
 			s.mu.Lock()
+			if err != nil && s.asks != asks {
+				// A create asked meanwhile (for this image or another): try again for it.
+				s.mu.Unlock()
+				continue
+			}
 			if err != nil {
 				s.stalled = true
 				s.making = false
@@ -201,7 +258,7 @@ func (m *Manager) fillSpares() {
 				}
 				return
 			}
-			keep := !s.closed && sp.image == s.image
+			keep := !s.closed && sp.image == s.image && len(s.ready) < s.want
 			if keep {
 				s.ready = append(s.ready, sp)
 			}
@@ -213,27 +270,45 @@ func (m *Manager) fillSpares() {
 	}()
 }
 
-// startSpare starts a spare of image with the limits given.
-func (m *Manager) startSpare(image string, cpus float64, memoryMB int) (_ spare, retErr error) {
+// startSpare starts a spare of image with the limits given, and its workspace beside.
+func (m *Manager) startSpare(image string, cpus float64, memoryMB int) (spare, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), spareStartTimeout)
 	defer cancel()
 	img, err := m.image(image)
 	if err != nil {
 		return spare{}, err
 	}
-	sp := spare{id: newID(), image: image, imagePath: img.Path}
+	sp := spare{id: newID(), image: image, imagePath: img.Path, volume: true}
 	if sp.base, err = m.reserveIDBase(); err != nil {
 		return spare{}, err
 	}
-	defer func() {
-		if retErr != nil {
-			m.dropSpare(ctx, sp)
+	// Its workspace is made beside its start, as a create's is.
+	volume := make(chan error, 1)
+	go func() {
+		_, err := m.volumes.Create(ctx, sp.id, 0, AgentUID, AgentGID)
+		if err == nil {
+			_, err = m.volumes.Mount(ctx, sp.id)
 		}
+		volume <- err
 	}()
+	err = m.startSpareContainer(ctx, sp, img, cpus, memoryMB)
+	if verr := <-volume; err == nil && verr != nil {
+		err = fmt.Errorf("a spare's workspace: %w", verr)
+	}
+	if err != nil {
+		m.dropSpare(ctx, sp)
+		return spare{}, err
+	}
+	return sp, nil
+}
+
+// startSpareContainer makes the spare's root layer and starts its container.
+func (m *Manager) startSpareContainer(ctx context.Context, sp spare, img images.Image, cpus float64, memoryMB int) error {
 	layerDir := filepath.Join(m.layerDir, sp.id)
 	if m.layers != nil {
+		var err error
 		if layerDir, err = m.layers.Fresh(ctx, sp.id, api.DefaultRootfsGiB); err != nil {
-			return sp, storageError("make a spare's root filesystem", err)
+			return storageError("make a spare's root filesystem", err)
 		}
 	}
 	spec := runtime.Spec{
@@ -250,9 +325,9 @@ func (m *Manager) startSpare(image string, cpus float64, memoryMB int) (_ spare,
 		spec.ExtraCAs = m.egress.CACert()
 	}
 	if err := m.runtime.Start(ctx, spec); err != nil {
-		return sp, fmt.Errorf("start a spare sandbox: %w", err)
+		return fmt.Errorf("start a spare sandbox: %w", err)
 	}
-	return sp, nil
+	return nil
 }
 
 // dropSpares removes spares in the background.
@@ -275,6 +350,9 @@ func (m *Manager) dropSpare(ctx context.Context, sp spare) {
 	}
 	if err == nil {
 		err = m.runtime.RemoveLayer(filepath.Join(m.layerDir, sp.id))
+	}
+	if err == nil && sp.volume {
+		err = m.volumes.Delete(ctx, sp.id)
 	}
 	if err != nil {
 		// Its range stays held: something may still run in it. The next Reconcile removes it.
@@ -299,6 +377,9 @@ func (m *Manager) adoptSpare(ctx context.Context, rec *store.Sandbox, sp spare, 
 		Hostname: rec.Name,
 		Workspace: func() (string, error) {
 			workspaceMade = true
+			if sp.volume {
+				return m.volumes.Mount(ctx, rec.ID) // mounted already: the spare's
+			}
 			return m.workspace(ctx, rec)
 		},
 	}

@@ -81,6 +81,18 @@ func TestSpareServesCreate(t *testing.T) {
 		t.Errorf("calls %v, want one adoption, one start (the replacement), one workspace", calls)
 	}
 
+	// A create refused before anything is given to the spare (its name is taken) puts it back.
+	p := api.SandboxesPost{Name: "fast", Image: "minimal"}
+	if err := p.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Create(ctx, p); !isCode(err, api.CodeSandboxExists) {
+		t.Fatalf("create of a taken name: %v, want sandbox_exists", err)
+	}
+	if got := readySpares(t, f.Manager, 1)[0]; got != replacement || !f.rt.Running(replacement) {
+		t.Errorf("after a refused create the pool holds %s (running %v), want %s back", got, f.rt.Running(got), replacement)
+	}
+
 	// Limits other than a spare's: a start of its own; the spare stays.
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "big", Image: "minimal", CPUs: 4})
 	if got := readySpares(t, f.Manager, 1)[0]; got != replacement {
@@ -88,6 +100,14 @@ func TestSpareServesCreate(t *testing.T) {
 	}
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "later", Image: "minimal", NoStart: true})
 	readySpares(t, f.Manager, 1)
+
+	// A spare comes with a workspace of the default size; a create that wants another size
+	// gets its own in its place.
+	sized := mustCreate(t, f.Manager, api.SandboxesPost{Name: "sized", Image: "minimal", WorkspaceGiB: 20})
+	if sized.ID != replacement || sized.Workspace.CapacityBytes != 20*gib {
+		t.Errorf("sized create: id %s (spare %s), workspace %d bytes, want the spare with 20 GiB", sized.ID, replacement, sized.Workspace.CapacityBytes)
+	}
+	replacement = readySpares(t, f.Manager, 1)[0]
 
 	// A sandbox made from a spare stops and starts as any other.
 	if _, err := f.Stop(ctx, "fast"); err != nil {
