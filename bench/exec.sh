@@ -63,7 +63,7 @@ pid=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["init_pro
 # create → first exec: a fresh sandbox each run, deleted outside the timing, where the spare
 # that replaces the one the last create took is also waited for: each create finds one ready,
 # as creates a few seconds apart do.
-spare_ready="for i in \$(seq 600); do $hiloop version | grep -q '1 of 1 ready' && exit 0; sleep 0.01; done; exit 1"
+spare_ready="for i in \$(seq 1000); do $hiloop version | grep -q \"1 of 1 ready\" && exit 0; sleep 0.01; done; exit 1"
 hyperfine -N --runs "$RUNS" --warmup 2 --export-json "$work/create.json" \
 	--prepare "bash -c '$hiloop sandbox delete cx >/dev/null 2>&1 || true; $spare_ready'" \
 	--cleanup "bash -c '$hiloop sandbox delete cx >/dev/null 2>&1 || true'" \
