@@ -62,6 +62,8 @@ func (d *Daemon) deleteImage(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.CodeImageInUse, "image %q is used by sandbox %s: delete %s first",
 			name, strings.Join(users, ", "), map[bool]string{true: "it", false: "them"}[len(users) == 1])
 	}
+	// Its spares go first: their roots are made of it.
+	d.sandboxes.DropSpares(r.Context(), name)
 	if err := d.images.Delete(r.Context(), name); err != nil {
 		return imageError(name, err)
 	}
@@ -241,6 +243,8 @@ func (d *Daemon) streamBuild(w http.ResponseWriter, r *http.Request, name string
 		out.ev.send(api.ImageBuildEvent{Error: e})
 		return nil
 	}
+	// Spares of the image's earlier build would serve no create: new ones start from this one.
+	d.sandboxes.ImageChanged(name)
 	view := imageView(img)
 	out.ev.send(api.ImageBuildEvent{Image: &view})
 	return nil

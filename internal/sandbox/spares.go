@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -109,6 +110,43 @@ func (m *Manager) CloseSpares(ctx context.Context) {
 	for _, sp := range left {
 		m.dropSpare(ctx, sp)
 	}
+}
+
+// ImageChanged replaces the ready spares of image that an earlier build of it made (a build
+// that found the image up to date changes nothing): no create would take them. It does not wait
+// for them to go.
+func (m *Manager) ImageChanged(image string) {
+	img, err := m.images.Get(image)
+	if err != nil {
+		return
+	}
+	m.dropSpares(m.unreadySpares(image, img.Path))
+	m.fillSpares()
+}
+
+// DropSpares removes the ready spares of image before it goes, and waits for them. The pool
+// makes more of it only once a create names it again.
+func (m *Manager) DropSpares(ctx context.Context, image string) {
+	for _, sp := range m.unreadySpares(image, "") {
+		m.dropSpare(ctx, sp)
+	}
+}
+
+// unreadySpares takes the ready spares of image not made of its build at keepPath out of the
+// pool and returns them.
+func (m *Manager) unreadySpares(image, keepPath string) []spare {
+	s := &m.spares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []spare
+	s.ready = slices.DeleteFunc(s.ready, func(sp spare) bool {
+		if sp.image == image && sp.imagePath != keepPath {
+			gone = append(gone, sp)
+			return true
+		}
+		return false
+	})
+	return gone
 }
 
 // fits says whether a spare can be the sandbox of create p, whose record is rec: one that

@@ -184,6 +184,17 @@ func TestStaleSpareIsReplaced(t *testing.T) {
 	imgs.mu.Lock()
 	imgs.path = "/images/minimal/rootfs-2"
 	imgs.mu.Unlock()
+	// A build that changes nothing keeps the spare.
+	imgs.mu.Lock()
+	imgs.path = "/images/minimal/rootfs-1"
+	imgs.mu.Unlock()
+	f.ImageChanged("minimal")
+	if got := readySpares(t, f.Manager, 1)[0]; got != stale {
+		t.Fatalf("an unchanged image replaced its spare %s with %s", stale, got)
+	}
+	imgs.mu.Lock()
+	imgs.path = "/images/minimal/rootfs-2"
+	imgs.mu.Unlock()
 	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "second", Image: "minimal"})
 	if sb.ID == stale {
 		t.Fatal("a spare of the earlier build served the create")
@@ -201,5 +212,28 @@ func TestStaleSpareIsReplaced(t *testing.T) {
 	}
 	if sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "third", Image: "minimal"}); sb.ID != fresh {
 		t.Errorf("create after the rebuild: id %s, want the new spare %s", sb.ID, fresh)
+	}
+}
+
+// A new build of the spares' image replaces them at once; an image about to be deleted loses
+// its spares first, and none is made of it until a create names it again.
+func TestImageChangeReplacesSpares(t *testing.T) {
+	f := newFakeManager(t)
+	imgs := &switchImages{path: "/images/minimal/rootfs-1"}
+	f.images = imgs
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
+	old := readySpares(t, f.Manager, 1)[0]
+	imgs.mu.Lock()
+	imgs.path = "/images/minimal/rootfs-2"
+	imgs.mu.Unlock()
+	f.ImageChanged("minimal")
+	fresh := readySpares(t, f.Manager, 1)[0]
+	if fresh == old {
+		t.Fatal("the spare of the earlier build was kept")
+	}
+	f.DropSpares(context.Background(), "minimal")
+	if got := readySpares(t, f.Manager, 0); len(got) != 0 || f.rt.Running(fresh) {
+		t.Errorf("spares left after DropSpares: %v (running %v)", got, f.rt.Running(fresh))
 	}
 }
