@@ -182,7 +182,12 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 	// A spare gives the sandbox its id and range of host ids; else the range is chosen and the
 	// record stored (once the capacity budget admits it) in one step, so no other create
 	// picks it too.
-	sp, fromSpare := m.takeSpare(rec, p, img)
+	var sp spare
+	fromSpare := false
+	if _, err := m.store.GetSandbox(rec.Name); errors.Is(err, store.ErrNotFound) {
+		// Not for a name that is taken: a retried create would take a spare only to give it back.
+		sp, fromSpare = m.takeSpare(rec, p, img)
+	}
 	if fromSpare {
 		rec.ID, rec.IDBase = sp.id, sp.base
 		if err = m.recordCreate(rec, p); err != nil {

@@ -60,8 +60,12 @@ type spares struct {
 	// making: a goroutine is starting spares. stalled: the last start failed, and none is
 	// made until a create asks again. closed: the pool is closed for good.
 	making, stalled, closed bool
-	asks                    int            // creates that a spare could serve, counted: a failed start stalls only if none asked since it began
-	wg                      sync.WaitGroup // the making goroutine
+	// asks counts the creates a spare could serve: a failed start stalls the pool only if
+	// none asked while it ran.
+	asks int
+	// wg is the goroutines that make and remove spares; each is added under mu while the pool
+	// is open, so CloseSpares's wait sees them all.
+	wg sync.WaitGroup
 }
 
 // SetSpares keeps n spare sandboxes started (0: none), of the default image until creates use
@@ -96,7 +100,8 @@ func (m *Manager) Spares() api.Spares {
 	return info
 }
 
-// CloseSpares removes every spare that no create took, and makes no more.
+// CloseSpares removes every spare that no create took, and makes no more. It returns once
+// every spare being made or removed is done with.
 func (m *Manager) CloseSpares(ctx context.Context) {
 	s := &m.spares
 	s.mu.Lock()
@@ -368,12 +373,24 @@ func (m *Manager) startSpareContainer(ctx context.Context, sp spare, img images.
 	return nil
 }
 
-// dropSpares removes spares in the background.
+// dropSpares removes spares in the background, or at once once the pool is closed.
 func (m *Manager) dropSpares(list []spare) {
 	if len(list) == 0 {
 		return
 	}
+	s := &m.spares
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		for _, sp := range list {
+			m.dropSpare(context.Background(), sp)
+		}
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
+		defer s.wg.Done()
 		for _, sp := range list {
 			m.dropSpare(context.Background(), sp)
 		}

@@ -237,3 +237,42 @@ func TestImageChangeReplacesSpares(t *testing.T) {
 		t.Errorf("spares left after DropSpares: %v (running %v)", got, f.rt.Running(fresh))
 	}
 }
+
+// A create the storage budget refuses gives its spare back (or, if a replacement is ready
+// first, removes it): one spare is left running, and nothing of the refused create.
+func TestRefusedCreateGivesSpareBack(t *testing.T) {
+	f := newFakeManager(t)
+	ctx := context.Background()
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
+	spare := readySpares(t, f.Manager, 1)[0]
+	f.SetBudget(1, fakePool{free: 20 * gib})
+	p := api.SandboxesPost{Name: "huge", Image: "minimal"}
+	if err := p.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Create(ctx, p); !isCode(err, api.CodeInsufficientStorage) {
+		t.Fatalf("create over the budget: %v, want insufficient_storage", err)
+	}
+	ready := readySpares(t, f.Manager, 1)[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ids, _ := f.rt.List()
+		var spares []string
+		for _, id := range ids {
+			if rec, err := f.store.GetSandbox("first"); err == nil && rec.ID != id {
+				spares = append(spares, id)
+			}
+		}
+		if len(spares) == 1 && spares[0] == ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("running spares %v, want only the ready one %s (the taken one was %s)", spares, ready, spare)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := f.store.GetSandbox("huge"); err == nil {
+		t.Error("the refused create left a record")
+	}
+}
