@@ -69,6 +69,11 @@ hyperfine -N --runs "$RUNS" --warmup 2 --export-json "$work/create.json" \
 	--cleanup "bash -c '$hiloop sandbox delete cx >/dev/null 2>&1 || true'" \
 	-n "hiloop sandbox create → exec true (a spare ready)" "bash -c '$hiloop sandbox create cx --image $IMAGE >/dev/null && $hiloop sandbox exec cx -- true'" \
 	-n "hiloop sandbox create --cpus 1.5 → exec true (no spare fits: its own start)" "bash -c '$hiloop sandbox create cx --image $IMAGE --cpus 1.5 >/dev/null && $hiloop sandbox exec cx -- true'" >/dev/null
+# The same through the API alone (bench/createbench): the daemon's part, without the two CLI
+# processes, whose start is what a process start costs on the machine.
+go build -o "$work/createbench" ./bench/createbench
+read -r api_spare_p50 api_spare_p95 < <("$work/createbench" "unix://$work/s.sock" "$IMAGE" "$RUNS")
+read -r api_own_p50 api_own_p95 < <("$work/createbench" "unix://$work/s.sock" "$IMAGE" "$RUNS" '{"cpus": 1.5}')
 hyperfine -N --runs "$RUNS" --warmup 3 --export-json "$work/exec.json" \
 	-n "hiloop sandbox exec x -- true" "$hiloop sandbox exec bench -- true" \
 	-n "nsenter -t PID -a true (floor)" "nsenter -t $pid -a true" \
@@ -113,6 +118,9 @@ for name, mean, med, p95 in rows:
     print(f"| {name} | {mean:.1f} | {med:.1f} | {p95:.1f} |")
 PY
 )
+table="$table
+| API: create → exec true (a spare ready; bench/createbench) | | $api_spare_p50 | $api_spare_p95 |
+| API: create --cpus 1.5 → exec true (its own start) | | $api_own_p50 | $api_own_p95 |"
 echo "$table"
 
 write_block bench/exec.sh "Measured $(date -u +%Y-%m-%d) on $(nproc) cores, $(uname -r), image \`$IMAGE\`, $RUNS runs each (load average $(cut -d' ' -f1-3 /proc/loadavg) at the end):

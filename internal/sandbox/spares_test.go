@@ -163,6 +163,24 @@ type switchImages struct {
 	path string
 }
 
+// rebuild gives minimal a new rootfs path, as a build that changed it does.
+func (s *switchImages) rebuild(path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.path = path
+}
+
+// withSpare is a fake manager keeping one spare of minimal, built at rootfs-1, and the spare.
+func withSpare(t *testing.T) (*fakeManager, *switchImages, string) {
+	t.Helper()
+	f := newFakeManager(t)
+	imgs := &switchImages{path: "/images/minimal/rootfs-1"}
+	f.images = imgs
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
+	return f, imgs, readySpares(t, f.Manager, 1)[0]
+}
+
 func (s *switchImages) Get(name string) (images.Image, error) {
 	if name != "minimal" {
 		return images.Image{}, fmt.Errorf("image %q: %w", name, images.ErrUnknown)
@@ -175,26 +193,13 @@ func (s *switchImages) Get(name string) (images.Image, error) {
 // A spare of an earlier build of its image serves no create: the create starts its own
 // sandbox from the new build, and the stale spare is replaced.
 func TestStaleSpareIsReplaced(t *testing.T) {
-	f := newFakeManager(t)
-	imgs := &switchImages{path: "/images/minimal/rootfs-1"}
-	f.images = imgs
-	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
-	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
-	stale := readySpares(t, f.Manager, 1)[0]
-	imgs.mu.Lock()
-	imgs.path = "/images/minimal/rootfs-2"
-	imgs.mu.Unlock()
+	f, imgs, stale := withSpare(t)
 	// A build that changes nothing keeps the spare.
-	imgs.mu.Lock()
-	imgs.path = "/images/minimal/rootfs-1"
-	imgs.mu.Unlock()
 	f.ImageChanged("minimal")
 	if got := readySpares(t, f.Manager, 1)[0]; got != stale {
 		t.Fatalf("an unchanged image replaced its spare %s with %s", stale, got)
 	}
-	imgs.mu.Lock()
-	imgs.path = "/images/minimal/rootfs-2"
-	imgs.mu.Unlock()
+	imgs.rebuild("/images/minimal/rootfs-2")
 	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "second", Image: "minimal"})
 	if sb.ID == stale {
 		t.Fatal("a spare of the earlier build served the create")
@@ -218,15 +223,8 @@ func TestStaleSpareIsReplaced(t *testing.T) {
 // A new build of the spares' image replaces them at once; an image about to be deleted loses
 // its spares first, and none is made of it until a create names it again.
 func TestImageChangeReplacesSpares(t *testing.T) {
-	f := newFakeManager(t)
-	imgs := &switchImages{path: "/images/minimal/rootfs-1"}
-	f.images = imgs
-	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
-	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
-	old := readySpares(t, f.Manager, 1)[0]
-	imgs.mu.Lock()
-	imgs.path = "/images/minimal/rootfs-2"
-	imgs.mu.Unlock()
+	f, imgs, old := withSpare(t)
+	imgs.rebuild("/images/minimal/rootfs-2")
 	f.ImageChanged("minimal")
 	fresh := readySpares(t, f.Manager, 1)[0]
 	if fresh == old {
