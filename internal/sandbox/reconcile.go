@@ -31,7 +31,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		if !known[id] {
-			m.log.Warn("removing container with no sandbox", "id", id)
+			m.log.Warn("removing container with no sandbox (a spare, or a create cut short)", "id", id)
 			if err := m.runtime.Stop(ctx, id, runtime.DefaultStopGrace); err != nil {
 				m.log.Error("remove stray container", "id", id, "err", err)
 			}
