@@ -744,7 +744,7 @@ func scriptEnv(ts *testscript.TestScript) []string {
 func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
 	d := ts.Value(daemonKey).(*scriptDaemon)
 	leaks := d.leaks(ts)
-	// A spare being replaced or removed in the background settles within moments.
+	// A spare being made, replaced or removed in the background settles within moments.
 	for deadline := time.Now().Add(5 * time.Second); len(leaks) > 0 && !neg && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 		leaks = d.leaks(ts)
@@ -757,8 +757,8 @@ func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// leaks lists what findLeaks finds of the daemon's that no running sandbox, none of its spares
-// (at most --spares containers that no sandbox has) and none of its pools explains.
+// leaks lists what findLeaks finds of the daemon's that no running sandbox, none of its ready
+// spares and none of its pools explains.
 func (d *scriptDaemon) leaks(ts *testscript.TestScript) []string {
 	var running []string
 	if d.cmd != nil {
@@ -766,24 +766,14 @@ func (d *scriptDaemon) leaks(ts *testscript.TestScript) []string {
 		ts.Check(err)
 		list, err := c.ListSandboxes(context.Background())
 		ts.Check(err)
-		known := map[string]bool{}
 		for _, sb := range list {
-			known[sb.ID] = true
 			if sb.State == api.StateRunning {
 				running = append(running, sb.ID)
 			}
 		}
-		// The runtime keeps a state directory per container, named by its id.
-		entries, _ := os.ReadDir(filepath.Join(d.dataDir, "runtime"))
-		var spares []string
-		for _, e := range entries {
-			if !known[e.Name()] {
-				spares = append(spares, e.Name())
-			}
-		}
-		if len(spares) <= d.spares() {
-			running = append(running, spares...)
-		}
+		v, err := c.Version(context.Background())
+		ts.Check(err)
+		running = append(running, v.Spares.IDs...)
 		// A running daemon keeps its volume and root layer pools and their shared mount points.
 		for _, pool := range []string{"volumes", "layers"} {
 			dir := filepath.Join(d.dataDir, pool)
@@ -797,19 +787,6 @@ func (d *scriptDaemon) leaks(ts *testscript.TestScript) []string {
 		}
 	}
 	return leaks
-}
-
-// spares is the daemon's --spares.
-func (d *scriptDaemon) spares() int {
-	n := daemon.DefaultSpares
-	for i, a := range d.args {
-		if a == "--spares" && i+1 < len(d.args) {
-			n, _ = strconv.Atoi(d.args[i+1])
-		} else if v, ok := strings.CutPrefix(a, "--spares="); ok {
-			n, _ = strconv.Atoi(v)
-		}
-	}
-	return n
 }
 
 // findLeaks lists mounts under dataDir, loop devices backed by files under it, and cgroups

@@ -91,7 +91,7 @@ func nsFile(w *initWatch, kind string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.PidfdSendSignal(int(w.pidfd.Fd()), 0, nil, 0); err != nil {
+	if w.exited() {
 		f.Close()
 		return nil, ErrNotRunning
 	}

@@ -97,6 +97,9 @@ func (m *Manager) Spares() api.Spares {
 	if s.want > 0 {
 		info.Image = s.image
 	}
+	for _, sp := range s.ready {
+		info.IDs = append(info.IDs, sp.id)
+	}
 	return info
 }
 

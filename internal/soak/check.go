@@ -21,6 +21,7 @@ var transitional = map[api.SandboxState]bool{
 func (s *soak) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	spares := s.settledSpares(ctx)
 	list, err := s.c.ListSandboxes(ctx)
 	if err != nil {
 		s.violate("list", "sandbox list: %v", err)
@@ -48,7 +49,7 @@ func (s *soak) check(ctx context.Context) {
 			s.violate("state", "snapshot %s (id %s) is still %s after the restart", sn.Name, sn.ID, sn.State)
 		}
 	}
-	s.checkDisk(list, snaps)
+	s.checkDisk(list, snaps, spares)
 	owned := map[string]bool{}
 	for _, w := range s.workers {
 		w.check(ctx, listed, listedSn, owned)
@@ -242,15 +243,40 @@ func (s *soak) checkSession(ctx context.Context, sandbox string, m *sessionModel
 	}
 }
 
-// checkDisk compares the data dir with the lists: a workspace image for every sandbox and none
-// other, a copy for every snapshot and none other, mounts only for running sandboxes, no seal
-// left over, harness logs only of sandboxes that exist.
-func (s *soak) checkDisk(list []api.Sandbox, snaps []api.Snapshot) {
+// settledSpares waits until the daemon's spares are all ready (they are made in the background
+// after a restart, each with a workspace) and returns their ids: a spare is a running sandbox
+// with no record. A pool that does not settle is a violation.
+func (s *soak) settledSpares(ctx context.Context) []string {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := s.c.Version(ctx)
+		if err != nil {
+			s.violate("list", "version: %v", err)
+			return nil
+		}
+		if v.Spares.Ready == v.Spares.Wanted {
+			return v.Spares.IDs
+		}
+		if time.Now().After(deadline) {
+			s.violate("spares", "%d of %d spares ready a minute after the restart", v.Spares.Ready, v.Spares.Wanted)
+			return v.Spares.IDs
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkDisk compares the data dir with the lists: a workspace image for every sandbox and
+// spare and none other, a copy for every snapshot and none other, mounts only for running
+// sandboxes and spares, no seal left over, harness logs only of sandboxes that exist.
+func (s *soak) checkDisk(list []api.Sandbox, snaps []api.Snapshot, spares []string) {
 	data := s.cfg.Daemon.DataDir()
 	ids, running, names := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, sb := range list {
 		ids[sb.ID], names[sb.Name] = true, true
 		running[sb.ID] = sb.State == api.StateRunning
+	}
+	for _, id := range spares {
+		ids[id], running[id] = true, true
 	}
 	snapIDs := map[string]bool{}
 	for _, sn := range snaps {

@@ -181,4 +181,7 @@ type Spares struct {
 	// Image is the image they are made of: the default image, then that of the last create
 	// a spare could have served.
 	Image string `json:"image,omitempty"`
+	// IDs are the ready spares' ids: on the host, the names of their cgroups, workspaces and
+	// root layers, until a create gives one to a sandbox.
+	IDs []string `json:"ids,omitempty"`
 }
