@@ -41,6 +41,16 @@ func (e egress) Attach(_ context.Context, id, name string, policy api.Egress) er
 	return nil
 }
 
+// Prepare makes the capture of the spare sandbox id ahead of its Attach.
+func (e egress) Prepare(_ context.Context, id string) error {
+	ns, err := e.rt.NetNS(id)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	return e.gw.Prepare(id, ns)
+}
+
 func (e egress) SetPolicy(id string, policy api.Egress) error {
 	hp, err := hostPolicy(policy)
 	if err != nil {

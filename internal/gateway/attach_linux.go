@@ -50,8 +50,9 @@ type Gateway struct {
 	names  *Names
 	budget *Budget // shared by every sandbox's proxy
 
-	mu    sync.Mutex
-	boxes map[string]*attachment // sandbox id → what serves it
+	mu       sync.Mutex
+	boxes    map[string]*attachment // sandbox id → what serves it
+	prepared map[string]*sockets    // sandbox id → its capture, made by Prepare, until Attach
 }
 
 // attachment is one sandbox's share of the gateway.
@@ -76,7 +77,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	cfg.Lookup = boundLookups(lookup, MaxLookups)
 	return &Gateway{cfg: cfg, names: NewNames(cfg.Routes), budget: &Budget{Max: cfg.MaxConns},
-		boxes: map[string]*attachment{}}, nil
+		boxes: map[string]*attachment{}, prepared: map[string]*sockets{}}, nil
 }
 
 // MaxLookups bounds the host lookups of all sandboxes together, their resolvers' and their
@@ -113,10 +114,16 @@ var (
 // until Detach. Attaching a sandbox that is attached already, or that a previous daemon served,
 // starts afresh.
 func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr error) {
+	g.mu.Lock()
+	socks := g.prepared[id]
+	delete(g.prepared, id)
+	g.mu.Unlock()
 	g.Detach(id)
-	socks, err := setupAndListen(ns)
-	if err != nil {
-		return fmt.Errorf("gateway: capture the egress of %s: %w", name, err)
+	if socks == nil {
+		var err error
+		if socks, err = setupAndListen(ns); err != nil {
+			return fmt.Errorf("gateway: capture the egress of %s: %w", name, err)
+		}
 	}
 	audit := g.cfg.Audit
 	if audit != nil {
@@ -236,17 +243,45 @@ func (g *Gateway) Detach(id string) {
 	g.mu.Lock()
 	a := g.boxes[id]
 	delete(g.boxes, id)
+	socks := g.prepared[id]
+	delete(g.prepared, id)
 	g.mu.Unlock()
 	if a != nil {
 		a.close()
 	}
+	if socks != nil {
+		socks.close()
+	}
 }
 
-// Close detaches every sandbox.
+// Prepare makes the capture of the sandbox whose network namespace is ns ahead of its Attach
+// (a spare sandbox's, before a create gives it a name and a policy): the capture rules and the
+// listeners, which Attach then serves instead of making its own. Until then connections wait in
+// the listeners' backlogs, decided by nobody; nothing runs in a spare to make any. Detach drops
+// a capture never attached.
+func (g *Gateway) Prepare(id string, ns *os.File) error {
+	socks, err := setupAndListen(ns)
+	if err != nil {
+		return fmt.Errorf("gateway: capture the egress of %s: %w", id, err)
+	}
+	g.mu.Lock()
+	old := g.prepared[id]
+	g.prepared[id] = socks
+	g.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	return nil
+}
+
+// Close detaches every sandbox, and drops every capture never attached.
 func (g *Gateway) Close() {
 	g.mu.Lock()
-	ids := make([]string, 0, len(g.boxes))
+	ids := make([]string, 0, len(g.boxes)+len(g.prepared))
 	for id := range g.boxes {
+		ids = append(ids, id)
+	}
+	for id := range g.prepared {
 		ids = append(ids, id)
 	}
 	g.mu.Unlock()

@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -99,4 +101,69 @@ func TestGatewaySetSecrets(t *testing.T) {
 
 	// A sandbox that is not attached is left alone.
 	g.SetSecrets("nobody", func(string) []Binding { return nil })
+}
+
+// A capture prepared ahead (a spare's) holds the connections made before the attach, and the
+// attach serves them under its own policy: a closed sandbox's early connection is refused, an
+// allowed host's is carried. A capture never attached goes with Detach.
+func TestGatewayPrepareThenAttach(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(rw, "host %s\n", r.Host)
+	}))
+	t.Cleanup(up.Close)
+	g, err := New(Config{Routes: []Route{
+		{Host: "allowed.example.test", Port: 80, To: serverAddr(up)},
+		{Host: "other.example.test", Port: 80, To: serverAddr(up)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	ns := newNetNS(t)
+	if err := g.Prepare("spare", ns); err != nil {
+		t.Fatal(err)
+	}
+	// Connected and sent before the attach: they wait in the listener's backlog.
+	get := func(host string) func() string {
+		conn, err := inNamespace(ns, func() (net.Conn, error) { return net.Dial("tcp", "127.0.0.1:"+fmt.Sprint(ProxyPort)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host, host)
+		return func() string {
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return fmt.Sprintf("%d %s", resp.StatusCode, b)
+		}
+	}
+	allowed, other := get("allowed.example.test"), get("other.example.test")
+	rule, err := ParseHostRule("allowed.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Attach("spare", "box", ns, &HostPolicy{Closed: true, Allow: []HostRule{rule}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := allowed(); got != "200 host allowed.example.test\n" {
+		t.Errorf("allowed host, connected before the attach: %q", got)
+	}
+	if got := other(); !strings.HasPrefix(got, "403") {
+		t.Errorf("a host the policy closes, connected before the attach: %q, want 403", got)
+	}
+
+	// A capture never attached is dropped by Detach: its listeners close.
+	ns2 := newNetNS(t)
+	if err := g.Prepare("gone", ns2); err != nil {
+		t.Fatal(err)
+	}
+	g.Detach("gone")
+	_, err = inNamespace(ns2, func() (net.Conn, error) { return net.Dial("tcp", "127.0.0.1:"+fmt.Sprint(ProxyPort)) })
+	if err == nil {
+		t.Error("the proxy still listens after Detach of a prepared capture")
+	}
 }

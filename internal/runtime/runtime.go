@@ -65,10 +65,11 @@ type Spec struct {
 	// gateway's CA): written alone to ExtraCAPath and appended to a copy of the image's system
 	// bundle at CABundlePath (created if the image has none). Empty leaves the image's files.
 	ExtraCAs []byte
-	// Spare starts the sandbox ahead of need, without its workspace and network (Workspace,
-	// WorkspaceDir and Network must be unset): Adopt gives them, and its hostname, when a
-	// create takes it. Until then /workspace is an empty directory that will receive the
-	// workspace's mount, and Hostname a placeholder.
+	// Spare starts the sandbox ahead of need, without its workspace (Workspace and
+	// WorkspaceDir must be unset): Adopt gives it, its hostname and (with AdoptSpec.Network)
+	// what its network still needs when a create takes it. Until then /workspace is an empty
+	// directory that will receive the workspace's mount, and Hostname a placeholder; Network,
+	// if set, prepares what it can ahead.
 	Spare bool
 }
 

@@ -130,8 +130,8 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if s.CPUs < 0 || s.MemoryMB < 0 {
 		return fmt.Errorf("runtime: CPUs and MemoryMB must not be negative")
 	}
-	if s.Spare && (s.WorkspaceDir != "" || s.Workspace != nil || s.Network != nil || s.WritableImage) {
-		return fmt.Errorf("runtime: a spare gets its workspace and network when adopted, and has an overlay root")
+	if s.Spare && (s.WorkspaceDir != "" || s.Workspace != nil || s.WritableImage) {
+		return fmt.Errorf("runtime: a spare gets its workspace when adopted, and has an overlay root")
 	}
 	if err := checkIDBase(s.IDBase); err != nil {
 		return err

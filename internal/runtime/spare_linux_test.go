@@ -74,7 +74,7 @@ func TestSpareAdopt(t *testing.T) {
 	}
 }
 
-// A spare refuses the parts Adopt gives.
+// A spare refuses the workspace Adopt gives.
 func TestSpareRefusesWorkspace(t *testing.T) {
 	r := newRuntime(t)
 	s := testSpec("spare-ws")

@@ -18,10 +18,21 @@ type fakeEgress struct {
 	log      *callLog
 	mu       sync.Mutex
 	policies map[string]api.Egress // by sandbox id, while attached
+	prepared map[string]bool       // by sandbox id: a capture made ahead, not yet attached
 }
 
 func newFakeEgress(log *callLog) *fakeEgress {
-	return &fakeEgress{log: log, policies: map[string]api.Egress{}}
+	return &fakeEgress{log: log, policies: map[string]api.Egress{}, prepared: map[string]bool{}}
+}
+
+func (e *fakeEgress) Prepare(_ context.Context, id string) error {
+	if err := e.log.call("egress.Prepare"); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.prepared[id] = true
+	return nil
 }
 
 func (e *fakeEgress) Attach(_ context.Context, id, _ string, p api.Egress) error {
@@ -31,6 +42,7 @@ func (e *fakeEgress) Attach(_ context.Context, id, _ string, p api.Egress) error
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.policies[id] = p
+	delete(e.prepared, id)
 	return nil
 }
 
@@ -51,6 +63,7 @@ func (e *fakeEgress) Detach(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.policies, id)
+	delete(e.prepared, id)
 }
 
 func (e *fakeEgress) Env(id string) []string {

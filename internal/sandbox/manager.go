@@ -61,6 +61,9 @@ type Egress interface {
 	// is called after every start and for a sandbox found still running at a daemon start, so
 	// it must take over a sandbox that is set up already.
 	Attach(ctx context.Context, id, name string, policy api.Egress) error
+	// Prepare makes ahead of its Attach what a spare sandbox's egress can have before the
+	// sandbox has a name and a policy (the capture and its listeners); Detach drops it.
+	Prepare(ctx context.Context, id string) error
 	// SetPolicy makes policy the egress policy of the attached sandbox id for the connections
 	// and DNS questions that come from then on; a no-op for a sandbox that is not attached.
 	SetPolicy(id string, policy api.Egress) error

@@ -369,6 +369,13 @@ func (m *Manager) startSpareContainer(ctx context.Context, sp spare, img images.
 	if m.egress != nil {
 		spec.Nameserver = m.egress.Nameserver()
 		spec.ExtraCAs = m.egress.CACert()
+		// The capture is made now; the adoption serves it under the sandbox's policy.
+		spec.Network = func(ctx context.Context) error {
+			if err := m.egress.Prepare(ctx, sp.id); err != nil {
+				return fmt.Errorf("egress: %w", err)
+			}
+			return nil
+		}
 	}
 	if err := m.runtime.Start(ctx, spec); err != nil {
 		return fmt.Errorf("start a spare sandbox: %w", err)
@@ -400,8 +407,10 @@ func (m *Manager) dropSpares(list []spare) {
 	}()
 }
 
-// dropSpare removes a spare no create took: its container, root layer and range.
+// dropSpare removes a spare no create took: its egress capture, container, root layer,
+// workspace and range.
 func (m *Manager) dropSpare(ctx context.Context, sp spare) {
+	m.detach(sp.id)
 	err := m.runtime.Stop(ctx, sp.id, 0)
 	if err == nil && m.layers != nil {
 		err = m.layers.Drop(ctx, sp.id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -272,5 +273,35 @@ func TestRefusedCreateGivesSpareBack(t *testing.T) {
 	}
 	if _, err := f.store.GetSandbox("huge"); err == nil {
 		t.Error("the refused create left a record")
+	}
+}
+
+// A spare's egress capture is made with it; the create that takes it attaches it under the
+// create's own policy, and a spare removed unused drops its capture.
+func TestSpareEgress(t *testing.T) {
+	f := newFakeManager(t)
+	eg := newFakeEgress(f.calls)
+	f.SetEgress(eg)
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
+	spare := readySpares(t, f.Manager, 1)[0]
+	eg.mu.Lock()
+	prepared := eg.prepared[spare]
+	eg.mu.Unlock()
+	if !prepared {
+		t.Fatal("the spare's egress was not prepared with it")
+	}
+	closed := api.Egress{Mode: api.EgressClosed, Allow: []string{"api.example.com"}}
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "closed", Image: "minimal", Egress: &closed})
+	if p, ok := eg.policy(spare); !ok || p.Mode != api.EgressClosed || !reflect.DeepEqual(p.Allow, closed.Allow) {
+		t.Errorf("the adopted spare is served under %+v (attached %v), want the create's closed policy", p, ok)
+	}
+	replacement := readySpares(t, f.Manager, 1)[0]
+	f.CloseSpares(context.Background())
+	eg.mu.Lock()
+	left := eg.prepared[replacement]
+	eg.mu.Unlock()
+	if left {
+		t.Error("a spare removed unused kept its egress capture")
 	}
 }
