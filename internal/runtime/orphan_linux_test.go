@@ -200,3 +200,30 @@ func assertLayerRemoved(t *testing.T, layer string) {
 		t.Errorf("%s still there: %v", layer, err)
 	}
 }
+
+// A start cut short before its container existed (a daemon killed in it) leaves only its
+// rootfs record and socket in the run dir: List names the id, and Stop removes them.
+func TestListFindsAStartCutShort(t *testing.T) {
+	r := newRuntime(t)
+	const id = "cutshort"
+	for _, p := range []string{r.rootfsRecord(id), r.socketPath(id)} {
+		if err := os.WriteFile(p, []byte("/nonexistent/merged"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, err := r.List()
+	if err != nil || !slices.Contains(ids, id) {
+		t.Fatalf("List = %v, %v; want %s", ids, err, id)
+	}
+	if err := r.Stop(context.Background(), id, time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	for _, p := range []string{r.rootfsRecord(id), r.socketPath(id)} {
+		if fileExists(p) {
+			t.Errorf("%s left after Stop", p)
+		}
+	}
+	if ids, _ := r.List(); slices.Contains(ids, id) {
+		t.Errorf("List after Stop = %v", ids)
+	}
+}

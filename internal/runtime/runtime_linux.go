@@ -501,6 +501,21 @@ func (r *Runtime) List() ([]string, error) {
 			ids = append(ids, e.Name())
 		}
 	}
+	// A start cut short before its container existed leaves its rootfs record (and maybe its
+	// socket) alone: the id is listed so that a Stop removes them.
+	runFiles, err := os.ReadDir(r.cfg.RunDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	for _, e := range runFiles {
+		id, ok := strings.CutSuffix(e.Name(), ".rootfs")
+		if !ok {
+			id, ok = strings.CutSuffix(e.Name(), ".sock")
+		}
+		if ok && validID(id) == nil {
+			ids = append(ids, id)
+		}
+	}
 	slices.Sort(ids)
 	return slices.Compact(ids), nil
 }

@@ -34,6 +34,9 @@ import (
 // spareStartTimeout bounds the start of one spare.
 const spareStartTimeout = time.Minute
 
+// spareRefillDelay is how long the replacement of a spare a create took waits to start.
+const spareRefillDelay = 250 * time.Millisecond
+
 // spare is a started spare sandbox.
 type spare struct {
 	id   string
@@ -194,7 +197,13 @@ func (m *Manager) takeSpare(rec store.Sandbox, p api.SandboxesPost, img images.I
 	}
 	s.mu.Unlock()
 	m.dropSpares(stale)
-	m.fillSpares()
+	if found {
+		// The replacement's start (tens of milliseconds of CPU) waits a little: it would
+		// compete with the create's own first exec, which usually follows at once.
+		time.AfterFunc(spareRefillDelay, m.fillSpares)
+	} else {
+		m.fillSpares()
+	}
 	return sp, found
 }
 
