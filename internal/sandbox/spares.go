@@ -132,6 +132,12 @@ func (m *Manager) ImageChanged(image string) {
 		return
 	}
 	m.dropSpares(m.unreadySpares(image, img.Path))
+	// A pool stalled on this image (not built when it tried) can make spares now.
+	m.spares.mu.Lock()
+	if m.spares.image == image {
+		m.spares.stalled = false
+	}
+	m.spares.mu.Unlock()
 	m.fillSpares()
 }
 

@@ -158,10 +158,12 @@ func TestSpareAdoptionFails(t *testing.T) {
 	}
 }
 
-// switchImages is an image store whose minimal image can be rebuilt (a new rootfs path).
+// switchImages is an image store whose every image is built (unless unbuilt) at path, which a
+// rebuild changes.
 type switchImages struct {
-	mu   sync.Mutex
-	path string
+	mu      sync.Mutex
+	path    string
+	unbuilt bool
 }
 
 // rebuild gives minimal a new rootfs path, as a build that changed it does.
@@ -183,11 +185,11 @@ func withSpare(t *testing.T) (*fakeManager, *switchImages, string) {
 }
 
 func (s *switchImages) Get(name string) (images.Image, error) {
-	if name != "minimal" {
-		return images.Image{}, fmt.Errorf("image %q: %w", name, images.ErrUnknown)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.unbuilt {
+		return images.Image{}, fmt.Errorf("image %q: %w", name, images.ErrNotBuilt)
+	}
 	return images.Image{Name: name, Path: s.path}, nil
 }
 
@@ -303,5 +305,23 @@ func TestSpareEgress(t *testing.T) {
 	eg.mu.Unlock()
 	if left {
 		t.Error("a spare removed unused kept its egress capture")
+	}
+}
+
+// A pool that found the default image not built makes its spare as soon as the image is built,
+// before any create asks: the first create finds one ready.
+func TestSpareAfterTheImageIsBuilt(t *testing.T) {
+	f := newFakeManager(t)
+	imgs := &switchImages{path: "/images/base/rootfs-1", unbuilt: true}
+	f.images = imgs
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
+	readySpares(t, f.Manager, 0)
+	imgs.mu.Lock()
+	imgs.unbuilt = false
+	imgs.mu.Unlock()
+	f.ImageChanged(api.DefaultImage)
+	spare := readySpares(t, f.Manager, 1)[0]
+	if sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "hello"}); sb.ID != spare {
+		t.Errorf("the first create after the build: id %s, want the spare %s", sb.ID, spare)
 	}
 }
