@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Config is what a daemon's gateway serves every sandbox with.
@@ -119,6 +120,11 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 	delete(g.prepared, id)
 	g.mu.Unlock()
 	g.Detach(id)
+	if socks != nil && (socks.netns == 0 || socks.netns != namespaceOf(ns)) {
+		// Prepared in a namespace that is gone (the sandbox was started again since): of no use.
+		socks.close()
+		socks = nil
+	}
 	if socks == nil {
 		var err error
 		if socks, err = setupAndListen(ns); err != nil {
@@ -264,6 +270,7 @@ func (g *Gateway) Prepare(id string, ns *os.File) error {
 	if err != nil {
 		return fmt.Errorf("gateway: capture the egress of %s: %w", id, err)
 	}
+	socks.netns = namespaceOf(ns)
 	g.mu.Lock()
 	old := g.prepared[id]
 	g.prepared[id] = socks
@@ -272,6 +279,18 @@ func (g *Gateway) Prepare(id string, ns *os.File) error {
 		old.close()
 	}
 	return nil
+}
+
+// namespaceOf identifies the namespace ns names (its inode on nsfs); zero if it cannot be read.
+func namespaceOf(ns *os.File) uint64 {
+	st, err := ns.Stat()
+	if err != nil {
+		return 0
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return sys.Ino
+	}
+	return 0
 }
 
 // Close detaches every sandbox, and drops every capture never attached.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 )
@@ -154,6 +155,29 @@ func TestGatewayPrepareThenAttach(t *testing.T) {
 	}
 	if got := other(); !strings.HasPrefix(got, "403") {
 		t.Errorf("a host the policy closes, connected before the attach: %q, want 403", got)
+	}
+
+	// A capture prepared in a namespace the sandbox no longer has (started again since) is
+	// dropped, and the attach makes one in the namespace it is given.
+	old, fresh := newNetNS(t), newNetNS(t)
+	if err := g.Prepare("restarted", old); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Attach("restarted", "box2", fresh, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Detach("restarted") })
+	for _, tc := range []struct {
+		ns     *os.File
+		listen bool
+	}{{old, false}, {fresh, true}} {
+		c, err := inNamespace(tc.ns, func() (net.Conn, error) { return net.Dial("tcp", "127.0.0.1:"+fmt.Sprint(ProxyPort)) })
+		if err == nil {
+			c.Close()
+		}
+		if (err == nil) != tc.listen {
+			t.Errorf("proxy listening in the namespace: %v, want %v", err == nil, tc.listen)
+		}
 	}
 
 	// A capture never attached is dropped by Detach: its listeners close.

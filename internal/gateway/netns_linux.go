@@ -58,6 +58,7 @@ type sockets struct {
 	dnsUDP  []net.PacketConn
 	dnsTCP  []net.Listener
 	closers []io.Closer // all of the above, in the order they were made
+	netns   uint64      // the namespace they live in (namespaceOf), when Prepare made them
 }
 
 func (s *sockets) close() {
