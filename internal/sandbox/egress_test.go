@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -241,5 +242,44 @@ func TestEgressPolicy(t *testing.T) {
 
 	if _, err := f.SetEgressPolicy(ctx, "nope", open); !isCode(err, api.CodeSandboxNotFound) {
 		t.Errorf("unknown sandbox: %v", err)
+	}
+}
+
+// An exec gets the defaults of the image build its sandbox started from: a rebuild reaches the
+// sandbox at its next start, also across a daemon restart in between.
+func TestExecKeepsTheStartedBuildsDefaults(t *testing.T) {
+	f := newFakeManager(t)
+	ctx := context.Background()
+	f.img.rebuild(images.Image{Digest: "sha256:one", Env: []string{"GREETING=one"}, WorkDir: "/srv/one"})
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal"})
+	f.img.rebuild(images.Image{Digest: "sha256:two", Env: []string{"GREETING=two"}})
+
+	exec := func(spec runtime.ExecSpec) runtime.ExecSpec {
+		t.Helper()
+		if _, err := f.Exec(ctx, "web", spec); err != nil {
+			t.Fatal(err)
+		}
+		return f.rt.lastExec
+	}
+	got := exec(runtime.ExecSpec{Argv: []string{"true"}, Env: []string{"MINE=1"}})
+	if want := []string{"GREETING=one", "MINE=1"}; !slices.Equal(got.Env, want) || got.Dir != "/srv/one" {
+		t.Errorf("exec after a rebuild: env %q dir %q, want %q in /srv/one (the started build's)", got.Env, got.Dir, want)
+	}
+	if err := f.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := exec(runtime.ExecSpec{Argv: []string{"true"}, Dir: "/tmp"}); !slices.Equal(got.Env, []string{"GREETING=one"}) || got.Dir != "/tmp" {
+		t.Errorf("exec after a reconcile: env %q dir %q, want the started build's env in the asked /tmp", got.Env, got.Dir)
+	}
+
+	if _, err := f.Stop(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Start(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	got = exec(runtime.ExecSpec{Argv: []string{"true"}})
+	if !slices.Equal(got.Env, []string{"GREETING=two"}) || got.Dir != api.DefaultExecWorkDir {
+		t.Errorf("exec after a restart: env %q dir %q, want the new build's env in %s", got.Env, got.Dir, api.DefaultExecWorkDir)
 	}
 }

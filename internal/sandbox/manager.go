@@ -409,6 +409,7 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 	}
 	now := time.Now().UTC()
 	rec.StartedAt = &now
+	rec.StartedFrom = &store.ImageBuild{Digest: img.Digest, Env: slices.Clone(img.Env), WorkDir: img.WorkDir}
 	return m.setState(rec, api.StateRunning, "")
 }
 
@@ -634,18 +635,24 @@ func (m *Manager) Exec(ctx context.Context, name string, spec runtime.ExecSpec) 
 	return p, err
 }
 
-// imageDefaults gives spec the sandbox image's defaults, read once: its environment (a
+// imageDefaults gives spec the defaults of the image build rec runs: its environment (a
 // container image's ENV) first, so that the egress's variables and the caller's win over it,
-// and, when spec names no directory, its WORKDIR, else /workspace.
+// and, when spec names no directory, its WORKDIR, else /workspace. A record from before builds
+// were kept at start gets the image's current build, if it still has one.
 func (m *Manager) imageDefaults(rec store.Sandbox, spec runtime.ExecSpec) runtime.ExecSpec {
-	img, err := m.images.Get(rec.Image) // a deleted image's sandbox has no defaults left
-	if err == nil && len(img.Env) > 0 {
-		spec.Env = append(slices.Clone(img.Env), spec.Env...)
+	build := rec.StartedFrom
+	if build == nil {
+		if img, err := m.images.Get(rec.Image); err == nil {
+			build = &store.ImageBuild{Env: img.Env, WorkDir: img.WorkDir}
+		}
+	}
+	if build != nil && len(build.Env) > 0 {
+		spec.Env = append(slices.Clone(build.Env), spec.Env...)
 	}
 	if spec.Dir == "" {
 		spec.Dir = api.DefaultExecWorkDir
-		if err == nil && img.WorkDir != "" {
-			spec.Dir = img.WorkDir
+		if build != nil && build.WorkDir != "" {
+			spec.Dir = build.WorkDir
 		}
 	}
 	return spec

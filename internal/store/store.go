@@ -124,6 +124,18 @@ type Sandbox struct {
 	// Call is the call (with an idempotency key) that made the sandbox or last grew it, so that
 	// its retry finds it done although a crash lost its receipt.
 	Call Call `json:"call,omitempty"`
+	// StartedFrom is the image build the sandbox's root filesystem came from at its last start;
+	// its execs get that build's defaults, so that a rebuild of the image reaches a sandbox at
+	// its next start and not halfway through a run. nil: never started since it was recorded.
+	StartedFrom *ImageBuild `json:"started_from,omitempty"`
+}
+
+// ImageBuild is what a sandbox keeps of the image build it runs: the build's digest and the
+// defaults (a container image's ENV and WORKDIR) every exec in it gets.
+type ImageBuild struct {
+	Digest  string   `json:"digest,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	WorkDir string   `json:"workdir,omitempty"`
 }
 
 // Egress is a sandbox's stored egress policy, as pkg/api's Egress validated it.
