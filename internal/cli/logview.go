@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/hiloop/hiloop/internal/yamlout"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -75,7 +74,7 @@ func (l recordLog[T]) print(ctx context.Context, f *Factory, format string, afte
 // writeRecord prints one record of a log as a JSON line or a YAML document.
 func writeRecord(w io.Writer, format string, rec any) error {
 	if format == "yaml" {
-		b, err := yaml.Marshal(rec)
+		b, err := yamlout.Marshal(rec)
 		if err != nil {
 			return err
 		}

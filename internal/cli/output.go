@@ -8,11 +8,11 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/internal/styles"
 	"github.com/hiloop/hiloop/internal/units"
+	"github.com/hiloop/hiloop/internal/yamlout"
 )
 
 // addOutputFlag adds -o/--output to a read command.
@@ -62,7 +62,7 @@ func printOutput(ios *iostreams.IOStreams, format string, v any, fill func(*tabl
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	case "yaml":
-		b, err := yaml.Marshal(v)
+		b, err := yamlout.Marshal(v)
 		if err != nil {
 			return err
 		}

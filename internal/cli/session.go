@@ -18,10 +18,10 @@ import (
 
 	"charm.land/lipgloss/v2"
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/internal/styles"
+	"github.com/hiloop/hiloop/internal/yamlout"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -697,7 +697,7 @@ func sessionEventsRun(ctx context.Context, f *Factory, opts *SessionEventsOption
 // writeEvent prints one event as a JSON line or a YAML document.
 func writeEvent(w io.Writer, format string, ev api.SessionEvent) error {
 	if format == "yaml" {
-		b, err := yaml.Marshal(ev)
+		b, err := yamlout.Marshal(ev)
 		if err != nil {
 			return err
 		}
