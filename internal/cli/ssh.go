@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -229,7 +228,7 @@ func sshKeyAddRun(ctx context.Context, f *Factory, opts *SSHKeyAddOptions) error
 		if err != nil {
 			return err
 		}
-		line = gossh.MarshalAuthorizedKey(pub)
+		line = pub.AuthorizedKey()
 		if name == "" {
 			name = cliKeyName(pub)
 		}

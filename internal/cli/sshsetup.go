@@ -3,11 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,9 +13,8 @@ import (
 	"strconv"
 	"strings"
 
-	gossh "golang.org/x/crypto/ssh"
-
 	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/internal/sshkey"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -42,41 +38,33 @@ func sshDir() (string, error) {
 }
 
 // cliKey returns the path of the CLI's own private key, creating the key on first use.
-func cliKey(dir string) (path string, pub gossh.PublicKey, err error) {
+func cliKey(dir string) (path string, pub sshkey.PublicKey, err error) {
 	path = filepath.Join(dir, "id_ed25519")
 	if data, err := os.ReadFile(path); err == nil {
-		signer, err := gossh.ParsePrivateKey(data)
+		pub, err := sshkey.ParsePrivate(data)
 		if err != nil {
-			return "", nil, fmt.Errorf("read the CLI's SSH key %s: %w", path, err)
+			return "", nil, fmt.Errorf("read the CLI's SSH key %s: %w (move it away and a new one is made)", path, err)
 		}
-		return path, signer.PublicKey(), nil
+		return path, pub, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", nil, err
 	}
-	pubKey, priv, err := ed25519.GenerateKey(rand.Reader)
+	pub, file, err := sshkey.Generate("hiloop")
 	if err != nil {
 		return "", nil, err
 	}
-	block, err := gossh.MarshalPrivateKey(priv, "hiloop")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, file, 0o600); err != nil {
 		return "", nil, err
 	}
-	if err := atomicfile.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path+".pub", pub.AuthorizedKey(), 0o644); err != nil {
 		return "", nil, err
 	}
-	sshPub, err := gossh.NewPublicKey(pubKey)
-	if err != nil {
-		return "", nil, err
-	}
-	if err := atomicfile.WriteFile(path+".pub", gossh.MarshalAuthorizedKey(sshPub), 0o644); err != nil {
-		return "", nil, err
-	}
-	return path, sshPub, nil
+	return path, pub, nil
 }
 
 // cliKeyName is the name the CLI registers its key under: stable for one key.
-func cliKeyName(pub gossh.PublicKey) string {
-	sum := sha256.Sum256(pub.Marshal())
+func cliKeyName(pub sshkey.PublicKey) string {
+	sum := sha256.Sum256(pub.Wire())
 	return "hiloop-cli-" + hex.EncodeToString(sum[:4])
 }
 
@@ -90,13 +78,13 @@ func ensureCLIKey(ctx context.Context, c *client.Client, dir string) (string, er
 	if err != nil {
 		return "", err
 	}
-	fp := gossh.FingerprintSHA256(pub)
+	fp := pub.Fingerprint()
 	for _, k := range keys {
 		if k.Fingerprint == fp {
 			return path, nil
 		}
 	}
-	_, err = c.AddSSHKey(ctx, api.SSHKeysPost{Name: cliKeyName(pub), PublicKey: string(gossh.MarshalAuthorizedKey(pub))})
+	_, err = c.AddSSHKey(ctx, api.SSHKeysPost{Name: cliKeyName(pub), PublicKey: string(pub.AuthorizedKey())})
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.Code == api.CodeSSHKeyExists {
 		err = nil // registered meanwhile by another hiloop
