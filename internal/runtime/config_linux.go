@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -201,12 +202,27 @@ func ociSpec(s Spec, rootfs, userns string, cfg Config, cgroup string) *specs.Sp
 	return spec
 }
 
+// specconvMu serialises specconv.CreateLibcontainerConfig: it puts the package's shared
+// default devices (specconv.AllowedDevices, pointers) into every config and then writes the
+// container's root uid and gid into them, so two sandboxes' configs made at once race, and
+// each config's devices would hold the owner the last one wrote.
+var specconvMu sync.Mutex
+
 // containerConfig turns the spec into libcontainer's config.
 func containerConfig(s Spec, rootfs, userns string, rc Config, cgroup string) (*configs.Config, error) {
+	specconvMu.Lock()
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName: cgroup,
 		Spec:       ociSpec(s, rootfs, userns, rc, cgroup),
 	})
+	if err == nil {
+		// The devices become this config's own, as they were written for it.
+		for i, d := range cfg.Devices {
+			own := *d
+			cfg.Devices[i] = &own
+		}
+	}
+	specconvMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("container config: %w", err)
 	}
