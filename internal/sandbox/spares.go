@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,8 +22,9 @@ import (
 // a start costs tens. A spare serves a create of its image (the generation it was started
 // from) with the default limits and root filesystem, started at once; any other create starts
 // its sandbox as before. Spares are of the default image until a create that only its image
-// kept from a spare names another: they follow the image sandboxes are made of. Each take
-// starts a replacement in the background.
+// kept from a spare names another: they follow the image sandboxes are made of (a daemon that
+// starts takes the image of the newest sandbox record). Each take starts a replacement in the
+// background.
 //
 // A spare has no record: it is not listed, and its resources (container, cgroup, root layer,
 // host id range) are the runtime's and the manager's alone until a create's record names its
@@ -71,16 +73,22 @@ type spares struct {
 	wg sync.WaitGroup
 }
 
-// SetSpares keeps n spare sandboxes started (0: none), of the default image until creates use
-// another, with the limits a create gets by default on this host (cpus, memoryMB). Call it
-// after Reconcile, which would remove them.
+// SetSpares keeps n spare sandboxes started (0: none), with the limits a create gets by
+// default on this host (cpus, memoryMB), of the image of the newest sandbox (the default image
+// when there is none) until creates use another: a restarted daemon's spares follow the
+// image its creates used. Call it after Reconcile, which would remove them.
 func (m *Manager) SetSpares(n int, cpus float64, memoryMB int) {
+	image := ""
+	if recs, err := m.store.ListSandboxes(); err == nil && len(recs) > 0 {
+		newest := slices.MaxFunc(recs, func(a, b store.Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
+		image = newest.Image
+	}
 	s := &m.spares
 	s.mu.Lock()
 	s.want = max(n, 0)
 	s.cpus, s.memoryMB = cpus, memoryMB
 	if s.image == "" {
-		s.image = api.DefaultImage
+		s.image = cmp.Or(image, api.DefaultImage)
 	}
 	var extra []spare
 	if len(s.ready) > s.want {

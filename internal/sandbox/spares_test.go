@@ -325,3 +325,19 @@ func TestSpareAfterTheImageIsBuilt(t *testing.T) {
 		t.Errorf("the first create after the build: id %s, want the spare %s", sb.ID, spare)
 	}
 }
+
+// A daemon that starts makes spares of the newest sandbox's image, not the default one: its
+// creates used that image before the restart.
+func TestSparesFollowTheNewestRecord(t *testing.T) {
+	f := newFakeManager(t)
+	ctx := context.Background()
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal"})
+	if err := f.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
+	readySpares(t, f.Manager, 1)
+	if got := f.Spares().Image; got != "minimal" {
+		t.Errorf("spares of %q, want minimal (the newest sandbox's)", got)
+	}
+}
