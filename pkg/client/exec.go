@@ -77,7 +77,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	}
 	wsURL := "ws" + c.baseURL[len("http"):] + "/v1/sandboxes/" + url.PathEscape(name) + "/exec"
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{
-		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		HTTPClient: &http.Client{Transport: upgrader{dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := c.dial(ctx, network, addr)
 			if err == nil {
 				netcopy.WidenUnix(conn) // stdin in flight, as the daemon does for output
