@@ -116,17 +116,11 @@ func (m *Manager) assignIDBase(rec *store.Sandbox, save func(*store.Sandbox) err
 	}
 	m.idMu.Lock()
 	defer m.idMu.Unlock()
-	recs, err := m.store.ListSandboxes()
+	base, err := m.freeIDBase()
 	if err != nil {
 		return err
 	}
-	reserved, err := reservedIDs(m.hostIDFiles)
-	if err != nil {
-		return err
-	}
-	if rec.IDBase, err = pickIDBase(recs, m.withHeldBases(reserved), m.idStart); err != nil {
-		return err
-	}
+	rec.IDBase = base
 	if err := save(rec); err != nil {
 		rec.IDBase = 0
 		return err
@@ -139,15 +133,7 @@ func (m *Manager) assignIDBase(rec *store.Sandbox, save func(*store.Sandbox) err
 func (m *Manager) reserveIDBase() (uint32, error) {
 	m.idMu.Lock()
 	defer m.idMu.Unlock()
-	recs, err := m.store.ListSandboxes()
-	if err != nil {
-		return 0, err
-	}
-	reserved, err := reservedIDs(m.hostIDFiles)
-	if err != nil {
-		return 0, err
-	}
-	base, err := pickIDBase(recs, m.withHeldBases(reserved), m.idStart)
+	base, err := m.freeIDBase()
 	if err != nil {
 		return 0, err
 	}
@@ -158,19 +144,27 @@ func (m *Manager) reserveIDBase() (uint32, error) {
 	return base, nil
 }
 
+// freeIDBase picks a range that no record, no held range and none of the host's own ids or
+// subordinate ranges overlap; the caller holds idMu.
+func (m *Manager) freeIDBase() (uint32, error) {
+	recs, err := m.store.ListSandboxes()
+	if err != nil {
+		return 0, err
+	}
+	reserved, err := reservedIDs(m.hostIDFiles)
+	if err != nil {
+		return 0, err
+	}
+	for b := range m.heldBases {
+		reserved = append(reserved, idSpan{uint64(b), uint64(b) + runtime.IDRangeSize})
+	}
+	return pickIDBase(recs, reserved, m.idStart)
+}
+
 // releaseIDBase gives back a range reserveIDBase held: nothing runs in it any more, or a record
 // holds it now.
 func (m *Manager) releaseIDBase(base uint32) {
 	m.idMu.Lock()
 	defer m.idMu.Unlock()
 	delete(m.heldBases, base)
-}
-
-// withHeldBases adds the ranges held for sandboxes with no record to reserved; the caller holds
-// idMu.
-func (m *Manager) withHeldBases(reserved []idSpan) []idSpan {
-	for b := range m.heldBases {
-		reserved = append(reserved, idSpan{uint64(b), uint64(b) + runtime.IDRangeSize})
-	}
-	return reserved
 }
