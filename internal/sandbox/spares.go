@@ -13,6 +13,7 @@ import (
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/volume"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -247,14 +248,14 @@ func (m *Manager) untakeSpare(id string) {
 }
 
 // keepsVolume settles whether the spare create p (record rec) took keeps its workspace: a
-// create of the default workspace size that is no fork does; any other deletes it, and makes
-// its own as it would without a spare.
+// create of the default workspace size (asked for or not) that is no fork does; any other
+// deletes it, and makes its own as it would without a spare.
 func (m *Manager) keepsVolume(ctx context.Context, rec store.Sandbox, p api.SandboxesPost) error {
 	s := &m.spares
 	s.mu.Lock()
 	sp, ok := s.taken[rec.ID]
 	s.mu.Unlock()
-	if !ok || !sp.volume || (p.FromSnapshot == "" && rec.WorkspaceGiB == 0) {
+	if !ok || !sp.volume || (p.FromSnapshot == "" && recordedGiB(rec) == volume.DefaultSizeGiB) {
 		return nil
 	}
 	if err := m.volumes.Delete(ctx, rec.ID); err != nil {

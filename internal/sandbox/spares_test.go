@@ -109,6 +109,13 @@ func TestSpareServesCreate(t *testing.T) {
 		t.Errorf("sized create: id %s (spare %s), workspace %d bytes, want the spare with 20 GiB", sized.ID, replacement, sized.Workspace.CapacityBytes)
 	}
 	replacement = readySpares(t, f.Manager, 1)[0]
+	// The default size asked for by name keeps the spare's own.
+	f.calls.take()
+	asked := mustCreate(t, f.Manager, api.SandboxesPost{Name: "asked", Image: "minimal", WorkspaceGiB: api.DefaultWorkspaceGiB})
+	if got := f.calls.take(); asked.ID != replacement || got["volume.Delete"] != 0 {
+		t.Errorf("create asking for the default size: id %s (spare %s), calls %v, want the spare with its workspace kept", asked.ID, replacement, got)
+	}
+	replacement = readySpares(t, f.Manager, 1)[0]
 
 	// A sandbox made from a spare stops and starts as any other.
 	if _, err := f.Stop(ctx, "fast"); err != nil {
