@@ -199,3 +199,27 @@ func connFromFD(t *testing.T, fd int) *Conn {
 	}
 	return NewConn(c.(*net.UnixConn))
 }
+
+// flakyListener fails its first accepts as a full descriptor table does, then is closed.
+type flakyListener struct {
+	net.Listener
+	fails int
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails > 0 {
+		l.fails--
+		return nil, &net.OpError{Op: "accept", Net: "unix", Err: os.NewSyscallError("accept4", unix.EMFILE)}
+	}
+	return nil, net.ErrClosed
+}
+
+// A failure to accept does not end the init (and with it the sandbox); only a closed listener
+// does.
+func TestServeOutlastsAcceptErrors(t *testing.T) {
+	l := &flakyListener{fails: 3}
+	err := NewServer("/").Serve(l)
+	if !errors.Is(err, net.ErrClosed) || l.fails != 0 {
+		t.Errorf("Serve = %v with %d failures left, want net.ErrClosed after all three", err, l.fails)
+	}
+}

@@ -153,17 +153,23 @@ func (s *Server) reap() {
 	}
 }
 
-// Serve accepts connections until l fails.
+// Serve accepts connections until l is closed. Any other failure to accept (a full descriptor
+// table, no kernel memory for a socket) passes, and is retried after a pause: the init ending
+// would end the sandbox.
 func (s *Server) Serve(l net.Listener) error {
+	var pause time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			fmt.Fprintf(os.Stderr, "hiloop-init: accept: %v; retrying in %v\n", err, pause)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		go s.handle(NewConn(c.(*net.UnixConn)))
 	}
 }
