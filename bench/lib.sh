@@ -29,12 +29,20 @@ print(" ".join(str(s.getsockname()[1]) for s in held))
 PY
 }
 
+# names reads a list's JSON (`-o json` of a list command) on stdin and prints its items' names.
+names() {
+	python3 -c 'import json, sys
+doc = json.load(sys.stdin)
+items = doc if isinstance(doc, list) else next((v for v in doc.values() if isinstance(v, list)), [])
+print("\n".join(i["name"] for i in items))' 2>/dev/null
+}
+
 # stop_daemon deletes every sandbox and snapshot, then stops the daemon.
 stop_daemon() {
-	for n in $($hiloop sandbox list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do
+	for n in $($hiloop sandbox list -o json 2>/dev/null | names); do
 		$hiloop sandbox delete --with-snapshots "$n" >/dev/null
 	done
-	for s in $($hiloop sandbox snapshot list -o json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",$/\1/p'); do
+	for s in $($hiloop sandbox snapshot list -o json 2>/dev/null | names); do
 		$hiloop sandbox snapshot delete "$s" >/dev/null
 	done
 	[ -n "${daemon_pid:-}" ] && kill "$daemon_pid" && wait "$daemon_pid" 2>/dev/null
