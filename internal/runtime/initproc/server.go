@@ -243,10 +243,6 @@ func (s *Server) exec(c *Conn, req *ExecRequest, files []*os.File) {
 		_ = c.Send(&Message{Op: OpExit, Code: code, Error: err.Error()})
 		return
 	}
-	// Children must be the OOM killer's choice, never the init. (Already so when switchOOM
-	// worked; otherwise this is the best left: right after exec.)
-	_ = os.WriteFile(filepath.Join("/proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(s.childOOMScoreAdj)), 0)
-
 	started := &Message{Op: OpStarted, Pid: pid}
 	if master != nil {
 		err = c.Send(started, master)
@@ -370,6 +366,11 @@ func (s *Server) spawn(req *ExecRequest, stdio []*os.File) (int, chan syscall.Wa
 	}
 	if err != nil {
 		return 0, nil, execError(req.Argv[0], err)
+	}
+	if !switched {
+		// Children must be the OOM killer's choice, never the init: without the switch
+		// around the fork, this is the best left, right after the exec.
+		_ = os.WriteFile(filepath.Join("/proc", strconv.Itoa(pid), "oom_score_adj"), []byte(strconv.Itoa(s.childOOMScoreAdj)), 0)
 	}
 	ch := make(chan syscall.WaitStatus, 1)
 	s.waiters[pid] = ch
