@@ -237,6 +237,11 @@ func (sb Sandbox) clone() Sandbox {
 		t := *sb.StartedAt
 		sb.StartedAt = &t
 	}
+	if sb.StartedFrom != nil {
+		b := *sb.StartedFrom
+		b.Env = slices.Clone(b.Env)
+		sb.StartedFrom = &b
+	}
 	return sb
 }
 

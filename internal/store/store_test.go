@@ -176,7 +176,7 @@ func TestGetSandboxSeesEveryWrite(t *testing.T) {
 
 // clone copies every field that points somewhere: a new one must be added to clone (and here).
 func TestSandboxCloneCoversPointers(t *testing.T) {
-	handled := map[string]bool{"Egress": true, "StartedAt": true}
+	handled := map[string]bool{"Egress": true, "StartedAt": true, "StartedFrom": true}
 	typ := reflect.TypeFor[Sandbox]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)
