@@ -218,6 +218,11 @@ func setupScript(env *testscript.Env) error {
 	env.Setenv("HILOOP_CONFIG_DIR", filepath.Join(env.WorkDir, ".hiloop"))
 	env.Setenv("IMAGES_DIR", imagesDir)
 	env.Defer(func() {
+		// A failed script shows the end of its daemon's log, which the work directory it is
+		// in does not outlive.
+		if f, ok := env.T().(interface{ Failed() bool }); ok && f.Failed() {
+			env.T().Log("the end of sandboxd's log:\n" + logTail(d.logPath, 60))
+		}
 		// Leave nothing behind: delete every sandbox through the real daemon, then stop it.
 		if d.cmd == nil {
 			d.start(env.Getenv("PATH"), nil)
@@ -250,6 +255,16 @@ func setupScript(env *testscript.Env) error {
 		os.RemoveAll(dir)
 	})
 	return nil
+}
+
+// logTail returns the last n lines of the file at path.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 func (d *scriptDaemon) start(path string, extra []string) error {
