@@ -58,6 +58,17 @@ func cgroupIDs(stateDir string) ([]string, error) {
 	return slices.Compact(ids), nil
 }
 
+// unthrottle lifts the CPU limit of the cgroup at paths (libcontainer's, by controller; "" is
+// cgroup v2's unified one). Best effort: a limit left only makes the processes' exit slower.
+func unthrottle(paths map[string]string) {
+	if p := paths[""]; p != "" {
+		_ = os.WriteFile(filepath.Join(p, "cpu.max"), []byte("max"), 0)
+	}
+	if p := paths["cpu"]; p != "" {
+		_ = os.WriteFile(filepath.Join(p, "cpu.cfs_quota_us"), []byte("-1"), 0)
+	}
+}
+
 // removeCgroup removes a sandbox's cgroup that no container state refers to any more: every
 // process left in it, in any controller, is killed and waited for, then the cgroup goes.
 func removeCgroup(name string) error {
