@@ -7,8 +7,8 @@
 // an indicator); otherwise it is a double-quoted scalar, whose escapes are JSON's.
 //
 // A YAML library would also parse, which the CLI never does; this package exists because the
-// library's package initialisation (regular expressions compiled at every start) was the
-// largest single cost of starting hiloop, whatever the command.
+// library's package initialisation (regular expressions compiled, 262 allocations) ran at
+// every start of hiloop, whatever the command.
 package yamlout
 
 import (
