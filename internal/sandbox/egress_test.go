@@ -250,9 +250,10 @@ func TestEgressPolicy(t *testing.T) {
 func TestExecKeepsTheStartedBuildsDefaults(t *testing.T) {
 	f := newFakeManager(t)
 	ctx := context.Background()
-	f.img.rebuild(images.Image{Digest: "sha256:one", Env: []string{"GREETING=one"}, WorkDir: "/srv/one"})
+	imgs := &switchImages{build: images.Image{Path: "/images/minimal/rootfs-1", Env: []string{"GREETING=one"}, WorkDir: "/srv/one"}}
+	f.images = imgs
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "web", Image: "minimal"})
-	f.img.rebuild(images.Image{Digest: "sha256:two", Env: []string{"GREETING=two"}})
+	imgs.rebuild(images.Image{Path: "/images/minimal/rootfs-2", Env: []string{"GREETING=two"}})
 
 	exec := func(spec runtime.ExecSpec) runtime.ExecSpec {
 		t.Helper()

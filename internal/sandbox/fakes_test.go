@@ -400,28 +400,14 @@ func (v *fakeVolumes) Restore(_ context.Context, id, snapID string, _ volume.Pro
 	return volume.Info{ID: id, CapacityBytes: v.vols[id], Resizable: true}, nil
 }
 
-// fakeImages knows one built image, "minimal", whose build a test can replace.
-type fakeImages struct {
-	mu    sync.Mutex
-	build images.Image
-}
+// fakeImages knows one built image, "minimal".
+type fakeImages struct{}
 
-func (i *fakeImages) Get(name string) (images.Image, error) {
+func (fakeImages) Get(name string) (images.Image, error) {
 	if name != "minimal" {
 		return images.Image{}, fmt.Errorf("image %q: %w", name, images.ErrUnknown)
 	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	img := i.build
-	img.Name, img.Path = name, "/nonexistent/images/minimal/rootfs"
-	return img, nil
-}
-
-// rebuild makes b the current build of "minimal".
-func (i *fakeImages) rebuild(b images.Image) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.build = b
+	return images.Image{Name: name, Path: "/nonexistent/images/minimal/rootfs"}, nil
 }
 
 // fakeManager is a manager on a real store in a temp dir, with the fake runtime and volumes.
@@ -430,7 +416,6 @@ type fakeManager struct {
 	calls *callLog
 	rt    *fakeRuntime
 	vol   *fakeVolumes
-	img   *fakeImages
 
 	mu      sync.Mutex
 	stopped []string // the names the manager reported stopped
@@ -449,9 +434,8 @@ func newFakeManager(t *testing.T) *fakeManager {
 		calls: calls,
 		rt:    &fakeRuntime{log: calls, running: map[string]bool{}},
 		vol:   &fakeVolumes{log: calls, vols: map[string]int64{}, mounted: map[string]bool{}, snaps: map[string]int64{}},
-		img:   &fakeImages{},
 	}
-	f.Manager = NewManager(st, f.rt, f.vol, f.img, filepath.Join(dir, "sandboxes"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.Manager = NewManager(st, f.rt, f.vol, fakeImages{}, filepath.Join(dir, "sandboxes"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f.OnStop(func(name string) {
 		f.mu.Lock()
 		defer f.mu.Unlock()

@@ -409,7 +409,7 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 	}
 	now := time.Now().UTC()
 	rec.StartedAt = &now
-	rec.StartedFrom = &store.ImageBuild{Digest: img.Digest, Env: slices.Clone(img.Env), WorkDir: img.WorkDir}
+	rec.StartedFrom = &store.ImageBuild{Env: slices.Clone(img.Env), WorkDir: img.WorkDir}
 	return m.setState(rec, api.StateRunning, "")
 }
 

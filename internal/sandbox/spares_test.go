@@ -165,26 +165,26 @@ func TestSpareAdoptionFails(t *testing.T) {
 	}
 }
 
-// switchImages is an image store whose every image is built (unless unbuilt) at path, which a
-// rebuild changes.
+// switchImages is an image store whose every image is built (unless unbuilt) as build says,
+// which a rebuild replaces (a new rootfs path, other defaults).
 type switchImages struct {
 	mu      sync.Mutex
-	path    string
+	build   images.Image
 	unbuilt bool
 }
 
-// rebuild gives minimal a new rootfs path, as a build that changed it does.
-func (s *switchImages) rebuild(path string) {
+// rebuild makes b the images' current build, as a build that changed it does.
+func (s *switchImages) rebuild(b images.Image) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.path = path
+	s.build = b
 }
 
 // withSpare is a fake manager keeping one spare of minimal, built at rootfs-1, and the spare.
 func withSpare(t *testing.T) (*fakeManager, *switchImages, string) {
 	t.Helper()
 	f := newFakeManager(t)
-	imgs := &switchImages{path: "/images/minimal/rootfs-1"}
+	imgs := &switchImages{build: images.Image{Path: "/images/minimal/rootfs-1"}}
 	f.images = imgs
 	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
 	mustCreate(t, f.Manager, api.SandboxesPost{Name: "first", Image: "minimal"})
@@ -197,7 +197,9 @@ func (s *switchImages) Get(name string) (images.Image, error) {
 	if s.unbuilt {
 		return images.Image{}, fmt.Errorf("image %q: %w", name, images.ErrNotBuilt)
 	}
-	return images.Image{Name: name, Path: s.path}, nil
+	img := s.build
+	img.Name = name
+	return img, nil
 }
 
 // A spare of an earlier build of its image serves no create: the create starts its own
@@ -209,7 +211,7 @@ func TestStaleSpareIsReplaced(t *testing.T) {
 	if got := readySpares(t, f.Manager, 1)[0]; got != stale {
 		t.Fatalf("an unchanged image replaced its spare %s with %s", stale, got)
 	}
-	imgs.rebuild("/images/minimal/rootfs-2")
+	imgs.rebuild(images.Image{Path: "/images/minimal/rootfs-2"})
 	sb := mustCreate(t, f.Manager, api.SandboxesPost{Name: "second", Image: "minimal"})
 	if sb.ID == stale {
 		t.Fatal("a spare of the earlier build served the create")
@@ -234,7 +236,7 @@ func TestStaleSpareIsReplaced(t *testing.T) {
 // its spares first, and none is made of it until a create names it again.
 func TestImageChangeReplacesSpares(t *testing.T) {
 	f, imgs, old := withSpare(t)
-	imgs.rebuild("/images/minimal/rootfs-2")
+	imgs.rebuild(images.Image{Path: "/images/minimal/rootfs-2"})
 	f.ImageChanged("minimal")
 	fresh := readySpares(t, f.Manager, 1)[0]
 	if fresh == old {
@@ -319,7 +321,7 @@ func TestSpareEgress(t *testing.T) {
 // before any create asks: the first create finds one ready.
 func TestSpareAfterTheImageIsBuilt(t *testing.T) {
 	f := newFakeManager(t)
-	imgs := &switchImages{path: "/images/base/rootfs-1", unbuilt: true}
+	imgs := &switchImages{build: images.Image{Path: "/images/base/rootfs-1"}, unbuilt: true}
 	f.images = imgs
 	f.SetSpares(1, api.DefaultCPUs, api.DefaultMemoryMB)
 	readySpares(t, f.Manager, 0)

@@ -12,18 +12,14 @@ import (
 	"testing"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 // sshKeygen runs OpenSSH's ssh-keygen (Debian's openssh-client, which `make deps` installs).
 func sshKeygen(t *testing.T, args ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath("ssh-keygen"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("ssh-keygen is not installed (openssh-client)")
-		}
-		t.Skip("ssh-keygen is not installed (openssh-client)")
-	}
-	out, err := exec.Command("ssh-keygen", args...).CombinedOutput()
+	out, err := exec.Command(testenv.RequireTool(t, "ssh-keygen"), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ssh-keygen %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

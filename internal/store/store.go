@@ -130,10 +130,9 @@ type Sandbox struct {
 	StartedFrom *ImageBuild `json:"started_from,omitempty"`
 }
 
-// ImageBuild is what a sandbox keeps of the image build it runs: the build's digest and the
-// defaults (a container image's ENV and WORKDIR) every exec in it gets.
+// ImageBuild is what a sandbox keeps of the image build it runs: the defaults (a container
+// image's ENV and WORKDIR) every exec in it gets.
 type ImageBuild struct {
-	Digest  string   `json:"digest,omitempty"`
 	Env     []string `json:"env,omitempty"`
 	WorkDir string   `json:"workdir,omitempty"`
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hiloop/hiloop/internal/handoff"
 	"github.com/hiloop/hiloop/internal/netcopy"
@@ -97,17 +96,7 @@ func (c *Client) openPort(ctx context.Context, name string, port int, f *os.File
 			req.Header.Set(api.PortHandoffHeader, api.PortHandoffConn)
 		}
 	}
-	// The handshake honours ctx; the stream after it has no deadline.
-	if d, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(d)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	br := bufio.NewReader(conn)
-	var resp *http.Response
-	if err = req.Write(w); err == nil {
-		resp, err = http.ReadResponse(br, req)
-	}
+	resp, br, err := handshake(ctx, conn, w, req)
 	if err != nil {
 		conn.Close()
 		if ctx.Err() != nil {
@@ -122,11 +111,6 @@ func (c *Client) openPort(ctx context.Context, name string, port int, f *os.File
 		defer conn.Close()
 		return nil, false, decodeError(resp)
 	}
-	if !stop() {
-		conn.Close()
-		return nil, false, ctx.Err()
-	}
-	_ = conn.SetDeadline(time.Time{})
 	if w != conn && resp.Header.Get(api.PortHandoffHeader) == api.PortHandoffConn {
 		return conn, true, nil // a lifeline: nothing is read from it but its end
 	}

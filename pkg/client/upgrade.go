@@ -6,13 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"time"
 )
 
 // upgrader is the transport of the exec's websocket: it dials a connection of its own for the
 // one request, writes the request and reads the answer, and a 101's body is the connection.
 // http.Transport would add what a single upgrade never uses (its pool, two goroutines per
 // connection, its proxy lookup), which a CLI process pays for at every exec: about 1 ms of
-// hiloop sandbox exec (docs/performance.md). Port forwards do the same handshake by hand.
+// hiloop sandbox exec (docs/performance.md). Port forwards share its handshake.
 type upgrader struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -22,14 +23,7 @@ func (u upgrader) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The handshake honours the request's context; the stream after it has no deadline.
-	stop := context.AfterFunc(req.Context(), func() { conn.Close() })
-	defer stop()
-	br := bufio.NewReader(conn)
-	var resp *http.Response
-	if err = req.Write(conn); err == nil {
-		resp, err = http.ReadResponse(br, req)
-	}
+	resp, br, err := handshake(req.Context(), conn, conn, req)
 	if err != nil {
 		conn.Close()
 		if ctxErr := req.Context().Err(); ctxErr != nil {
@@ -43,6 +37,32 @@ func (u upgrader) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = closeWith{resp.Body, conn}
 	}
 	return resp, nil
+}
+
+// handshake writes req on w (conn, or conn carrying descriptors with the request's first
+// write) and reads the answer from conn, within ctx; the connection has no deadline after it.
+// The reader it returns may hold the first bytes after the answer.
+func handshake(ctx context.Context, conn net.Conn, w io.Writer, req *http.Request) (*http.Response, *bufio.Reader, error) {
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	br := bufio.NewReader(conn)
+	err := req.Write(w)
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(br, req)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if !stop() {
+		resp.Body.Close()
+		return nil, nil, ctx.Err()
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return resp, br, nil
 }
 
 // closeWith is a response body that closes its connection with it.
