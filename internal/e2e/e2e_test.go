@@ -152,6 +152,7 @@ func scriptParams(dir string) testscript.Params {
 			"killinit":    cmdKillInit,
 			"signalinit":  cmdSignalInit,
 			"sandboxpids": cmdSandboxPids,
+			"waitcgroup":  cmdWaitCgroup,
 			"streamcheck": cmdStreamCheck,
 			"execwindow":  cmdExecWindow,
 			"exechandoff": cmdExecHandoff,
@@ -584,6 +585,47 @@ func cmdSandboxPids(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Setenv(args[1], strings.Join(pids, " "))
+}
+
+// cmdWaitCgroup: waitcgroup SECONDS NAME FILE REGEXP waits until the sandbox's cgroup file FILE
+// (pids.events, say), read from the host, matches REGEXP; its content is the script's stdout.
+// The host sees what a sandbox too busy to answer an exec cannot report itself.
+func cmdWaitCgroup(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 4 {
+		ts.Fatalf("usage: waitcgroup SECONDS NAME FILE REGEXP")
+	}
+	secs, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	re, err := regexp.Compile("(?m)" + args[3]) // multi-line, as stdout's
+	ts.Check(err)
+	d := ts.Value(daemonKey).(*scriptDaemon)
+	c, err := client.New("unix://"+d.socket, "")
+	ts.Check(err)
+	sb, err := c.GetSandbox(context.Background(), args[1])
+	ts.Check(err)
+	cgroup := runtime.CgroupPrefix(filepath.Join(d.dataDir, "runtime")) + sb.ID
+	controller, _, _ := strings.Cut(args[2], ".")
+	paths := []string{
+		filepath.Join("/sys/fs/cgroup", cgroup, args[2]),             // cgroup v2
+		filepath.Join("/sys/fs/cgroup", controller, cgroup, args[2]), // v1: under its controller
+	}
+	deadline := time.Now().Add(time.Duration(secs) * time.Second)
+	for {
+		var data []byte
+		for _, p := range paths {
+			if data, err = os.ReadFile(p); err == nil {
+				break
+			}
+		}
+		if err == nil && re.Match(data) {
+			fmt.Fprint(ts.Stdout(), string(data))
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("waitcgroup: %s of sandbox %s does not match %q after %ds: %q (%v)", args[2], args[1], args[3], secs, data, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // sandboxInit returns the host's pid of the sandbox's init, found by the sandbox's cgroup.
