@@ -479,13 +479,24 @@ func (x *XFS) unmountImage(ctx context.Context, id, img, mnt string) error {
 	return nil
 }
 
+// How long releaseLoops waits for a loop device to go: with a mount of it in another process's
+// namespace, loopHeldWait, then busy; with none, loopFreeWait. A mount namespace's last process
+// gone, the kernel tears its mounts down from deferred work, and under load (four end-to-end
+// scripts and a Node harness on two cores) that took more than two seconds after a sandbox's
+// processes were all reaped.
+const (
+	loopHeldWait = 2 * time.Second
+	loopFreeWait = 30 * time.Second
+)
+
 // releaseLoops makes sure no loop device still holds img, the image of what (e.g. "volume x"):
 // autoclear normally frees it within the umount call, but a device bound by hand or by a crashed
-// daemon without autoclear is detached here, and one kept alive by a mount in another namespace
-// is reported as busy.
+// daemon without autoclear is detached here, one kept alive by a mount in another namespace is
+// reported as busy, and one the kernel is still releasing is waited for.
 func releaseLoops(ctx context.Context, what, img string) error {
-	deadline := time.Now().Add(2 * time.Second)
+	start := time.Now()
 	detached := false
+	poll := 10 * time.Millisecond
 	for {
 		devs, err := loopDevicesFor(img, false)
 		if err != nil {
@@ -503,15 +514,19 @@ func releaseLoops(ctx context.Context, what, img string) error {
 			detached = true
 			continue
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: loop device %s still in use%s: %w",
-				what, strings.Join(devs, ", "), holders(devs), ErrBusy)
+		if waited := time.Since(start); waited > loopHeldWait {
+			// Past loopHeldWait, one look per poll at who holds it (every process's mounts).
+			if held := holders(devs); held != "" || waited > loopFreeWait {
+				return fmt.Errorf("%s: loop device %s still in use%s: %w",
+					what, strings.Join(devs, ", "), held, ErrBusy)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(poll):
 		}
+		poll = min(2*poll, 250*time.Millisecond)
 	}
 }
 

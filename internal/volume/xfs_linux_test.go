@@ -315,6 +315,35 @@ func TestXFSUnmountBusy(t *testing.T) {
 	assertReleased(t, x, id)
 }
 
+// A loop device that no mount holds but that is not free yet (the kernel tearing down a gone
+// sandbox's mounts late, here an open descriptor of the device) is waited for past the two
+// seconds a mount elsewhere gets before the unmount calls the volume busy.
+func TestXFSUnmountWaitsForALateRelease(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-late"
+	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Mount(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	devs, err := loopDevicesFor(x.image(id), false)
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("loop devices of the mounted volume: %v, %v", devs, err)
+	}
+	dev, err := os.Open(devs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := time.AfterFunc(loopHeldWait+time.Second, func() { dev.Close() })
+	defer released.Stop()
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Fatalf("Unmount while the device is released late: %v", err)
+	}
+	assertReleased(t, x, id)
+}
+
 // A mount namespace made while a workspace is mounted (a container starting, an image build)
 // holds a copy of its mount. The unmount reaches a slave copy and frees the loop device; a
 // private copy keeps it, and the busy error names the process that holds it and where.
