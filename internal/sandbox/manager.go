@@ -40,7 +40,6 @@ type Runtime interface {
 	// Adopt gives a spare (started with Spec.Spare) its hostname, workspace and network.
 	Adopt(ctx context.Context, id string, a runtime.AdoptSpec) error
 	Stop(ctx context.Context, id string, grace time.Duration) error
-	Running(id string) bool
 	List() ([]string, error)
 	RemoveLayer(layerDir string) error
 	DialLoopback(ctx context.Context, id, addr string) (net.Conn, error)
@@ -366,7 +365,7 @@ func (m *Manager) Start(ctx context.Context, name string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	if v == alreadyIfLive {
-		if m.runtime.Running(rec.ID) {
+		if m.alive(rec.ID) {
 			return m.view(ctx, rec), nil
 		}
 		// The init died under us: clean up and start afresh.
@@ -379,6 +378,18 @@ func (m *Manager) Start(ctx context.Context, name string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	return m.view(ctx, rec), nil
+}
+
+// aliveTimeout is how long alive waits for a sandbox's init to answer.
+const aliveTimeout = 2 * time.Second
+
+// alive says whether the sandbox's container runs with its init: answering, or alive but too
+// busy to answer within aliveTimeout (starved of the sandbox's CPU by its own processes, say),
+// which is no reason to kill what runs in it.
+func (m *Manager) alive(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), aliveTimeout)
+	defer cancel()
+	return m.runtime.Probe(ctx, id) != runtime.Gone
 }
 
 func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {

@@ -94,9 +94,10 @@ func (m *Manager) reconcileOne(ctx context.Context, rec store.Sandbox) {
 		log.Info("finishing interrupted delete")
 		err = m.delete(ctx, &rec)
 	case reconcileKeepIfLive, reconcileRestart:
-		if plan == reconcileKeepIfLive && m.runtime.Running(rec.ID) {
-			// Still running from before the restart: the workspace stays mounted with it, and
-			// its egress, served by the daemon that died, is served again.
+		if plan == reconcileKeepIfLive && m.alive(rec.ID) {
+			// Still running from before the restart (its init answering or not): the workspace
+			// stays mounted with it, and its egress, served by the daemon that died, is served
+			// again.
 			if m.egress == nil {
 				log.Info("sandbox still running")
 				return

@@ -277,6 +277,25 @@ func TestStartRestartsADeadInit(t *testing.T) {
 	}
 }
 
+// Starting a running sandbox whose init lives but does not answer in time (starved by its own
+// processes) changes nothing: it is not dead, and what runs in it stays.
+func TestStartLeavesAnUnresponsiveSandboxRunning(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeManager(t)
+	f.boxIn(t, api.StateRunning)
+	f.rt.probe = func(context.Context, string) runtime.Liveness { return runtime.Unresponsive }
+	f.calls.take()
+
+	sb, err := f.Start(ctx, "box")
+	if err != nil || sb.State != api.StateRunning {
+		t.Fatalf("Start = %s, %v; want running", sb.State, err)
+	}
+	wantCalls(t, f.calls.take(), nil)
+	if got := f.takeStopped(); len(got) != 0 {
+		t.Errorf("stop notifications = %v, want none", got)
+	}
+}
+
 // A start the runtime fails is cleaned up and leaves the sandbox failed with the reason; the
 // next start tries again.
 func TestFailedStartLeavesSandboxFailed(t *testing.T) {
@@ -413,17 +432,20 @@ func TestReconcileEveryState(t *testing.T) {
 	release := map[string]int{"runtime.Stop": 1, "volume.Unmount": 1}
 	teardown := map[string]int{"runtime.Stop": 1, "volume.Delete": 1, "runtime.RemoveLayer": 1}
 	cases := []struct {
-		state api.SandboxState
-		dead  bool // the container did not survive the restart
-		fail  string
-		calls map[string]int
-		ends  api.SandboxState
+		state        api.SandboxState
+		dead         bool // the container did not survive the restart
+		unresponsive bool // its init lives but does not answer
+		fail         string
+		calls        map[string]int
+		ends         api.SandboxState
 	}{
 		{state: api.StateCreating, calls: teardown, ends: gone},
 		{state: api.StateStopped, calls: release, ends: api.StateStopped},
 		{state: api.StateStarting, calls: restart, ends: api.StateRunning},
 		{state: api.StateRunning, calls: nil, ends: api.StateRunning},
 		{state: api.StateRunning, dead: true, calls: restart, ends: api.StateRunning},
+		// Alive but too busy to answer (its own processes starve its init): kept as it is.
+		{state: api.StateRunning, unresponsive: true, calls: nil, ends: api.StateRunning},
 		{state: api.StateStopping, calls: release, ends: api.StateStopped},
 		{state: api.StateDeleting, calls: teardown, ends: gone},
 		{state: api.StateFailed, calls: release, ends: api.StateFailed},
@@ -447,6 +469,9 @@ func TestReconcileEveryState(t *testing.T) {
 		if tc.dead {
 			name += "/dead"
 		}
+		if tc.unresponsive {
+			name += "/unresponsive"
+		}
 		if tc.fail != "" {
 			name += "/" + tc.fail + " fails"
 		}
@@ -455,6 +480,9 @@ func TestReconcileEveryState(t *testing.T) {
 			rec := f.boxIn(t, tc.state)
 			if tc.dead {
 				f.rt.setRunning(rec.ID, false)
+			}
+			if tc.unresponsive {
+				f.rt.probe = func(context.Context, string) runtime.Liveness { return runtime.Unresponsive }
 			}
 			if tc.fail != "" {
 				f.calls.failNext(tc.fail, errors.New("injected"))
