@@ -619,12 +619,7 @@ func cmdWaitCgroup(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	re, err := regexp.Compile("(?m)" + args[3]) // multi-line, as stdout's
 	ts.Check(err)
-	d := ts.Value(daemonKey).(*scriptDaemon)
-	c, err := client.New("unix://"+d.socket, "")
-	ts.Check(err)
-	sb, err := c.GetSandbox(context.Background(), args[1])
-	ts.Check(err)
-	cgroup := runtime.CgroupPrefix(filepath.Join(d.dataDir, "runtime")) + sb.ID
+	cgroup := sandboxCgroup(ts, args[1])
 	controller, _, _ := strings.Cut(args[2], ".")
 	paths := []string{
 		filepath.Join("/sys/fs/cgroup", cgroup, args[2]),             // cgroup v2
@@ -649,14 +644,19 @@ func cmdWaitCgroup(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// sandboxInit returns the host's pid of the sandbox's init, found by the sandbox's cgroup.
-func sandboxInit(ts *testscript.TestScript, name string) int {
+// sandboxCgroup returns the name of the sandbox's cgroup, the same under every controller.
+func sandboxCgroup(ts *testscript.TestScript, name string) string {
 	d := ts.Value(daemonKey).(*scriptDaemon)
 	c, err := client.New("unix://"+d.socket, "")
 	ts.Check(err)
 	sb, err := c.GetSandbox(context.Background(), name)
 	ts.Check(err)
-	cgroup := runtime.CgroupPrefix(filepath.Join(d.dataDir, "runtime")) + sb.ID
+	return runtime.CgroupPrefix(filepath.Join(d.dataDir, "runtime")) + sb.ID
+}
+
+// sandboxInit returns the host's pid of the sandbox's init, found by the sandbox's cgroup.
+func sandboxInit(ts *testscript.TestScript, name string) int {
+	cgroup := sandboxCgroup(ts, name)
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		cg, _ := os.ReadFile(filepath.Join(p, "cgroup"))
