@@ -168,6 +168,9 @@ func (w *initWatch) exited() bool {
 	gone := true
 	if err := rc.Control(func(fd uintptr) {
 		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		for err == unix.EINTR { // Go's preemption signal, not an answer
+			n, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		}
 		gone = err != nil || n > 0
 	}); err != nil {
 		return true

@@ -5,6 +5,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +133,37 @@ func TestGlance(t *testing.T) {
 	}
 	if got := r.Glance("nosuch"); got != Gone {
 		t.Errorf("glance at no sandbox = %v, want Gone", got)
+	}
+}
+
+// A signal arriving while exited polls the pidfd (Go's preemption signal, SIGURG, at any
+// time) makes the poll fail with EINTR; that is no answer, and a live init is not gone.
+func TestExitedIgnoresInterruptedPolls(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	w, err := openWatch(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.pidfd.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = unix.Kill(unix.Getpid(), unix.SIGURG)
+			}
+		}
+	}()
+	for i := range 20000 {
+		if w.exited() {
+			t.Fatalf("a live process looked exited at poll %d", i)
+		}
 	}
 }
