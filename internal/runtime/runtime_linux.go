@@ -347,6 +347,9 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 // teardown removes everything of sandbox id that exists; it is idempotent.
 func (r *Runtime) teardown(ctx context.Context, id string, grace time.Duration) error {
 	r.forget(id)
+	// A glance, probe or dial during the teardown may open the watch again from libcontainer's
+	// state, which is gone once the teardown is done.
+	defer r.forget(id)
 	var errs []error
 	rootfs := ""
 	if b, err := os.ReadFile(r.rootfsRecord(id)); err == nil {
