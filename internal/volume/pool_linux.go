@@ -201,16 +201,8 @@ func (x *XFS) closePool() error {
 
 // isLoopOf tells whether dev is a loop device bound to the file img.
 func isLoopOf(dev, img string) bool {
-	loops, err := loopBackingFiles()
-	if err != nil {
-		return false
-	}
-	for _, l := range loops {
-		if l.dev == dev && l.file == img {
-			return true
-		}
-	}
-	return false
+	file, _, bound := loopBackingFile(dev)
+	return bound && file == img
 }
 
 // Pool returns the path of the pool image mounted on Dir, or "" when the volumes live on Dir's
