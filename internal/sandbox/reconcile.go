@@ -4,11 +4,17 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
+
+// reconcileParallel bounds the sandboxes Reconcile handles at once: enough to overlap their
+// waits, few enough that sandboxes it has to start again start about as many at a time as
+// creates do.
+const reconcileParallel = 16
 
 // Reconcile makes the store and the host agree after a daemon start: transitions cut short by a
 // crash are finished or undone, sandboxes that were running run again, and containers, volumes
@@ -19,12 +25,25 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
+	// The records are reconciled reconcileParallel at a time: each waits on its sandbox (a
+	// probe of its init, up to 2 s for one its own processes starve; its egress served again in
+	// its network namespace), and the daemon serves nothing until all are done. One after
+	// another, a restart beside 1,000 running sandboxes took N× that.
+	sem := make(chan struct{}, reconcileParallel)
+	var wg sync.WaitGroup
 	for _, rec := range recs {
 		known[rec.ID] = true
-		unlock := m.lock(rec.Name)
-		m.reconcileOne(ctx, rec)
-		unlock()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			unlock := m.lock(rec.Name)
+			defer unlock()
+			m.reconcileOne(ctx, rec)
+		}()
 	}
+	wg.Wait()
 	ids, err := m.runtime.List()
 	if err != nil {
 		return err

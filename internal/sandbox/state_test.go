@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -495,6 +497,47 @@ func TestReconcileEveryState(t *testing.T) {
 				t.Errorf("left the sandbox %s, want %s", got, tc.ends)
 			}
 		})
+	}
+}
+
+// Reconcile waits on several sandboxes at once: each probe here returns only once all of them
+// are in flight (or at its 2 s timeout), so one sandbox after another would leave them all
+// unanswered. Each is kept running either way.
+func TestReconcileProbesSandboxesAtOnce(t *testing.T) {
+	f := newFakeManager(t)
+	names := []string{"a", "b", "c", "d"}
+	for _, n := range names {
+		mustCreate(t, f.Manager, api.SandboxesPost{Name: n, Image: "minimal", WorkspaceGiB: 1})
+	}
+	var inFlight atomic.Int32
+	all := make(chan struct{})
+	var once sync.Once
+	f.rt.probe = func(ctx context.Context, _ string) runtime.Liveness {
+		defer inFlight.Add(-1)
+		if inFlight.Add(1) == int32(len(names)) {
+			once.Do(func() { close(all) })
+		}
+		select {
+		case <-all:
+			return runtime.Answering
+		case <-ctx.Done():
+			return runtime.Unresponsive
+		}
+	}
+	f.calls.take()
+	if err := f.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-all:
+	default:
+		t.Errorf("the %d probes never were in flight at once", len(names))
+	}
+	wantCalls(t, f.calls.take(), nil)
+	for _, n := range names {
+		if rec, err := f.store.GetSandbox(n); err != nil || rec.State != string(api.StateRunning) {
+			t.Errorf("sandbox %s after the reconcile: %s, %v; want running", n, rec.State, err)
+		}
 	}
 }
 
