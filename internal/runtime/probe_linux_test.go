@@ -4,8 +4,11 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +98,15 @@ func TestGlance(t *testing.T) {
 	}
 	look(Answering, "a running init")
 	init := initPid(t, r, s.ID)
+	// The restarted runtime found the init from libcontainer's state file, reading two of its
+	// fields: they are where this runc writes them (else it decoded the whole file).
+	var st struct {
+		Pid     int    `json:"init_process_pid"`
+		Started uint64 `json:"init_process_start"`
+	}
+	if b, err := os.ReadFile(filepath.Join(r.cfg.StateDir, s.ID, stateFile)); err != nil || json.Unmarshal(b, &st) != nil || st.Pid != init || st.Started == 0 {
+		t.Errorf("libcontainer's state file records init %d started at %d, want init %d (%v)", st.Pid, st.Started, init, err)
+	}
 	if err := unix.Kill(init, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

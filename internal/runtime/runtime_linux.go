@@ -57,6 +57,9 @@ type Runtime struct {
 // Start waits at most this long for a new sandbox's init to answer when ctx has no deadline.
 const startTimeout = 15 * time.Second
 
+// stateFile is the name of libcontainer's record of a container in its directory.
+const stateFile = "state.json"
+
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`)
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
@@ -505,7 +508,7 @@ func (r *Runtime) List() ([]string, error) {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
 	for _, e := range entries {
-		if e.IsDir() && validID(e.Name()) == nil && fileExists(filepath.Join(r.cfg.StateDir, e.Name(), "state.json")) {
+		if e.IsDir() && validID(e.Name()) == nil && fileExists(filepath.Join(r.cfg.StateDir, e.Name(), stateFile)) {
 			ids = append(ids, e.Name())
 		}
 	}
