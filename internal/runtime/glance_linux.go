@@ -76,12 +76,8 @@ func (r *Runtime) recordedInit(id string) (pid int, started uint64, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
-	var st struct {
-		Pid     int    `json:"init_process_pid"`
-		Started uint64 `json:"init_process_start"`
-	}
-	if err := json.Unmarshal(b, &st); err == nil && st.Pid > 0 && st.Started != 0 {
-		return st.Pid, st.Started, true
+	if pid, started, ok := initFields(b); ok {
+		return pid, started, true
 	}
 	c, err := libcontainer.Load(r.cfg.StateDir, id)
 	if err != nil {
@@ -92,6 +88,18 @@ func (r *Runtime) recordedInit(id string) (pid int, started uint64, ok bool) {
 		return 0, 0, false
 	}
 	return full.InitProcessPid, full.InitProcessStartTime, true
+}
+
+// initFields decodes the init's pid and start time from the state file b, skipping the rest.
+func initFields(b []byte) (pid int, started uint64, ok bool) {
+	var st struct {
+		Pid     int    `json:"init_process_pid"`
+		Started uint64 `json:"init_process_start"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil || st.Pid <= 0 || st.Started == 0 {
+		return 0, 0, false
+	}
+	return st.Pid, st.Started, true
 }
 
 // watchStarted keeps and returns the watch of the init p this runtime just started, or nil

@@ -27,8 +27,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	known := map[string]bool{}
 	// The records are reconciled reconcileParallel at a time: each waits on its sandbox (a
 	// probe of its init, up to 2 s for one its own processes starve; its egress served again in
-	// its network namespace), and the daemon serves nothing until all are done. One after
-	// another, a restart beside 1,000 running sandboxes took N× that.
+	// its network namespace), and the daemon serves nothing until all are done: one after
+	// another, their waits added up.
 	sem := make(chan struct{}, reconcileParallel)
 	var wg sync.WaitGroup
 	for _, rec := range recs {
