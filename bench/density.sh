@@ -6,6 +6,8 @@
 #     inits' RSS and PSS (PSS is the fair one: the init binary's pages are shared by all)
 #   - sandboxd's RSS, threads and open files
 #   - `hiloop sandbox list` (hyperfine)
+#   - a restart of sandboxd beside them: its stop (SIGTERM; the sandboxes run on), and its start
+#     until it serves its socket again with every sandbox adopted
 #   - loop devices, host mounts, kernel inodes and mounts in a sandbox's namespace, per sandbox
 # then deletes everything and checks that no sandbox process, mount or loop device is left.
 # Writes its table into docs/performance.md (WRITE=0 to only print it). Run as root after
@@ -61,7 +63,8 @@ cgroup_bytes() {
 free_gib=$(df -BG --output=avail /tmp | tail -1 | tr -dc 0-9)
 overcommit=$(python3 -c "import math; print(min(100, max(1, math.ceil($N * ($WS_GIB + $ROOTFS_GIB) * 1.2 / $free_gib))))")
 # No spare: the figures are the sandboxes' own (a spare is one idle sandbox more, ~3 MiB).
-start_daemon --overcommit "$overcommit" --spares 0
+daemon_flags=(--overcommit "$overcommit" --spares 0)
+start_daemon "${daemon_flags[@]}"
 $hiloop sandbox create warm --image "$IMAGE" --workspace-gib "$WS_GIB" --rootfs-gib "$ROOTFS_GIB" --memory-mb "$MEMORY_MB" >/dev/null
 $hiloop sandbox delete warm >/dev/null
 sync
@@ -94,6 +97,15 @@ hyperfine -N --runs 10 --warmup 2 --export-json "$work/list.json" \
 	-n "hiloop sandbox list ($made sandboxes)" "$hiloop sandbox list" >/dev/null
 
 t0=$(date +%s.%N)
+kill "$daemon_pid" && wait "$daemon_pid" 2>/dev/null || true
+t1=$(date +%s.%N)
+run_daemon "${daemon_flags[@]}"
+t2=$(date +%s.%N)
+stop_s=$(echo "$t1 - $t0" | bc) restart_s=$(echo "$t2 - $t1" | bc)
+adopted=$($hiloop sandbox list -o json | grep -c '"state": "running"' || true)
+echo "restart: stop ${stop_s}s, start to serving ${restart_s}s, $adopted running"
+
+t0=$(date +%s.%N)
 $hiloop sandbox list -o json | sed -n 's/^      "name": "\(.*\)",$/\1/p' |
 	xargs -r -P "$PAR" -n 1 $hiloop sandbox delete >/dev/null
 t1=$(date +%s.%N)
@@ -119,6 +131,7 @@ rows = [
     ("  its init's RSS / PSS", f"{mib($init_rss / n):.2f} / {mib($init_pss / n):.2f} MiB", ""),
     ("sandboxd RSS (idle before → after)", f"{mib($rss0):.0f} → {mib($rss1):.0f} MiB, {$threads} threads, {$fds} fds", "under 150 MB"),
     ("hiloop sandbox list, median", f"{ms[len(ms) // 2]:.0f} ms", "under 100 ms"),
+    ("sandboxd restart beside them: stop, start to serving", f"{$stop_s:.2f} s, {$restart_s:.2f} s ({$adopted} running after)", ""),
     ("loop devices per sandbox", f"{($loops1 - $loops0) / n:.2f}", ""),
     ("host mounts per sandbox", f"{($mounts1 - $mounts0) / n:.2f}", ""),
     ("mounts in a sandbox's namespace", f"{$ns_mounts}", ""),

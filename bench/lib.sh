@@ -10,11 +10,21 @@ start_daemon() {
 	# Sandboxes' roots, unprivileged host ids, pass through it to their root filesystems.
 	chmod 711 "$work"
 	export HILOOP_HOST=unix://$work/s.sock
-	"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
-		--init-path "$ROOT/bin/hiloop-init" --log-level warn "$@" 2>"$work/sandboxd.log" &
-	daemon_pid=$!
-	for _ in $(seq 100); do $hiloop version >/dev/null 2>&1 && break; sleep 0.05; done
+	run_daemon "$@"
 	$hiloop image build "$IMAGE" >/dev/null 2>&1
+}
+
+# run_daemon [sandboxd flags...] starts sandboxd on $work's data dir (again, after a stop) and
+# waits up to 300 s for it to serve its socket; it sets daemon_pid.
+run_daemon() {
+	"$ROOT/bin/sandboxd" --data-dir "$work/d" --socket "$work/s.sock" --images-dir "$IMAGES_DIR" \
+		--init-path "$ROOT/bin/hiloop-init" --log-level warn "$@" 2>>"$work/sandboxd.log" &
+	daemon_pid=$!
+	local deadline=$((SECONDS + 300))
+	until $hiloop version >/dev/null 2>&1; do
+		kill -0 "$daemon_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ] || return 1
+		sleep 0.01
+	done
 }
 
 # free_ports N prints N distinct TCP ports of 127.0.0.1 the kernel just handed out, so that a run
