@@ -202,7 +202,7 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 		if sb.Error != "" {
 			t.row("error:", sb.Error)
 		}
-		t.row("image:", sb.Image)
+		t.row("image:", imageSummary(sb))
 		t.row("cpus:", strconv.FormatFloat(sb.CPUs, 'g', -1, 64))
 		memory := fmt.Sprintf("%d MiB", sb.MemoryMB)
 		if sb.OOMKills > 0 {
@@ -233,6 +233,18 @@ func printSandbox(f *Factory, output string, sb api.Sandbox) error {
 			t.row("started:", sb.StartedAt.Local().Format(time.RFC3339))
 		}
 	})
+}
+
+// imageSummary prints a sandbox's image and, while it runs, the build of it it runs.
+func imageSummary(sb api.Sandbox) string {
+	if sb.ImageBuiltAt == nil {
+		return sb.Image
+	}
+	s := fmt.Sprintf("%s (built %s)", sb.Image, sb.ImageBuiltAt.Local().Format(time.RFC3339))
+	if sb.ImageRebuilt {
+		s += "; built again since: a stop and start takes the new build"
+	}
+	return s
 }
 
 // capacity prints a workspace's capacity.

@@ -340,7 +340,9 @@ func (m *Manager) Get(ctx context.Context, name string) (api.Sandbox, error) {
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	return m.liveView(ctx, rec), nil
+	sb := []api.Sandbox{m.liveView(ctx, rec)}
+	m.markRebuilt(sb)
+	return sb[0], nil
 }
 
 // List returns every sandbox, sorted by name.
@@ -349,7 +351,9 @@ func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.liveViews(ctx, recs), nil
+	sbs := m.liveViews(ctx, recs)
+	m.markRebuilt(sbs)
+	return sbs, nil
 }
 
 // Start starts a stopped or failed sandbox; starting a running one succeeds and changes nothing.
@@ -420,7 +424,7 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 	}
 	now := time.Now().UTC()
 	rec.StartedAt = &now
-	rec.StartedFrom = &store.ImageBuild{Env: slices.Clone(img.Env), WorkDir: img.WorkDir}
+	rec.StartedFrom = &store.ImageBuild{Env: slices.Clone(img.Env), WorkDir: img.WorkDir, Built: img.Built}
 	return m.setState(rec, api.StateRunning, "")
 }
 
@@ -770,7 +774,37 @@ func (m *Manager) view(ctx context.Context, rec store.Sandbox) api.Sandbox {
 		Error:            rec.Error,
 		CreatedAt:        rec.CreatedAt,
 		StartedAt:        rec.StartedAt,
+		ImageBuiltAt:     builtAt(rec),
 		OOMKills:         m.oomKills(rec),
+	}
+}
+
+// builtAt is when the build of its image a running sandbox started from was made, or nil.
+func builtAt(rec store.Sandbox) *time.Time {
+	if api.SandboxState(rec.State) != api.StateRunning || rec.StartedFrom == nil || rec.StartedFrom.Built.IsZero() {
+		return nil
+	}
+	t := rec.StartedFrom.Built
+	return &t
+}
+
+// markRebuilt sets ImageRebuilt on each sandbox whose image was built again after the build it
+// runs: its next start takes the new one. Each image's metadata is read once.
+func (m *Manager) markRebuilt(sbs []api.Sandbox) {
+	latest := map[string]time.Time{}
+	for i := range sbs {
+		sb := &sbs[i]
+		if sb.ImageBuiltAt == nil {
+			continue
+		}
+		built, ok := latest[sb.Image]
+		if !ok {
+			if img, err := m.images.Get(sb.Image); err == nil {
+				built = img.Built
+			}
+			latest[sb.Image] = built
+		}
+		sb.ImageRebuilt = built.After(*sb.ImageBuiltAt)
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -631,4 +633,52 @@ func TestAStateOutsideTheMachineCanBeDeleted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// builtImages is fakeImages whose "minimal" was last built at *built.
+type builtImages struct{ built *time.Time }
+
+func (b builtImages) Get(name string) (images.Image, error) {
+	img, err := fakeImages{}.Get(name)
+	img.Built = *b.built
+	return img, err
+}
+
+// A running sandbox tells which build of its image it runs, and once the image is built again,
+// that its next start takes the new build; stopped, it runs none.
+func TestSandboxTellsTheImageBuildItRuns(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeManager(t)
+	first := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	built := first
+	f.images = builtImages{&built}
+	mustCreate(t, f.Manager, api.SandboxesPost{Name: "box", Image: "minimal", WorkspaceGiB: 1})
+	look := func(why string, at *time.Time, rebuilt bool) {
+		t.Helper()
+		got, err := f.Get(ctx, "box")
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := f.List(ctx)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("list: %v %v", list, err)
+		}
+		for _, sb := range []api.Sandbox{got, list[0]} {
+			if (sb.ImageBuiltAt == nil) != (at == nil) || at != nil && !sb.ImageBuiltAt.Equal(*at) || sb.ImageRebuilt != rebuilt {
+				t.Errorf("%s: image built at %v, rebuilt %v; want %v, %v", why, sb.ImageBuiltAt, sb.ImageRebuilt, at, rebuilt)
+			}
+		}
+	}
+	look("started", &first, false)
+	second := first.Add(time.Hour)
+	built = second
+	look("image built again", &first, true)
+	if _, err := f.Stop(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	look("stopped", nil, false)
+	if _, err := f.Start(ctx, "box"); err != nil {
+		t.Fatal(err)
+	}
+	look("started again", &second, false)
 }

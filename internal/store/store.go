@@ -135,6 +135,9 @@ type Sandbox struct {
 type ImageBuild struct {
 	Env     []string `json:"env,omitempty"`
 	WorkDir string   `json:"workdir,omitempty"`
+	// Built is when that build finished, which names it among the image's builds; zero in
+	// records from before it was kept.
+	Built time.Time `json:"built,omitzero"`
 }
 
 // Egress is a sandbox's stored egress policy, as pkg/api's Egress validated it.

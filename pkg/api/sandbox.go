@@ -163,6 +163,12 @@ type Sandbox struct {
 	CreatedAt time.Time `json:"created_at"`
 	// StartedAt is when the sandbox last started; zero while stopped.
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// ImageBuiltAt is, while it runs, when the build of Image its root filesystem came from
+	// was made (an image's builds follow one another: each start takes the latest).
+	ImageBuiltAt *time.Time `json:"image_built_at,omitempty"`
+	// ImageRebuilt is true when Image was built again after that build, in the answers of get
+	// and list: the sandbox runs the older one until its next start.
+	ImageRebuilt bool `json:"image_rebuilt,omitempty"`
 	// Unresponsive is true when the sandbox is running but its init did not answer within the
 	// daemon's short deadline (half a second) while get or list looked: its CPU limit starved by
 	// a fork bomb, say. Its state stays "running"; an exec may be slow or fail until it recovers.
