@@ -450,9 +450,19 @@ func (x *XFS) unmount(ctx context.Context, id string) error {
 	return x.unmountImage(ctx, id, x.image(id), x.mountpoint(id))
 }
 
+// unmountBusyWait is how long unmountImage tries again a volume the kernel says is busy. The
+// volume is shared into every mount namespace made while it is mounted (makeShared), and an
+// unmount fails while a copy of it is busy: one in the namespace of a container that just
+// stopped, which the kernel tears down from deferred work (see loopFreeWait), stayed busy for
+// a moment under load and failed a stop (a crash-and-restart soak restarting sandboxes
+// several at a time saw it).
+const unmountBusyWait = 2 * time.Second
+
 // unmountImage unmounts mnt and makes sure no loop device holds img (see mountImage).
 func (x *XFS) unmountImage(ctx context.Context, id, img, mnt string) error {
-	for tries := 0; ; tries++ {
+	start := time.Now()
+	poll := 10 * time.Millisecond
+	for tries := 0; ; {
 		mounted, err := mountinfo.Mounted(mnt)
 		if err != nil {
 			return err
@@ -465,12 +475,22 @@ func (x *XFS) unmountImage(ctx context.Context, id, img, mnt string) error {
 		}
 		if err := unix.Unmount(mnt, 0); err != nil {
 			if errors.Is(err, unix.EBUSY) {
-				return fmt.Errorf("volume %s: unmount %s: %w", id, mnt, ErrBusy)
+				if time.Since(start) > unmountBusyWait {
+					return fmt.Errorf("volume %s: unmount %s: %w", id, mnt, ErrBusy)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(poll):
+				}
+				poll = min(2*poll, 250*time.Millisecond)
+				continue
 			}
 			if !errors.Is(err, unix.EINVAL) { // EINVAL: unmounted under us
 				return fmt.Errorf("volume %s: unmount %s: %w", id, mnt, err)
 			}
 		}
+		tries++
 	}
 	if err := releaseLoops(ctx, "volume "+id, img); err != nil {
 		return err

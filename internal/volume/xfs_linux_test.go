@@ -315,6 +315,36 @@ func TestXFSUnmountBusy(t *testing.T) {
 	assertReleased(t, x, id)
 }
 
+// A volume busy for a moment (a copy of its mount in a namespace the kernel is still tearing
+// down; here an open file closed a little later) is unmounted once it is free, not refused.
+func TestXFSUnmountWaitsForAMomentarilyBusyVolume(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-moment"
+	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := x.Mount(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(mnt, "open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { f.Close(); close(closed) })
+	if err := x.Unmount(ctx, id); err != nil {
+		t.Fatalf("Unmount of a volume free after a moment: %v", err)
+	}
+	select {
+	case <-closed:
+	default:
+		t.Fatal("Unmount returned before the file holding the volume was closed")
+	}
+	assertReleased(t, x, id)
+}
+
 // A loop device that no mount holds but that is not free yet (the kernel tearing down a gone
 // sandbox's mounts late, here an open descriptor of the device) is waited for past the two
 // seconds a mount elsewhere gets before the unmount calls the volume busy.
