@@ -284,10 +284,10 @@ func TestXFSCrashedCreateIsCleanedUp(t *testing.T) {
 	}
 }
 
-func TestXFSUnmountBusy(t *testing.T) {
+// mountedWithAFileOpen creates and mounts volume id and opens a file in it, which keeps it busy.
+func mountedWithAFileOpen(t *testing.T, x *XFS, id string) *os.File {
+	t.Helper()
 	ctx := context.Background()
-	x := newTestXFS(t)
-	const id = "sb-busy"
 	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +299,14 @@ func TestXFSUnmountBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+func TestXFSUnmountBusy(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	const id = "sb-busy"
+	f := mountedWithAFileOpen(t, x, id)
 	if err := x.Unmount(ctx, id); !errors.Is(err, ErrBusy) {
 		t.Errorf("Unmount with an open file: %v, want ErrBusy", err)
 	}
@@ -321,17 +329,7 @@ func TestXFSUnmountWaitsForAMomentarilyBusyVolume(t *testing.T) {
 	ctx := context.Background()
 	x := newTestXFS(t)
 	const id = "sb-moment"
-	if _, err := x.Create(ctx, id, 1, 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
-	mnt, err := x.Mount(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(filepath.Join(mnt, "open"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := mountedWithAFileOpen(t, x, id)
 	closed := make(chan struct{})
 	time.AfterFunc(200*time.Millisecond, func() { f.Close(); close(closed) })
 	if err := x.Unmount(ctx, id); err != nil {
