@@ -107,17 +107,25 @@ func (m *Manager) liveViewBy(ctx context.Context, rec store.Sandbox, look func(i
 // in parallel: their workspaces and cgroups are files to read.
 func (m *Manager) liveViews(ctx context.Context, recs []store.Sandbox) []api.Sandbox {
 	out := make([]api.Sandbox, len(recs))
-	sem := make(chan struct{}, listParallel)
+	atOnce(len(recs), listParallel, func(i int) {
+		out[i] = m.liveViewBy(ctx, recs[i], m.runtime.Glance)
+	})
+	return out
+}
+
+// atOnce calls fn(0) to fn(n-1), at most limit of them running at a time, and returns once all
+// have returned.
+func atOnce(n, limit int, fn func(i int)) {
+	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
-	for i, rec := range recs {
+	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[i] = m.liveViewBy(ctx, rec, m.runtime.Glance)
+			fn(i)
 		}()
 	}
 	wg.Wait()
-	return out
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
@@ -25,25 +24,17 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return err
 	}
 	known := map[string]bool{}
+	for _, rec := range recs {
+		known[rec.ID] = true
+	}
 	// The records are reconciled reconcileParallel at a time: each waits on its sandbox (a
 	// probe of its init, up to 2 s for one its own processes starve; its egress served again in
 	// its network namespace), and the daemon serves nothing until all are done: one after
 	// another, their waits added up.
-	sem := make(chan struct{}, reconcileParallel)
-	var wg sync.WaitGroup
-	for _, rec := range recs {
-		known[rec.ID] = true
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			unlock := m.lock(rec.Name)
-			defer unlock()
-			m.reconcileOne(ctx, rec)
-		}()
-	}
-	wg.Wait()
+	atOnce(len(recs), reconcileParallel, func(i int) {
+		defer m.lock(recs[i].Name)()
+		m.reconcileOne(ctx, recs[i])
+	})
 	ids, err := m.runtime.List()
 	if err != nil {
 		return err
