@@ -78,8 +78,14 @@ var (
 		"/proc/slabinfo",
 		"/proc/vmallocinfo",
 		"/proc/pagetypeinfo",
-		// The kernel's build configuration tells an attacker which bugs it has.
+		// The kernel's build configuration tells an attacker which bugs it has; its build id
+		// (notes) names the exact build.
 		"/proc/config.gz",
+		"/sys/kernel/notes",
+		// Where the kernel and its page tables lie in physical and virtual memory (the KASLR
+		// offset among them), and the boot loader's memory map.
+		"/sys/kernel/vmcoreinfo",
+		"/sys/kernel/boot_params",
 		// Loop, device-mapper and other virtual block devices: a loop device's backing_file names
 		// host paths, other sandboxes' volume ids among them. A sandbox has no block devices.
 		"/sys/devices/virtual/block",

@@ -285,12 +285,13 @@ func auditWrite() error {
 }
 
 // files are the kernel files a sandbox must not read: page and slab state, the kernel's
-// configuration, scheduler and timer internals.
+// configuration and build id, where it lies in memory, scheduler and timer internals.
 func files() []string {
 	return []string{
 		"/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup", "/proc/slabinfo",
 		"/proc/config.gz", "/proc/timer_list", "/proc/kcore", "/proc/keys", "/proc/vmallocinfo",
-		"/proc/pagetypeinfo", "/proc/sysrq-trigger",
+		"/proc/pagetypeinfo", "/proc/sysrq-trigger", "/sys/kernel/notes", "/sys/kernel/vmcoreinfo",
+		"/sys/kernel/boot_params/data",
 	}
 }
 
