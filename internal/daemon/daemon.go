@@ -263,6 +263,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.host = hostLimits{log: d.log}
 	d.host.raise()
 	d.host.logRoom()
+	if err := runtime.SocketAccounting(); err != nil {
+		d.log.Warn("sandboxes' TCP buffers are not charged to them: one sandbox can take the host's TCP memory", "err", err)
+	}
 	d.sandboxes.SetHostBudget(d.host)
 	if err := d.openLayers(); err != nil {
 		return err

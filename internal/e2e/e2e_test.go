@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/opencontainers/cgroups"
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/hiloop/hiloop/images"
@@ -149,13 +150,17 @@ func TestTerminalScripts(t *testing.T) {
 }
 
 // scriptCondition answers a script's [ia32]: whether this host's kernel runs 32-bit x86
-// programs at all (some are built without IA32 emulation, or boot with it off).
+// programs at all (some are built without IA32 emulation, or boot with it off); and [cgroup2]:
+// whether the host's cgroups are v2's unified hierarchy.
 func scriptCondition(cond string) (bool, error) {
-	if cond != "ia32" {
-		return false, fmt.Errorf("unknown condition %q", cond)
+	switch cond {
+	case "ia32":
+		err := exec.Command(filepath.Join(filepath.Dir(initPath), "syscallprobe-386"), "none").Run()
+		return !errors.Is(err, syscall.ENOEXEC), nil
+	case "cgroup2":
+		return cgroups.IsCgroup2UnifiedMode(), nil
 	}
-	err := exec.Command(filepath.Join(filepath.Dir(initPath), "syscallprobe-386"), "none").Run()
-	return !errors.Is(err, syscall.ENOEXEC), nil
+	return false, fmt.Errorf("unknown condition %q", cond)
 }
 
 // scriptParams are the parameters every script directory runs with: the commands of this file.
@@ -624,6 +629,15 @@ func cmdWaitCgroup(ts *testscript.TestScript, neg bool, args []string) {
 	paths := []string{
 		filepath.Join("/sys/fs/cgroup", cgroup, args[2]),             // cgroup v2
 		filepath.Join("/sys/fs/cgroup", controller, cgroup, args[2]), // v1: under its controller
+	}
+	// On v1 a controller the daemon's own cgroup is nested in holds the sandbox's below it.
+	if own, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for line := range strings.Lines(string(own)) {
+			f := strings.SplitN(strings.TrimSpace(line), ":", 3)
+			if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), controller) {
+				paths = append(paths, filepath.Join("/sys/fs/cgroup", controller, f[2], cgroup, args[2]))
+			}
+		}
 	}
 	deadline := time.Now().Add(time.Duration(secs) * time.Second)
 	for {

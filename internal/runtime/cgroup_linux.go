@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,27 +116,109 @@ func cgroupPids(paths map[string]string) ([]int, error) {
 	return slices.Compact(pids), nil
 }
 
-// oomFile returns the file holding sandbox id's oom_kill counter. Every sandbox's cgroup is a
-// sibling of the others (see cgroupManager), so their parent is found once: a cgroup manager
-// per call parses /proc/self/cgroup on cgroup v1, which made up a fifth of a list's cost.
-func (r *Runtime) oomFile(id string) (string, error) {
-	r.oomOnce.Do(func() {
-		name := cgroupName(r.cfg.StateDir, "oom")
-		m, err := cgroupManager(name)
+// memoryDir returns the directory of sandbox id's memory cgroup: the memory controller's on
+// cgroup v1, the unified one on v2. Every sandbox's cgroup is a sibling of the others (see
+// cgroupManager), so their parent is found once: a cgroup manager per call parses
+// /proc/self/cgroup on cgroup v1, which made up a fifth of a list's cost.
+func (r *Runtime) memoryDir(id string) (string, error) {
+	r.memOnce.Do(func() {
+		m, err := cgroupManager(cgroupName(r.cfg.StateDir, "memory"))
 		if err != nil {
-			r.oomErr = err
+			r.memErr = err
 			return
 		}
-		dir, base := m.Path("memory"), "memory.oom_control"
+		dir := m.Path("memory")
 		if cgroups.IsCgroup2UnifiedMode() {
-			dir, base = m.Path(""), "memory.events"
+			dir = m.Path("")
 		}
-		r.oomParent, r.oomBase = filepath.Dir(dir), base
+		r.memParent = filepath.Dir(dir)
 	})
-	if r.oomErr != nil {
-		return "", r.oomErr
+	if r.memErr != nil {
+		return "", r.memErr
 	}
-	return filepath.Join(r.oomParent, cgroupName(r.cfg.StateDir, id), r.oomBase), nil
+	return filepath.Join(r.memParent, cgroupName(r.cfg.StateDir, id)), nil
+}
+
+// oomFile returns the file holding sandbox id's oom_kill counter.
+func (r *Runtime) oomFile(id string) (string, error) {
+	dir, err := r.memoryDir(id)
+	if err != nil {
+		return "", err
+	}
+	if cgroups.IsCgroup2UnifiedMode() {
+		return filepath.Join(dir, "memory.events"), nil
+	}
+	return filepath.Join(dir, "memory.oom_control"), nil
+}
+
+// tcpLimitFile is cgroup v1's limit on a memory cgroup's TCP buffers. The kernel counts them
+// only for a cgroup whose file was written once; until then they are charged to nobody.
+const tcpLimitFile = "memory.kmem.tcp.limit_in_bytes"
+
+// SocketMemoryLimit is the most a sandbox of memoryMB (0: no limit) may hold in TCP buffers on a
+// cgroup v1 host; -1 is no limit. v1 counts them beside the memory limit rather than in it, so
+// a quarter of the limit keeps a sandbox's memory and buffers together within 1.25 times its
+// limit while leaving room for hundreds of busy connections (a socket's buffers autotune to a
+// few MiB). On cgroup v2 the buffers are part of the memory the limit bounds.
+func SocketMemoryLimit(memoryMB int) int64 {
+	if memoryMB <= 0 {
+		return -1
+	}
+	return int64(memoryMB) << 20 / 4
+}
+
+// chargeSockets makes the TCP buffers of sandbox id's processes count against it, so that a
+// sandbox that fills socket buffers runs out of its own share before the host's tcp_mem is
+// under pressure (when the gateway, the API and SSH would fail to allocate). On cgroup v2 the
+// kernel does so by itself (see SocketAccounting); on v1 the limit is written once the cgroup
+// exists, before any process of the sandbox can open a socket.
+func (r *Runtime) chargeSockets(id string, memoryMB int) error {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return nil
+	}
+	dir, err := r.memoryDir(id)
+	if err != nil {
+		return err
+	}
+	limit := strconv.FormatInt(SocketMemoryLimit(memoryMB), 10)
+	if err := os.WriteFile(filepath.Join(dir, tcpLimitFile), []byte(limit), 0); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // a kernel without v1 socket accounting: SocketAccounting says so at start
+		}
+		return fmt.Errorf("limit the TCP buffers of %s: %w", id, err)
+	}
+	return nil
+}
+
+// SocketAccounting reports whether this host charges a sandbox's TCP buffers to it, and if not,
+// why: cgroup v1 needs the kernel's memory.kmem.tcp files, v2 must not have been booted with
+// cgroup.memory=nosocket.
+func SocketAccounting() error {
+	if cgroups.IsCgroup2UnifiedMode() {
+		cmdline, err := os.ReadFile("/proc/cmdline")
+		if err != nil {
+			return err
+		}
+		return socketAccountingV2(string(cmdline))
+	}
+	mnt, err := cgroups.FindCgroupMountpoint("", "memory")
+	if err != nil {
+		return fmt.Errorf("no memory cgroup: %w", err)
+	}
+	if !fileExists(filepath.Join(mnt, tcpLimitFile)) {
+		return fmt.Errorf("the kernel has no %s (cgroup v1 without kernel memory accounting): a sandbox's TCP buffers are charged to nobody", tcpLimitFile)
+	}
+	return nil
+}
+
+// socketAccountingV2 is SocketAccounting's rule on cgroup v2, for the kernel command line.
+func socketAccountingV2(cmdline string) error {
+	for _, arg := range strings.Fields(cmdline) {
+		if v, ok := strings.CutPrefix(arg, "cgroup.memory="); ok && slices.Contains(strings.Split(v, ","), "nosocket") {
+			return errors.New("the kernel was booted with cgroup.memory=nosocket: a sandbox's TCP buffers are charged to nobody")
+		}
+	}
+	return nil
 }
 
 // OOMKills returns how many processes of sandbox id the kernel has killed for its memory limit

@@ -44,10 +44,10 @@ type Config struct {
 type Runtime struct {
 	cfg   Config
 	locks sync.Map // id → *sync.Mutex
-	// Where the sandboxes' oom_kill counters are (oomFile), found once.
-	oomOnce            sync.Once
-	oomParent, oomBase string
-	oomErr             error
+	// Where the sandboxes' memory cgroups are (memoryDir), found once.
+	memOnce   sync.Once
+	memParent string // the parent of every sandbox's memory cgroup (see memoryDir)
+	memErr    error
 	// What Glance looks at: id → *initWatch of every init seen running.
 	inits sync.Map
 	// id → *os.File: the open oom_kill counters of running sandboxes (oomCounter).
@@ -223,6 +223,10 @@ func (r *Runtime) Start(ctx context.Context, s Spec) (retErr error) {
 	if err := c.Run(p); err != nil {
 		_ = c.Destroy()
 		return fmt.Errorf("runtime: start container: %w", err)
+	}
+	// The init is alone in the cgroup and opens no socket: no buffer escapes the charge.
+	if err := r.chargeSockets(s.ID, s.MemoryMB); err != nil {
+		return fmt.Errorf("runtime: %w", err)
 	}
 	// Reap the init when it exits while this process lives; after a daemon restart it is
 	// somebody else's child and nobody here needs to.

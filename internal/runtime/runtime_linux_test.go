@@ -31,6 +31,7 @@ import (
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/runtime/initproc"
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 // The tests need root and a Debian rootfs with sudo and a user "agent" (uid 1000): the
@@ -598,6 +599,67 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	oomKills("none")
+}
+
+// A sandbox's TCP buffers count against it from its start: on cgroup v1 its memory cgroup has a
+// TCP limit of a quarter of its memory limit, which also turns the kernel's counting on; v2
+// counts them in the memory limit (isolation_pools.txtar fills them).
+func TestSocketMemoryCharged(t *testing.T) {
+	r := newRuntime(t)
+	s := testSpec("tcpmem")
+	s.MemoryMB = 64
+	startSandbox(t, r, s)
+	if err := SocketAccounting(); err != nil {
+		testenv.Unavailable(t, "this host does not charge TCP buffers: %v", err)
+	}
+	dir, err := r.memoryDir(s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cgroups.IsCgroup2UnifiedMode() {
+		return // nothing to write; memory.stat's sock counts them
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(dir, tcpLimitFile))); got != "16777216" {
+		t.Errorf("%s = %s, want 16777216 (a quarter of 64 MiB)", tcpLimitFile, got)
+	}
+	// A connection's buffers are counted: without the limit written, the kernel counts nothing.
+	res := run(t, r, s.ID, ExecSpec{Argv: []string{"python3", "-c", `
+import socket
+l = socket.create_server(("127.0.0.1", 0)); c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+c.setblocking(False)
+try:
+    while True: c.send(b"x" * 65536)
+except BlockingIOError: pass`}}, "")
+	if res.err != nil || res.status.ExitCode() != 0 {
+		t.Fatalf("fill a connection: %+v", res)
+	}
+	if got := readFile(t, filepath.Join(dir, "memory.kmem.tcp.max_usage_in_bytes")); strings.TrimSpace(got) == "0" {
+		t.Error("memory.kmem.tcp.max_usage_in_bytes = 0: the sandbox's TCP buffers were not counted")
+	}
+}
+
+func TestSocketAccountingV2(t *testing.T) {
+	for _, tc := range []struct {
+		cmdline string
+		ok      bool
+	}{
+		{"BOOT_IMAGE=/vmlinuz root=/dev/vda1 ro quiet", true},
+		{"root=/dev/vda1 cgroup.memory=nokmem", true},
+		{"root=/dev/vda1 cgroup.memory=nosocket", false},
+		{"cgroup.memory=nokmem,nosocket quiet", false},
+	} {
+		if err := socketAccountingV2(tc.cmdline); (err == nil) != tc.ok {
+			t.Errorf("%q: %v, want ok %v", tc.cmdline, err, tc.ok)
+		}
+	}
+}
+
+func TestSocketMemoryLimit(t *testing.T) {
+	for mb, want := range map[int]int64{0: -1, 64: 16 << 20, 2048: 512 << 20} {
+		if got := SocketMemoryLimit(mb); got != want {
+			t.Errorf("SocketMemoryLimit(%d) = %d, want %d", mb, got, want)
+		}
+	}
 }
 
 func TestUpperWipedOnStart(t *testing.T) {

@@ -19,6 +19,7 @@ var poolCommands = map[string]func(args []string) int{
 	"hold-ptys": holdPtys,
 	"hold-aio":  holdAIO,
 	"aio-setup": aioSetup,
+	"hold-tcp":  holdTCP,
 	"forkbomb":  forkbomb,
 }
 
@@ -77,6 +78,65 @@ func aioSetup(args []string) int {
 		err = sys(unix.SYS_IO_DESTROY, ctx)
 	}
 	fmt.Println("aio-setup", errName(err))
+	return 0
+}
+
+// holdTCP opens PAIRS TCP connections to itself on the loopback and fills each one's buffers,
+// sending until the kernel takes no more without a reader (the receiver's queue and the
+// sender's buffer both full, or the sandbox's TCP memory spent): "tcp PAIRS held N MiB" or
+// "tcp N ERRNO" where the N+1st connection failed.
+func holdTCP(args []string) int {
+	pairs, err := strconv.Atoi(append(args, "")[0])
+	if len(args) != 1 || err != nil {
+		fmt.Fprintln(os.Stderr, "usage: hold-tcp PAIRS")
+		return 2
+	}
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0)
+	if err == nil {
+		err = unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+	}
+	if err == nil {
+		err = unix.Listen(ln, pairs)
+	}
+	var addr unix.Sockaddr
+	if err == nil {
+		addr, err = unix.Getsockname(ln)
+	}
+	if err != nil {
+		fmt.Println("tcp listen", errName(err))
+		return 1
+	}
+	chunk := make([]byte, 1<<20)
+	held := 0
+	for i := range pairs {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
+		if err == nil {
+			if err = unix.Connect(c, addr); err == unix.EINPROGRESS {
+				err = nil // the loopback's handshake is done by the accept
+			}
+		}
+		if err == nil {
+			_, _, err = unix.Accept(ln)
+		}
+		if err != nil {
+			fmt.Println("tcp", i, errName(err))
+			hold()
+		}
+		// Send until the kernel takes nothing more, then once more after it had a moment to
+		// move what it queued to the receiver.
+		for range 2 {
+			for {
+				n, err := unix.Write(c, chunk)
+				if n <= 0 || err != nil {
+					break
+				}
+				held += n
+			}
+			_ = unix.Nanosleep(&unix.Timespec{Nsec: 10e6}, nil)
+		}
+	}
+	fmt.Println("tcp", pairs, "held", held>>20, "MiB")
+	hold()
 	return 0
 }
 
