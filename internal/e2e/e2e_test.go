@@ -207,6 +207,7 @@ func scriptParams(dir string) testscript.Params {
 // scriptDaemon is the sandboxd one script runs.
 type scriptDaemon struct {
 	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd has exited and been waited for
 	dataDir string
 	socket  string
 	logPath string
@@ -317,7 +318,12 @@ func (d *scriptDaemon) start(path string, extra []string) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	d.cmd = cmd
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	d.cmd, d.exited = cmd, exited
 	c, err := client.New("unix://"+d.socket, "")
 	if err != nil {
 		return err
@@ -330,7 +336,14 @@ func (d *scriptDaemon) start(path string, extra []string) error {
 		if err == nil {
 			return nil
 		}
-		if cmd.ProcessState != nil || time.Now().After(deadline) {
+		select {
+		case <-exited:
+			// A daemon that refused its flags is not running: the script may start another.
+			d.cmd = nil
+			return fmt.Errorf("sandboxd exited: %v (log: %s)", cmd.ProcessState, d.logPath)
+		default:
+		}
+		if time.Now().After(deadline) {
 			return fmt.Errorf("sandboxd did not come up: %v (log: %s)", err, d.logPath)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -342,7 +355,7 @@ func (d *scriptDaemon) stop(sig syscall.Signal) {
 		return
 	}
 	_ = d.cmd.Process.Signal(sig)
-	_ = d.cmd.Wait()
+	<-d.exited
 	d.cmd = nil
 }
 
