@@ -40,6 +40,9 @@ install: build ## install the binaries into $(PREFIX)/bin
 
 # Where `make quickstart` and `make restart` have sandboxd serve managed SSH: the host's loopback.
 SSH_LISTEN ?= 127.0.0.1:2222
+# PEM files of CAs every sandbox trusts besides its image's (sandboxd --sandbox-ca), e.g. the host's
+# bundle on a host whose way out re-signs TLS: make restart SANDBOX_CA=/etc/ssl/certs/ca-certificates.crt
+SANDBOX_CA ?=
 SANDBOXD_LOG ?= /var/log/sandboxd.log
 
 .PHONY: quickstart
@@ -59,7 +62,7 @@ quickstart: deps install ## set up hiloop: start sandboxd (SSH on loopback), bui
 start-daemon:
 	@if ! $(PREFIX)/bin/hiloop version >/dev/null 2>&1; then \
 		echo "starting sandboxd with managed SSH on $(SSH_LISTEN), loopback only (log: $(SANDBOXD_LOG))"; \
-		nohup $(PREFIX)/bin/sandboxd --ssh-listen $(SSH_LISTEN) >>$(SANDBOXD_LOG) 2>&1 & \
+		nohup $(PREFIX)/bin/sandboxd --ssh-listen $(SSH_LISTEN) $(foreach f,$(SANDBOX_CA),--sandbox-ca $(f)) >>$(SANDBOXD_LOG) 2>&1 & \
 		for i in $$(seq 100); do $(PREFIX)/bin/hiloop version >/dev/null 2>&1 && break; sleep 0.1; done; \
 		$(PREFIX)/bin/hiloop version >/dev/null 2>&1 || { echo "sandboxd did not start; the end of $(SANDBOXD_LOG):"; tail -n 5 $(SANDBOXD_LOG); exit 1; }; \
 	fi

@@ -388,6 +388,7 @@ func (b *buildProgress) events() client.BuildEvents {
 				b.println(line)
 			}
 		},
+		Warning: func(line string) { b.p.Println("warning: " + line) },
 	}
 }
 

@@ -77,6 +77,9 @@ type Config struct {
 	// MasterKeyFile holds the key that seals the secrets; empty means <DataDir>/master.key,
 	// created on first start: --master-key-file.
 	MasterKeyFile string
+	// SandboxCAs are PEM certificates every sandbox trusts from its next start, besides its
+	// image's and the gateway's CA: --sandbox-ca.
+	SandboxCAs []byte
 	// GatewayUpstreamCAs verify the real host of a connection the gateway terminates: the
 	// host's system roots plus the CAs of --gateway-upstream-ca (tests, private CAs). nil: the
 	// host's trust store alone.
@@ -118,6 +121,9 @@ type Daemon struct {
 	logins    *logins.Store
 	usage     *usage.Store
 	routeCfg  *modelroute.Config
+	// trustedCAs is what every sandbox trusts besides its image's bundle: the gateway's CA,
+	// then Config.SandboxCAs.
+	trustedCAs []byte
 	// liveSessions is sessions once made: the model route asks it from the gateway's
 	// goroutines, which serve sandboxes before the session service exists.
 	liveSessions atomic.Pointer[session.Service]
@@ -296,7 +302,13 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, secrets: d.secrets, ca: ca, log: d.log})
+	d.trustedCAs = append(ca.CertPEM(), d.cfg.SandboxCAs...)
+	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, secrets: d.secrets, cas: d.trustedCAs, log: d.log})
+	if img, err := d.images.Get(api.DefaultImage); err == nil {
+		if w := d.hostCAWarning(img); w != "" {
+			d.log.Warn(w)
+		}
+	}
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ type egress struct {
 	gw      *gateway.Gateway
 	rt      *runtime.Runtime
 	secrets *secrets.Store
-	ca      *gateway.CA // trusted inside every sandbox
+	cas     []byte // PEM: trusted inside every sandbox besides its image's (the gateway's CA first)
 	log     *slog.Logger
 }
 
@@ -85,12 +85,13 @@ func (e egress) Detach(id string) { e.gw.Detach(id) }
 // Env is the proxy variables, the trust store's, and the placeholders of the secrets attached
 // to the sandbox id. Clients that read their own roots (Node, Python's requests, curl and git
 // builds with another TLS library) are pointed at the system bundle the runtime writes with the
-// gateway's CA in it; Node adds its one file to its built-in roots. A secrets store that cannot
+// gateway's CA (and --sandbox-ca's) in it; Node adds the file of those alone to its built-in
+// roots. A secrets store that cannot
 // be read leaves the placeholders out (the process runs, its secrets do not work) rather than
 // failing every exec.
 func (e egress) Env(id string) []string {
 	env := gateway.ProxyEnv()
-	if e.ca != nil {
+	if len(e.cas) > 0 {
 		env = append(env,
 			"NODE_EXTRA_CA_CERTS="+runtime.ExtraCAPath,
 			"SSL_CERT_FILE="+runtime.CABundlePath,
@@ -111,12 +112,7 @@ func (e egress) Env(id string) []string {
 
 func (egress) Nameserver() string { return "127.0.0.1" }
 
-func (e egress) CACert() []byte {
-	if e.ca == nil {
-		return nil
-	}
-	return e.ca.CertPEM()
-}
+func (e egress) CACerts() []byte { return e.cas }
 
 // upstreamPool is what the gateway verifies the real hosts of terminated connections against:
 // the host's system roots and the CAs in files (--gateway-upstream-ca). nil without files, which

@@ -1,19 +1,13 @@
 package daemon
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hiloop/hiloop/internal/gateway"
 	"github.com/hiloop/hiloop/internal/runtime"
@@ -25,20 +19,12 @@ func TestUpstreamPool(t *testing.T) {
 	if p, err := upstreamPool(nil); p != nil || err != nil {
 		t.Fatalf("no files: %v, %v; want nil (the host's store alone)", p, err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upstream test CA"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
+	caPEM := testenv.CAPEM(t, "upstream test CA")
+	block, _ := pem.Decode(caPEM)
+	cert, _ := x509.ParseCertificate(block.Bytes)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := os.WriteFile(file, caPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got, err := upstreamPool([]string{file})
@@ -72,7 +58,7 @@ func TestEgressTrustsTheCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := egress{ca: ca}
+	e := egress{cas: ca.CertPEM()}
 	env := e.Env("sb")
 	for _, kv := range []string{
 		"NODE_EXTRA_CA_CERTS=" + runtime.ExtraCAPath,
@@ -90,8 +76,11 @@ func TestEgressTrustsTheCA(t *testing.T) {
 			t.Errorf("env %q lacks %s", env, kv)
 		}
 	}
-	if string(e.CACert()) != string(ca.CertPEM()) {
-		t.Errorf("CACert = %q, want the gateway CA", e.CACert())
+	if string(e.CACerts()) != string(ca.CertPEM()) {
+		t.Errorf("CACerts = %q, want the gateway CA", e.CACerts())
+	}
+	if env := (egress{}).Env("sb"); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "SSL_CERT_FILE=") }) {
+		t.Errorf("env %q points at a bundle no CA was added to", env)
 	}
 }
 
@@ -123,5 +112,55 @@ func TestGatewayMaxConns(t *testing.T) {
 	}
 	if n := fileLimit(); n < 64 {
 		t.Fatalf("the descriptor limit read is %d", n)
+	}
+}
+
+// --sandbox-ca: every file's certificates, in order; a file with anything else stops the start.
+func TestSandboxCAs(t *testing.T) {
+	dir := t.TempDir()
+	a, b := testenv.CAPEM(t, "corp A"), testenv.CAPEM(t, "corp B")
+	write := func(name string, content []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	one, two := write("one.pem", a), write("two.pem", append([]byte("# corp's second CA\n"), b...))
+	if got, err := sandboxCAs([]string{one, two}); err != nil || string(got) != string(a)+string(b) {
+		t.Errorf("sandboxCAs = %q, %v; want both CAs", got, err)
+	}
+	if got, err := sandboxCAs(nil); got != nil || err != nil {
+		t.Errorf("no files: %q, %v", got, err)
+	}
+	key := write("key.pem", append(a, "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"...))
+	for _, f := range []string{write("text.pem", []byte("hello\n")), key, filepath.Join(dir, "missing.pem")} {
+		if _, err := sandboxCAs([]string{one, f}); err == nil || !strings.Contains(err.Error(), filepath.Base(f)) {
+			t.Errorf("%s: %v, want an error naming the file", f, err)
+		}
+	}
+}
+
+// A host whose bundle holds a CA beyond its distribution's and the image's is told to hand it
+// to sandboxes; the CAs sandboxd adds already, and roots the image's distribution dropped, are
+// no reason to warn.
+func TestUntrustedHostCAs(t *testing.T) {
+	root, dropped, proxy, gw := testenv.CAPEM(t, "Mozilla root"), testenv.CAPEM(t, "dropped root"), testenv.CAPEM(t, "inspecting proxy"), testenv.CAPEM(t, "gateway")
+	host := slices.Concat(root, dropped, proxy)
+	distro := slices.Concat(root, dropped)
+	w := untrustedHostCAs("base", host, distro, root, gw)
+	for _, want := range []string{"1 CA certificate(s)", "image base", "CN=inspecting proxy", "--sandbox-ca " + hostBundle} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q lacks %q", w, want)
+		}
+	}
+	if strings.Contains(w, "dropped") {
+		t.Errorf("warning %q names a root of the host's distribution", w)
+	}
+	if w := untrustedHostCAs("base", host, distro, root, slices.Concat(gw, host)); w != "" {
+		t.Errorf("with the host's bundle added: %q, want no warning", w)
+	}
+	if w := untrustedHostCAs("base", host, nil, root, gw); !strings.Contains(w, "2 CA certificate(s)") {
+		t.Errorf("without a distribution's store: %q, want both beyond the image", w)
 	}
 }

@@ -245,6 +245,9 @@ func (d *Daemon) streamBuild(w http.ResponseWriter, r *http.Request, name string
 	}
 	// Spares of the image's earlier build would serve no create: new ones start from this one.
 	d.sandboxes.ImageChanged(name)
+	if w := d.hostCAWarning(img); w != "" {
+		out.ev.send(api.ImageBuildEvent{Warning: w})
+	}
 	view := imageView(img)
 	out.ev.send(api.ImageBuildEvent{Image: &view})
 	return nil

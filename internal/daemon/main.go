@@ -34,7 +34,7 @@ func Main() int {
 	runtime.MaybeInit()
 	cfg := Config{Version: Version}
 	var tokenFile, logLevel string
-	var routes, allowCIDRs, upstreamCAs, providerURLs []string
+	var routes, allowCIDRs, upstreamCAs, sandboxCAFiles, providerURLs []string
 	var eventLimits func() error
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
@@ -82,6 +82,9 @@ func Main() int {
 				return err
 			}
 			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
+				return err
+			}
+			if cfg.SandboxCAs, err = sandboxCAs(sandboxCAFiles); err != nil {
 				return err
 			}
 			if cfg.ProviderURLs, err = parseProviderURLs(providerURLs); err != nil {
@@ -132,6 +135,7 @@ func Main() int {
 	f.DurationVar(&cfg.ExecKeepalive, "exec-keepalive", DefaultExecKeepalive, "ping an exec's client this often; one that does not answer within it (gone without closing its connection) has its command killed")
 	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
+	f.StringArrayVar(&sandboxCAFiles, "sandbox-ca", nil, "have every sandbox trust the CA certificates in this PEM file from its next start, besides its image's (repeatable); for a host whose way out re-signs TLS, "+hostBundle+" makes sandboxes trust what the host trusts")
 	f.IntVar(&cfg.GatewayMaxConns, "gateway-max-conns", 0, fmt.Sprintf("bound the egress gateway's connections of all sandboxes together (0: what half of the process's file descriptor limit carries at %d each, at most %d; a sandbox holds at most half, and is sure of %d)",
 		gateway.ConnFDs, gateway.MaxDefaultBudget, gateway.DefaultConnReserve))
 	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default, e.g. a private network; never the host's own addresses, and no range may cover its loopback (repeatable)")

@@ -186,6 +186,7 @@ func scriptParams(dir string) testscript.Params {
 			"waitsession": cmdWaitSession,
 			"freeport":    cmdFreeport,
 			"testserver":  cmdTestServer,
+			"resigner":    cmdResigner,
 			"gitserver":   cmdGitServer,
 			"tcpsend":     cmdTCPSend,
 			"acpinit":     cmdACPInit,

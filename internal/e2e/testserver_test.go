@@ -269,3 +269,44 @@ func cmdTCPSend(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(<-done)
 	ts.Check(os.WriteFile(ts.MkAbs(args[2]), out, 0o644))
 }
+
+// cmdResigner: resigner NAME TARGET HOST... is a TLS-inspecting proxy on the host's loopback,
+// as some companies put on the way out: it answers TLS for every HOST with a certificate of a CA
+// of its own (written to $WORK/NAME-ca.pem), reads the plain text and carries it over a TLS
+// connection of its own to TARGET (ADDR:PORT, the real host, whose certificate it does not
+// check: it is the script's own server). It sets NAME_TLS_PORT.
+func cmdResigner(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: resigner NAME TARGET HOST...")
+	}
+	name, target, hosts := args[0], args[1], args[2:]
+	ca, leaf, err := fakeprovider.Certificates(hosts)
+	ts.Check(err)
+	ts.Check(os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+"-ca.pem"), ca, 0o644))
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{leaf}})
+	ts.Check(err)
+	ts.Defer(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				tc := c.(*tls.Conn)
+				if tc.Handshake() != nil {
+					return // the client refused the proxy's certificate
+				}
+				up, err := tls.Dial("tcp", target, &tls.Config{ServerName: tc.ConnectionState().ServerName, InsecureSkipVerify: true})
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, tc); _ = up.CloseWrite() }()
+				_, _ = io.Copy(tc, up)
+			}()
+		}
+	}()
+	ts.Setenv(name+"_TLS_PORT", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -265,13 +264,11 @@ func writeEtc(rootfs string, owner int, hostname, nameserver string, cas []byte)
 // maxBundle caps the image's CA bundle read into memory at every start (Debian's is ~200 KiB).
 const maxBundle = 16 << 20
 
-// writeCAs writes cas alone to ExtraCAPath and the image's bundle followed by cas to
-// CABundlePath. The image's bundle is read as the sandbox would see it: a symlink in its path
-// resolves inside the rootfs (RESOLVE_IN_ROOT), never on the host.
+// writeCAs writes cas to ExtraCAPath, each certificate once, and the image's bundle followed by
+// those of cas it lacks to CABundlePath. The image's bundle is read as the sandbox would see it:
+// a symlink in its path resolves inside the rootfs (RESOLVE_IN_ROOT), never on the host.
 func writeCAs(root int, cas []byte, owner int) error {
-	if !bytes.HasSuffix(cas, []byte("\n")) {
-		cas = append(slices.Clip(cas), '\n')
-	}
+	cas = notIn(cas, nil)
 	dir, name := path.Split(strings.TrimPrefix(ExtraCAPath, "/"))
 	fd, err := openDir(root, dir, false, owner)
 	if err != nil {
@@ -299,10 +296,23 @@ func writeCAs(root int, cas []byte, owner int) error {
 		return fmt.Errorf("open /%s: %w", dir, err)
 	}
 	defer unix.Close(fd)
-	if err := replaceFile(fd, name, append(bundle, cas...), owner); err != nil {
+	// A CA the image trusts already is not repeated: given the host's whole bundle
+	// (sandboxd --sandbox-ca), the sandbox's gets only what the host trusts beyond the image.
+	if err := replaceFile(fd, name, append(bundle, notIn(cas, certKeys(bundle))...), owner); err != nil {
 		return fmt.Errorf("write %s: %w", CABundlePath, err)
 	}
 	return nil
+}
+
+// ImageBundle returns the system CA bundle of the image whose rootfs is dir, read as a sandbox
+// of it would read it (a symlink resolves inside the rootfs); nothing if it has none.
+func ImageBundle(dir string) ([]byte, error) {
+	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open image %s: %w", dir, err)
+	}
+	defer unix.Close(root)
+	return readInRoot(root, strings.TrimPrefix(CABundlePath, "/"))
 }
 
 // readInRoot returns the regular file rel under root as the sandbox sees it, or nothing if

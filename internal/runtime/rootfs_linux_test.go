@@ -3,33 +3,40 @@
 package runtime
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hiloop/hiloop/internal/testenv"
 )
 
-const testCA = "-----BEGIN CERTIFICATE-----\nhiloop gateway CA\n-----END CERTIFICATE-----\n"
-
-// The sandbox trusts the extra CAs: its system bundle is the image's with them appended, and
-// they are alone at ExtraCAPath. Both are written to the upper layer: the image is untouched,
-// and a bundle the image links elsewhere is read inside the rootfs, never on the host.
+// The sandbox trusts the extra CAs: its system bundle is the image's with those it lacks
+// appended, and they are alone at ExtraCAPath. Both are written to the upper layer: the image is
+// untouched, and a bundle the image links elsewhere is read inside the rootfs, never on the host.
 func TestMountRootfsTrustsExtraCAs(t *testing.T) {
 	testenv.RequireRoot(t)
+	testCA := testCertPEM(t, "hiloop gateway CA")
+	imageRoot := testCertPEM(t, "image root")
+	imageBundle := strings.TrimSuffix(imageRoot, "\n") // no final newline
 	hostFile := filepath.Join(t.TempDir(), "host-bundle.crt")
 	const hostContent = "HOST CERTIFICATES, NOT THE SANDBOX'S\n"
 	if err := os.WriteFile(hostFile, []byte(hostContent), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const imageBundle = "-----BEGIN CERTIFICATE-----\nimage root\n-----END CERTIFICATE-----" // no final newline
 	for _, tc := range []struct {
 		name       string
 		files      map[string]string // image path → content
 		links      map[string]string // image path → symlink target
+		extra      string            // the CAs given; "": testCA
+		wantExtra  string            // ExtraCAPath's content; "": testCA
 		wantBundle string
 	}{
 		{name: "image bundle", files: map[string]string{CABundlePath: imageBundle}, wantBundle: imageBundle + "\n" + testCA},
+		// The host's whole bundle given (sandboxd --sandbox-ca): what the image has is not repeated.
+		{name: "image's CAs among them", files: map[string]string{CABundlePath: imageBundle},
+			extra: testCA + imageRoot + testCA, wantExtra: testCA + imageRoot, wantBundle: imageBundle + "\n" + testCA},
 		{name: "no bundle", files: map[string]string{"/etc/passwd": "root:x:0:0::/root:/bin/sh\n"}, wantBundle: testCA},
 		{name: "bundle linked inside the image", files: map[string]string{"/etc/pki/tls/ca-bundle.crt": imageBundle},
 			links: map[string]string{CABundlePath: "/etc/pki/tls/ca-bundle.crt"}, wantBundle: imageBundle + "\n" + testCA},
@@ -53,7 +60,8 @@ func TestMountRootfsTrustsExtraCAs(t *testing.T) {
 				}
 			}
 			layer := filepath.Join(t.TempDir(), "layer")
-			merged, err := mountRootfs(img, layer, testIDBase, testUserNS(t), "box", "127.0.0.1", []byte(testCA))
+			extra, wantExtra := cmp.Or(tc.extra, testCA), cmp.Or(tc.wantExtra, testCA)
+			merged, err := mountRootfs(img, layer, testIDBase, testUserNS(t), "box", "127.0.0.1", []byte(extra))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,8 +74,8 @@ func TestMountRootfsTrustsExtraCAs(t *testing.T) {
 			if got := readFile(t, filepath.Join(merged, CABundlePath)); got != tc.wantBundle {
 				t.Errorf("sandbox's bundle = %q, want %q", got, tc.wantBundle)
 			}
-			if got := readFile(t, filepath.Join(upper, ExtraCAPath)); got != testCA {
-				t.Errorf("%s = %q, want the CA alone", ExtraCAPath, got)
+			if got := readFile(t, filepath.Join(upper, ExtraCAPath)); got != wantExtra {
+				t.Errorf("%s = %q, want the CAs alone, each once: %q", ExtraCAPath, got, wantExtra)
 			}
 			for p, c := range tc.files {
 				if got := readFile(t, filepath.Join(img, p)); got != c {

@@ -62,8 +62,9 @@ type Spec struct {
 	// gateway's; empty leaves the image's file.
 	Nameserver string
 	// ExtraCAs are PEM certificates the sandbox trusts besides the image's (the egress
-	// gateway's CA): written alone to ExtraCAPath and appended to a copy of the image's system
-	// bundle at CABundlePath (created if the image has none). Empty leaves the image's files.
+	// gateway's CA, the operator's): written alone to ExtraCAPath and, those the image's system
+	// bundle lacks, appended to a copy of it at CABundlePath (created if the image has none).
+	// Empty leaves the image's files.
 	ExtraCAs []byte
 	// Spare starts the sandbox ahead of need, without its workspace (Workspace and
 	// WorkspaceDir must be unset): Adopt gives it, its hostname and (with AdoptSpec.Network)
@@ -95,7 +96,7 @@ const (
 	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
 	// ExtraCAPath holds Spec.ExtraCAs alone (for NODE_EXTRA_CA_CERTS, which adds to Node's own
 	// roots).
-	ExtraCAPath = "/etc/hiloop/gateway-ca.pem"
+	ExtraCAPath = "/etc/hiloop/ca-certificates.pem"
 )
 
 // ExecSpec describes one process to run in a running sandbox.

@@ -71,7 +71,7 @@ func (e *fakeEgress) Env(id string) []string {
 	return []string{"HTTP_PROXY=gw", "NO_PROXY=lo", "SANDBOX_ID=" + id}
 }
 func (e *fakeEgress) Nameserver() string { return "127.0.0.9" }
-func (e *fakeEgress) CACert() []byte     { return []byte(fakeCA) }
+func (e *fakeEgress) CACerts() []byte    { return []byte(fakeCA) }
 
 const fakeCA = "-----BEGIN CERTIFICATE-----\nfake egress CA\n-----END CERTIFICATE-----\n"
 

@@ -75,9 +75,10 @@ type Egress interface {
 	Env(id string) []string
 	// Nameserver is the resolver an attached sandbox's /etc/resolv.conf names.
 	Nameserver() string
-	// CACert is the PEM certificate of the CA whose leaves the egress presents to a sandbox
-	// (for hosts it terminates TLS to): trusted inside every sandbox from its start. nil: none.
-	CACert() []byte
+	// CACerts are the PEM certificates every sandbox trusts from its start besides its image's:
+	// the CA whose leaves the egress presents to a sandbox (for hosts it terminates TLS to), and
+	// the operator's (sandboxd --sandbox-ca). nil: none.
+	CACerts() []byte
 }
 
 // Layers gives every running sandbox a writable root of its own size (volume.Layers, wired by
@@ -475,7 +476,7 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 	}
 	if m.egress != nil {
 		spec.Nameserver = m.egress.Nameserver()
-		spec.ExtraCAs = m.egress.CACert()
+		spec.ExtraCAs = m.egress.CACerts()
 		// Beside the wait for the init, and before the sandbox is reported running: its first
 		// exec already has its way out. Until then it has no route at all, so nothing leaves
 		// it uncaptured.

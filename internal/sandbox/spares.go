@@ -392,7 +392,7 @@ func (m *Manager) startSpareContainer(ctx context.Context, sp spare, img images.
 	}
 	if m.egress != nil {
 		spec.Nameserver = m.egress.Nameserver()
-		spec.ExtraCAs = m.egress.CACert()
+		spec.ExtraCAs = m.egress.CACerts()
 		// The capture is made now; the adoption serves it under the sandbox's policy.
 		spec.Network = func(ctx context.Context) error {
 			if err := m.egress.Prepare(ctx, sp.id); err != nil {

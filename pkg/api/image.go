@@ -104,8 +104,12 @@ type ImageBuildEvent struct {
 	Stage string `json:"stage,omitempty"`
 	// Progress is one line of detail (a build script's output).
 	Progress string `json:"progress,omitempty"`
-	Image    *Image `json:"image,omitempty"`
-	Error    *Error `json:"error,omitempty"`
+	// Warning is something about the image the person who built it should know and act on,
+	// e.g. "this host trusts 2 CA certificate(s) that sandboxes of image base do not (…)"; it
+	// comes before the Image, and does not fail the build.
+	Warning string `json:"warning,omitempty"`
+	Image   *Image `json:"image,omitempty"`
+	Error   *Error `json:"error,omitempty"`
 }
 
 // MaxImportBytes bounds the archive POST /v1/images/{name}/import takes.

@@ -36,6 +36,8 @@ func (c *Client) DeleteImage(ctx context.Context, name string, opts ...CallOptio
 type BuildEvents struct {
 	Stage    func(line string)
 	Progress func(line string)
+	// Warning receives what the daemon warns of (api.ImageBuildEvent.Warning); nil: Progress.
+	Warning func(line string)
 }
 
 // BuildImage builds an image from its definition, or derives one when p.From is set, calling
@@ -115,6 +117,10 @@ func readBuildStream(resp *http.Response, name string, ev BuildEvents) (api.Imag
 			ev.Stage(e.Stage)
 		case e.Progress != "" && ev.Progress != nil:
 			ev.Progress(e.Progress)
+		case e.Warning != "" && ev.Warning != nil:
+			ev.Warning(e.Warning)
+		case e.Warning != "" && ev.Progress != nil:
+			ev.Progress("warning: " + e.Warning)
 		}
 	}
 	if err := sc.Err(); err != nil {
