@@ -110,6 +110,7 @@ func startExec(ctx context.Context, conn *initproc.Conn, p ExecSpec) (*process, 
 				return nil, fmt.Errorf("runtime: exec: %w", err)
 			}
 			proc.stdin = master
+			proc.ttyIn = &ttyInput{master: master, done: proc.done}
 			proc.stdout = newOutStream(master, true)
 		} else {
 			closeFiles(files)
@@ -231,7 +232,8 @@ type process struct {
 	conn   *initproc.Conn
 	tty    bool
 	pid    int
-	stdin  *os.File // a pipe, or the PTY master
+	stdin  *os.File  // a pipe, or the PTY master
+	ttyIn  *ttyInput // the input of the PTY master
 	stdout *outStream
 	stderr *outStream // nil with a TTY
 
@@ -266,32 +268,9 @@ func (p *process) Stdin() io.WriteCloser {
 		return nopWriteCloser{io.Discard}
 	}
 	if p.tty {
-		// Closing the master would hang the terminal up: the end of input is the terminal's EOF
-		// character instead, as typed on a keyboard.
-		return ttyStdin{p.stdin}
+		return p.ttyIn
 	}
 	return p.stdin
-}
-
-// ttyStdin is the input of a process on a PTY: what is written goes to the master, and Close
-// types the terminal's EOF character (VEOF, ^D unless the program changed it), which a shell or
-// a program reading lines takes as the end of its input. Without it, `exec -t … </dev/null`
-// would wait for input forever.
-type ttyStdin struct{ master *os.File }
-
-func (t ttyStdin) Write(b []byte) (int, error) { return t.master.Write(b) }
-
-func (t ttyStdin) Close() error {
-	eof := byte(4)
-	if rc, err := t.master.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			if tio, err := unix.IoctlGetTermios(int(fd), unix.TCGETS); err == nil && tio.Cc[unix.VEOF] != 0 {
-				eof = tio.Cc[unix.VEOF]
-			}
-		})
-	}
-	_, err := t.master.Write([]byte{eof})
-	return err
 }
 
 func (p *process) Stdout() io.Reader { return p.stdout }
