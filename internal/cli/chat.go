@@ -54,7 +54,7 @@ with a key press.
 Without --session, a picker lists the sandbox's sessions (harness, last activity, first
 prompt) and offers a new one; a sandbox without sessions gets a new one at once. --new starts
 a new session, with --harness and --policy as ` + "`hiloop session new`" + ` takes them. A stopped
-sandbox is started first.
+sandbox is started first; the status line follows the sandbox's state while the chat is open.
 
 The conversation lives in the daemon: closing the chat leaves a running turn running, and a
 dropped connection or a daemon restart shows "reconnecting" and picks up where it left off.
@@ -160,7 +160,7 @@ func chatRun(ctx context.Context, f *Factory, opts *ChatOptions) error {
 			return err
 		}
 	}
-	return runChat(ctx, f, c, opts, string(box.State), se)
+	return runChat(ctx, f, c, opts, box, se)
 }
 
 // pickSession lists the sandbox's sessions in the picker and returns the one chosen, "" for a
@@ -215,7 +215,7 @@ func sessionSummary(ctx context.Context, c *client.Client, s api.Session) (time.
 }
 
 // runChat runs the chat model on the session with its driver until the user quits.
-func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOptions, sandboxState string, se api.Session) error {
+func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOptions, box api.Sandbox, se api.Session) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := f.IO.Out
@@ -229,19 +229,17 @@ func runChat(ctx context.Context, f *Factory, c *client.Client, opts *ChatOption
 		trace.mark("start")
 		out = trace
 	}
+	d := &chatDriver{c: c, session: se.ID, known: se.LastSeq, trace: trace,
+		sandbox: opts.Sandbox, sandboxID: box.ID, state: box.State, pollNow: make(chan struct{}, 1)}
 	m := chat.New(chat.Options{
 		Sandbox:      opts.Sandbox,
-		SandboxState: sandboxState,
+		SandboxState: string(box.State),
 		Session:      se,
-		Backend:      &chatBackend{c: c, session: se.ID, operator: opts.Operator},
+		Backend:      &chatBackend{c: c, session: se.ID, operator: opts.Operator, prompted: d.pollSandbox},
 		Colour:       f.IO.ColorEnabled(),
 	})
 	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(f.IO.In), tea.WithOutput(out))
-
-	d := &chatDriver{c: c, session: se.ID, known: se.LastSeq, send: p.Send, trace: trace}
-	if sandboxState == string(api.StateStopped) {
-		d.start = opts.Sandbox
-	}
+	d.send = p.Send
 	var driverErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -304,10 +302,14 @@ type chatBackend struct {
 	c        *client.Client
 	session  string
 	operator string
+	prompted func() // after a prompt was accepted: it wakes a stopped sandbox
 }
 
 func (b *chatBackend) Prompt(ctx context.Context, text string) error {
 	_, err := b.c.Prompt(ctx, b.session, api.PromptPost{Text: text})
+	if err == nil && b.prompted != nil {
+		b.prompted()
+	}
 	return busyHint(err, b.session)
 }
 
@@ -322,35 +324,54 @@ func (b *chatBackend) Answer(ctx context.Context, toolCallID, kind string) error
 }
 
 // chatDriver feeds the chat model a session's events: the stored history by pages, then the
-// live stream, across dropped connections and daemon restarts, with the connection's state and
-// refreshed sessions along the way.
+// live stream, across dropped connections and daemon restarts, with the connection's state,
+// refreshed sessions and the sandbox's state along the way.
 type chatDriver struct {
 	c       *client.Client
 	session string
 	known   uint64        // the session's last seq when the chat opened: its history to fetch ahead
-	start   string        // a stopped sandbox to start, in view, before the history is read
 	send    func(tea.Msg) // tea.Program.Send
 	trace   *chatTrace    // nil unless tracing
 
+	// The session's sandbox, whose state the status line follows ("" for none), its id (another
+	// sandbox by the same name is not it) and its state as the chat opened: a stopped one is
+	// started first.
+	sandbox, sandboxID string
+	state              api.SandboxState
+	// pollNow asks for the sandbox's state at once (pollSandbox); nil for never.
+	pollNow chan struct{}
+
 	// backoff bounds the retries while the daemon is away (defaults: 100ms to 2s).
 	backoffMin, backoffMax time.Duration
+	// sandboxPoll is how often the sandbox's state is read (default 2s; a quarter of it while
+	// the sandbox starts or stops).
+	sandboxPoll time.Duration
 }
 
-// run feeds the model until ctx ends or the session is gone.
+// run feeds the model until ctx ends, or the session is gone and so is the sandbox it follows.
 func (d *chatDriver) run(ctx context.Context) {
 	d.backoffMin = cmp.Or(d.backoffMin, 100*time.Millisecond)
 	d.backoffMax = cmp.Or(d.backoffMax, 2*time.Second)
+	d.sandboxPoll = cmp.Or(d.sandboxPoll, 2*time.Second)
 	d.send(chat.ConnMsg{State: chat.ConnLoading})
-	if d.start != "" {
-		// The first prompt would start it too, but silently and only then: start it now, on
-		// the status line. A start that fails is shown; the history can be read all the same.
-		d.send(chat.SandboxMsg{State: string(api.StateStarting)})
-		box, err := d.c.StartSandbox(ctx, d.start)
-		if err != nil {
-			d.send(chat.SandboxMsg{State: string(api.StateStopped), Err: err})
-		} else {
-			d.send(chat.SandboxMsg{State: string(box.State)})
+	if d.sandbox != "" {
+		state := d.state
+		if state == api.StateStopped {
+			// The first prompt would start it too, but silently and only then: start it now,
+			// on the status line. A start that fails is shown; the history can be read all
+			// the same.
+			d.send(chat.SandboxMsg{State: string(api.StateStarting)})
+			box, err := d.c.StartSandbox(ctx, d.sandbox)
+			if err != nil {
+				d.send(chat.SandboxMsg{State: string(api.StateStopped), Err: err})
+			} else {
+				state = box.State
+				d.send(chat.SandboxMsg{State: string(state)})
+			}
 		}
+		var watch sync.WaitGroup
+		defer watch.Wait()
+		watch.Go(func() { d.watchSandbox(ctx, state) })
 	}
 	last, ok := d.replay(ctx)
 	if !ok {
@@ -511,7 +532,7 @@ func (d *chatDriver) follow(ctx context.Context, last uint64) {
 	}
 	connected := func() {
 		d.send(chat.ConnMsg{State: chat.ConnLive})
-		d.refresh(ctx) // the session may have moved on while the connection was down
+		d.refresh(ctx) // the session and its sandbox may have moved on while the connection was down
 	}
 	lost := func(err error) { d.send(chat.ConnMsg{State: chat.ConnReconnecting, Err: err}) }
 
@@ -532,11 +553,60 @@ func (d *chatDriver) follow(ctx context.Context, last uint64) {
 	}
 }
 
-// refresh sends the session as the daemon now reports it (state, usage, budget).
+// refresh sends the session as the daemon now reports it (state, usage, budget), and has the
+// sandbox's state read again: a turn's end or a notice may come from a sandbox that stopped.
 func (d *chatDriver) refresh(ctx context.Context) {
+	d.pollSandbox()
 	se, err := d.c.GetSession(ctx, d.session)
 	if err == nil {
 		d.send(chat.SessionMsg(se))
+	}
+}
+
+// pollSandbox has watchSandbox read the sandbox's state now rather than at its next turn.
+func (d *chatDriver) pollSandbox() {
+	select {
+	case d.pollNow <- struct{}{}:
+	default: // a read is asked for already
+	}
+}
+
+// sandboxTimeout bounds one read of the sandbox's state: a daemon that does not answer delays
+// the next read, never the chat.
+const sandboxTimeout = 10 * time.Second
+
+// watchSandbox keeps the status line on the sandbox's state, which changes under the chat (a
+// stop, the start a prompt causes, a failure): there is no stream of it, so it reads the
+// sandbox every sandboxPoll, more often while it starts or stops, and at once when asked (a
+// reconnect, a prompt accepted, a turn's end). It sends a state when it changed from shown,
+// chat.SandboxDeleted when the sandbox is gone, and ends then or when ctx does. A daemon away
+// is the connection's state to show, not the sandbox's.
+func (d *chatDriver) watchSandbox(ctx context.Context, shown api.SandboxState) {
+	for {
+		every := d.sandboxPoll
+		if shown != api.StateRunning && shown != api.StateStopped && shown != api.StateFailed {
+			every /= 4
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.pollNow:
+		case <-time.After(every):
+		}
+		rctx, cancel := context.WithTimeout(ctx, sandboxTimeout)
+		box, err := d.c.GetSandbox(rctx, d.sandbox)
+		cancel()
+		var apiErr *api.Error
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Code == api.CodeSandboxNotFound,
+			err == nil && d.sandboxID != "" && box.ID != d.sandboxID:
+			d.send(chat.SandboxMsg{State: chat.SandboxDeleted})
+			return
+		case err != nil:
+		case box.State != shown:
+			shown = box.State
+			d.send(chat.SandboxMsg{State: string(shown)})
+		}
 	}
 }
 

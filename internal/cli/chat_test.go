@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 
@@ -281,5 +282,89 @@ func TestChatDriverStopsWhenTheSessionIsGone(t *testing.T) {
 	drv.run(context.Background()) // returns: nothing to retry
 	if n := count(rec.all(), connState(chat.ConnClosed)); n != 1 {
 		t.Errorf("messages %#v; want one ConnMsg closed", rec.all())
+	}
+}
+
+// sandboxStates are the states the driver sent the model for the sandbox, in order.
+func sandboxStates(msgs []tea.Msg) []string {
+	var states []string
+	for _, m := range msgs {
+		if sb, ok := m.(chat.SandboxMsg); ok {
+			states = append(states, sb.State)
+		}
+	}
+	return states
+}
+
+// runDriver runs drv, with short backoffs, until the test ends.
+func runDriver(t *testing.T, drv *chatDriver) *messages {
+	rec := &messages{wake: make(chan struct{})}
+	drv.send, drv.backoffMin, drv.backoffMax = rec.send, 5e6, 50e6
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { drv.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return rec
+}
+
+// The status line follows the sandbox while the chat is open: stopped under it, started again,
+// failed, and gone, deleted or replaced by another sandbox of the same name.
+func TestChatDriverFollowsTheSandbox(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		gone func(*api.Sandbox)
+	}{
+		{"deleted", func(b *api.Sandbox) { b.Name = "" }},
+		{"replaced", func(b *api.Sandbox) { b.ID, b.State = "sb-web-2", api.StateRunning }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, f, _, _ := newFakeSessions(t, nil)
+			c, err := f.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := runDriver(t, &chatDriver{c: c, session: "s1", sandbox: "web", sandboxID: "sb-web",
+				state: api.StateRunning, pollNow: make(chan struct{}, 1), sandboxPoll: 10 * time.Millisecond})
+			rec.waitFor(t, "the stream to go live", func(m []tea.Msg) bool { return count(m, connState(chat.ConnLive)) >= 1 })
+			steps := []api.SandboxState{api.StateStopped, api.StateStarting, api.StateRunning, api.StateFailed}
+			for i, st := range steps {
+				d.setBox(func(b *api.Sandbox) { b.State = st })
+				rec.waitFor(t, "the sandbox "+string(st), func(m []tea.Msg) bool { return len(sandboxStates(m)) > i })
+			}
+			d.setBox(tt.gone)
+			rec.waitFor(t, "the sandbox gone", func(m []tea.Msg) bool { return len(sandboxStates(m)) > len(steps) })
+			want := []string{"stopped", "starting", "running", "failed", chat.SandboxDeleted}
+			if got := sandboxStates(rec.all()); !slices.Equal(got, want) {
+				t.Errorf("sandbox states sent %q, want %q: each change once, nothing unchanged", got, want)
+			}
+		})
+	}
+}
+
+// A prompt accepted has the sandbox read at once: it wakes a stopped sandbox, whose start
+// shows without waiting for the next poll.
+func TestChatDriverReadsTheSandboxAfterAPrompt(t *testing.T) {
+	d, f, _, _ := newFakeSessions(t, func(*fakeSessions) {}) // a turn that does not end
+	d.setBox(func(b *api.Sandbox) { b.State = api.StateStopped })
+	c, err := f.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Opened on a sandbox seen failed, and read again only when asked.
+	drv := &chatDriver{c: c, session: "s1", sandbox: "web", sandboxID: "sb-web", state: api.StateFailed,
+		pollNow: make(chan struct{}, 1), sandboxPoll: time.Hour}
+	rec := runDriver(t, drv)
+	rec.waitFor(t, "the stream to go live and the sandbox read", func(m []tea.Msg) bool {
+		return count(m, connState(chat.ConnLive)) >= 1 && len(sandboxStates(m)) >= 1
+	})
+	// What the daemon does once it accepted the prompt, set before it, for the poll to find.
+	d.setBox(func(b *api.Sandbox) { b.State = api.StateStarting })
+	b := &chatBackend{c: c, session: "s1", prompted: drv.pollSandbox}
+	if err := b.Prompt(context.Background(), "hi"); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "the sandbox starting", func(m []tea.Msg) bool { return slices.Contains(sandboxStates(m), "starting") })
+	if got := sandboxStates(rec.all()); !slices.Equal(got, []string{"stopped", "starting"}) {
+		t.Errorf("sandbox states sent %q, want stopped (read at the connection) then starting", got)
 	}
 }

@@ -23,10 +23,12 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// fakeSessions is a daemon with one session, "s1", whose turns follow a script.
+// fakeSessions is a daemon with one session, "s1", whose turns follow a script, in one
+// sandbox, "web".
 type fakeSessions struct {
 	mu        sync.Mutex
 	session   api.Session
+	box       api.Sandbox // its Name "": deleted
 	events    []api.SessionEvent
 	wake      chan struct{}
 	cancelled chan struct{} // closed by POST cancel during a turn
@@ -42,6 +44,7 @@ func newFakeSessions(t *testing.T, turn func(*fakeSessions)) (*fakeSessions, *Fa
 	d := &fakeSessions{
 		session: api.Session{ID: "s1", Sandbox: "web", Harness: "fake", Cwd: "/workspace",
 			PermissionPolicy: api.PolicyAsk, State: api.SessionIdle, CreatedAt: time.Now().Add(-time.Hour)},
+		box:     api.Sandbox{Name: "web", ID: "sb-web", State: api.StateRunning},
 		wake:    make(chan struct{}),
 		decided: map[string]string{},
 		turn:    turn,
@@ -73,6 +76,13 @@ func (d *fakeSessions) add(typ api.EventType, data any) uint64 {
 
 func (d *fakeSessions) update(u map[string]any) { d.add(api.EventUpdate, u) }
 
+// setBox changes the sandbox as the daemon reports it.
+func (d *fakeSessions) setBox(f func(*api.Sandbox)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	f(&d.box)
+}
+
 func chunk(kind, text string) map[string]any {
 	return map[string]any{"sessionUpdate": kind, "content": map[string]any{"type": "text", "text": text}}
 }
@@ -101,6 +111,15 @@ func (d *fakeSessions) handler() http.Handler {
 		}
 		return true
 	}
+	mux.HandleFunc("GET /v1/sandboxes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if r.PathValue("name") != d.box.Name {
+			fail(w, api.CodeSandboxNotFound, fmt.Sprintf("sandbox %q not found", r.PathValue("name")))
+			return
+		}
+		reply(w, http.StatusOK, d.box)
+	})
 	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
 		var p api.SessionsPost
 		json.NewDecoder(r.Body).Decode(&p)

@@ -77,11 +77,15 @@ type ConnMsg struct {
 // SessionMsg is the session as the daemon reports it now (state, model usage and budget).
 type SessionMsg api.Session
 
-// SandboxMsg is a change of the sandbox's state, e.g. "starting", "running".
+// SandboxMsg is a change of the sandbox's state: an api.SandboxState such as "starting" or
+// "running", or SandboxDeleted.
 type SandboxMsg struct {
 	State string
 	Err   error // why a change asked for did not happen (a start that failed), shown as a note
 }
+
+// SandboxDeleted is the state of a sandbox that is gone.
+const SandboxDeleted = "deleted"
 
 // Internal messages.
 type (
@@ -259,9 +263,13 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case SessionMsg:
 		m.session = api.Session(msg)
 	case SandboxMsg:
+		gone := msg.State == SandboxDeleted && m.sandboxState != SandboxDeleted
 		m.sandboxState = msg.State
-		if msg.Err != nil {
+		switch {
+		case msg.Err != nil:
 			cmds = append(cmds, m.setNote("sandbox did not start: "+errText(msg.Err)))
+		case gone:
+			cmds = append(cmds, m.setNote("sandbox "+firstNonEmpty(m.opts.Sandbox, m.session.Sandbox)+" is gone: it was deleted"))
 		}
 	case backendDoneMsg:
 		cmds = append(cmds, m.backendDone(msg))

@@ -220,3 +220,16 @@ func TestSandboxStartShows(t *testing.T) {
 		t.Errorf("a failed start does not show:\n%s", s)
 	}
 }
+
+// A sandbox that stops under the chat shows stopped; one deleted shows deleted and says so.
+func TestSandboxStateFollows(t *testing.T) {
+	h := newHarness(t, 100, 12, false)
+	h.send(SandboxMsg{State: "stopped"})
+	if s := h.screen(); !strings.Contains(s, "web stopped") || strings.Contains(s, "sandbox did not start") {
+		t.Errorf("status line does not show the stop, or calls it a failed start:\n%s", s)
+	}
+	h.send(SandboxMsg{State: SandboxDeleted})
+	if s := h.screen(); !strings.Contains(s, "web deleted") || !strings.Contains(s, "sandbox web is gone: it was deleted") {
+		t.Errorf("a deleted sandbox does not show:\n%s", s)
+	}
+}
