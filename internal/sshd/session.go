@@ -182,7 +182,8 @@ func (sess *session) run(ctx context.Context, argv []string, reqs <-chan *gossh.
 		}
 		_ = proc.Kill()
 	})
-	// Stdin: the client's EOF closes the process's stdin (a no-op with a PTY, as in sshd).
+	// Stdin: the client's EOF closes the process's stdin; with a PTY that types the terminal's EOF
+	// character until the command takes it, as for an exec (docs/api.md).
 	s.goTracked(func() {
 		_, _ = copyBuffered(proc.Stdin(), sess.ch)
 		_ = proc.Stdin().Close()
