@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -41,43 +42,47 @@ type Egress struct {
 
 // Normalize fills the default mode and validates and normalises every rule: host names in lower
 // case with no trailing dot, IP literals in their canonical form, duplicates dropped. field
-// names the policy in errors, e.g. "egress".
+// names the policy in errors, e.g. "egress"; every invalid value is reported together
+// (Problems).
 func (e *Egress) Normalize(field string) error {
+	var ps Problems
 	switch e.Mode {
 	case "":
 		e.Mode = EgressOpen
 	case EgressOpen, EgressClosed:
 	default:
-		return Errorf(CodeInvalidArgument, "invalid %s.mode %q: use open or closed", field, e.Mode)
+		ps.Addf(field+".mode", CodeInvalidArgument, "invalid %s.mode %q: use open or closed", field, e.Mode)
 	}
-	var err error
-	if e.Allow, err = normalizeRules(field+".allow", e.Allow); err != nil {
-		return err
-	}
-	e.Deny, err = normalizeRules(field+".deny", e.Deny)
-	return err
+	e.Allow = normalizeRules(&ps, field+".allow", e.Allow)
+	e.Deny = normalizeRules(&ps, field+".deny", e.Deny)
+	return ps.Err()
 }
 
-func normalizeRules(field string, rules []string) ([]string, error) {
+// normalizeRules returns rules normalised, each once, adding to ps every rule that is not
+// HOST[:PORT].
+func normalizeRules(ps *Problems, field string, rules []string) []string {
 	if len(rules) > MaxEgressRules {
-		return nil, Errorf(CodeInvalidArgument, "%s has %d rules: at most %d", field, len(rules), MaxEgressRules)
+		ps.Addf(field, CodeInvalidArgument, "%s has %d rules: at most %d", field, len(rules), MaxEgressRules)
+		return nil
 	}
 	if len(rules) == 0 {
-		return nil, nil
+		return nil
 	}
 	out := make([]string, 0, len(rules))
 	seen := map[string]bool{}
 	for i, r := range rules {
 		n, err := NormalizeEgressRule(r)
 		if err != nil {
-			return nil, Errorf(CodeInvalidArgument, "invalid %s[%d] %q: %v", field, i, r, err)
+			at := fmt.Sprintf("%s[%d]", field, i)
+			ps.Addf(at, CodeInvalidArgument, "invalid %s %q: %v", at, r, err)
+			continue
 		}
 		if !seen[n] {
 			seen[n] = true
 			out = append(out, n)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // egressRuleError is why a rule is not HOST[:PORT]; Normalize wraps it with the field.

@@ -148,11 +148,32 @@ func (c ErrorCode) ExitCode() int {
 	return ExitCodeError
 }
 
-// Error is the API's error, on the wire as {"error": {"code": ..., "message": ...}}.
+// Error is the API's error, on the wire as {"error": {"code": ..., "message": ...}}, with
+// "details" when the request was refused for its values.
 type Error struct {
-	// Code is the stable machine-readable code, e.g. "sandbox_not_found".
+	// Code is the stable machine-readable code, e.g. "sandbox_not_found". An error listing
+	// several problems has the code of the most fundamental (see Problems.Err).
 	Code ErrorCode `json:"code"`
-	// Message is one human sentence, e.g. `sandbox "web" not found`.
+	// Message is one human sentence, e.g. `sandbox "web" not found`; an error listing several
+	// problems says how many and joins their messages with "; ".
+	Message string `json:"message"`
+	// Details lists every problem of a request refused for its values (Problems), each with its
+	// field and its own code, e.g. [{"field": "cpus", "code": "invalid_argument", "message":
+	// "invalid cpus 4: this host has 2 CPUs: use 0.1 to 2"}]. Absent on other errors, and
+	// from daemons that predate it.
+	Details []FieldError `json:"details,omitempty"`
+}
+
+// FieldError is one problem of a request: a value out of range or of the wrong shape, a name
+// that refers to nothing, or room the host lacks for what a value asks.
+type FieldError struct {
+	// Field is the request's field as its JSON names it, e.g. "cpus", "egress.allow[2]" or
+	// "secrets[0].env"; absent for a problem of the request as a whole (a host pool with no
+	// room for one more running sandbox).
+	Field string `json:"field,omitempty"`
+	// Code is the problem's own code, e.g. "invalid_argument" or "insufficient_storage".
+	Code ErrorCode `json:"code"`
+	// Message says what is wrong and what was expected, as an Error's message does.
 	Message string `json:"message"`
 }
 

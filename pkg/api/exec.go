@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -83,31 +84,33 @@ const (
 	DefaultExecWorkDir = "/workspace"
 )
 
-// Validate checks an exec request and fills its defaults.
+// Validate checks an exec request and fills its defaults, reporting every invalid value
+// together (Problems).
 func (r *ExecRequest) Validate() error {
+	var ps Problems
 	if len(r.Command) == 0 || r.Command[0] == "" {
-		return Errorf(CodeInvalidArgument, "command is empty: give the program to run after --")
+		ps.Addf("command", CodeInvalidArgument, "command is empty: give the program to run after --")
 	}
-	for _, kv := range r.Env {
+	for i, kv := range r.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(k, "\x00") {
-			return Errorf(CodeInvalidArgument, "invalid env %q: use KEY=VALUE", kv)
+			ps.Addf(fmt.Sprintf("env[%d]", i), CodeInvalidArgument, "invalid env %q: use KEY=VALUE", kv)
 		}
 	}
 	// An empty WorkDir stays empty: the sandbox's image decides (sandbox.Manager.ExecWorkDir).
 	if r.WorkDir != "" && !strings.HasPrefix(r.WorkDir, "/") {
-		return Errorf(CodeInvalidArgument, "invalid workdir %q: use an absolute path", r.WorkDir)
+		ps.Addf("workdir", CodeInvalidArgument, "invalid workdir %q: use an absolute path", r.WorkDir)
 	}
 	if r.User == "" {
 		r.User = DefaultExecUser
 	}
 	// Compared in milliseconds: converting first would overflow a Duration and wrap around.
 	if r.TimeoutMS < 0 || r.TimeoutMS > MaxExecTimeout.Milliseconds() {
-		return Errorf(CodeInvalidArgument, "invalid timeout %dms: use 0 (none) up to %s", r.TimeoutMS, MaxExecTimeout)
+		ps.Addf("timeout_ms", CodeInvalidArgument, "invalid timeout %dms: use 0 (none) up to %s", r.TimeoutMS, MaxExecTimeout)
 	}
 	if r.Window < 0 || r.Window > MaxExecWindow {
-		return Errorf(CodeInvalidArgument, "invalid window %d: use 0 (no flow control) up to %d bytes", r.Window, MaxExecWindow)
+		ps.Addf("window", CodeInvalidArgument, "invalid window %d: use 0 (no flow control) up to %d bytes", r.Window, MaxExecWindow)
 	}
-	return nil
+	return ps.Err()
 }
 
 // Exec control message types.

@@ -70,31 +70,33 @@ type ImageBuildPost struct {
 	Steps []string `json:"steps,omitempty"`
 }
 
-// Validate checks a build request: steps only with From, at least one, each within bounds.
+// Validate checks a build request: steps only with From, at least one, each within bounds;
+// every invalid value is reported together (Problems).
 func (p ImageBuildPost) Validate() error {
+	var ps Problems
 	if p.From == "" {
 		if len(p.Steps) > 0 {
-			return Errorf(CodeInvalidArgument, "steps need from: name the image to derive from")
+			ps.Addf("steps", CodeInvalidArgument, "steps need from: name the image to derive from")
 		}
-		return nil
+		return ps.Err()
 	}
-	if err := ValidateName("image", p.From); err != nil {
-		return err
-	}
+	ps.Add("from", ValidateName("image", p.From))
 	if len(p.Steps) == 0 || len(p.Steps) > MaxImageSteps {
-		return Errorf(CodeInvalidArgument, "a derived image needs 1 to %d steps, got %d", MaxImageSteps, len(p.Steps))
+		ps.Addf("steps", CodeInvalidArgument, "a derived image needs 1 to %d steps, got %d", MaxImageSteps, len(p.Steps))
+		return ps.Err()
 	}
 	for i, st := range p.Steps {
+		at := fmt.Sprintf("steps[%d]", i)
 		switch {
 		case strings.TrimSpace(st) == "":
-			return Errorf(CodeInvalidArgument, "step %d is empty", i+1)
+			ps.Addf(at, CodeInvalidArgument, "step %d is empty", i+1)
 		case len(st) > MaxImageStepBytes:
-			return Errorf(CodeInvalidArgument, "step %d is %d bytes: at most %d", i+1, len(st), MaxImageStepBytes)
+			ps.Addf(at, CodeInvalidArgument, "step %d is %d bytes: at most %d", i+1, len(st), MaxImageStepBytes)
 		case strings.ContainsRune(st, 0):
-			return Errorf(CodeInvalidArgument, "step %d contains a NUL byte", i+1)
+			ps.Addf(at, CodeInvalidArgument, "step %d contains a NUL byte", i+1)
 		}
 	}
-	return nil
+	return ps.Err()
 }
 
 // ImageBuildEvent is one line of the newline-delimited JSON stream the image build, import and

@@ -79,30 +79,31 @@ type ExposurePost struct {
 	AllowNonLoopback bool `json:"allow_non_loopback,omitempty"`
 }
 
-// Normalize validates p and fills in its defaults.
+// Normalize validates p and fills in its defaults, reporting every invalid value together
+// (Problems).
 func (p *ExposurePost) Normalize() error {
+	var ps Problems
 	if p.Port < 1 || p.Port > 65535 {
-		return Errorf(CodeInvalidArgument, "invalid port %d: use 1 to 65535", p.Port)
+		ps.Addf("port", CodeInvalidArgument, "invalid port %d: use 1 to 65535", p.Port)
 	}
 	if p.HostAddr == "" {
 		p.HostAddr = DefaultExposeHostAddr
 	}
-	ip, err := netip.ParseAddr(p.HostAddr)
-	if err != nil || ip.Zone() != "" {
-		return Errorf(CodeInvalidArgument, "invalid host address %q: give an IP address such as 127.0.0.1, ::1 or 0.0.0.0", p.HostAddr)
-	}
-	p.HostAddr = ip.Unmap().String()
-	if !ip.IsLoopback() && !p.AllowNonLoopback {
-		return Errorf(CodeInvalidArgument, "host address %s is reachable from other machines: add --allow-non-loopback (allow_non_loopback) to mean it", p.HostAddr)
+	if ip, err := netip.ParseAddr(p.HostAddr); err != nil || ip.Zone() != "" {
+		ps.Addf("host_addr", CodeInvalidArgument, "invalid host address %q: give an IP address such as 127.0.0.1, ::1 or 0.0.0.0", p.HostAddr)
+	} else {
+		p.HostAddr = ip.Unmap().String()
+		if !ip.IsLoopback() && !p.AllowNonLoopback {
+			ps.Addf("host_addr", CodeInvalidArgument, "host address %s is reachable from other machines: add --allow-non-loopback (allow_non_loopback) to mean it", p.HostAddr)
+		}
 	}
 	if p.HostPort == nil {
 		port := p.Port
 		p.HostPort = &port
+	} else if *p.HostPort < 0 || *p.HostPort > 65535 {
+		ps.Addf("host_port", CodeInvalidArgument, "invalid host port %d: use 1 to 65535, or 0 for any free port", *p.HostPort)
 	}
-	if *p.HostPort < 0 || *p.HostPort > 65535 {
-		return Errorf(CodeInvalidArgument, "invalid host port %d: use 1 to 65535, or 0 for any free port", *p.HostPort)
-	}
-	return nil
+	return ps.Err()
 }
 
 // ExposureList is the answer of GET /v1/sandboxes/{name}/exposures.

@@ -205,69 +205,59 @@ func validateWorkspaceGiB(gib int) error {
 	return nil
 }
 
-// Normalize fills the defaults of a create request and validates every field.
+// Normalize fills the defaults of a create request and validates every field, reporting
+// every invalid one together (Problems).
 func (p *SandboxesPost) Normalize() error {
+	var ps Problems
 	if err := ValidateName("sandbox", p.Name); err != nil {
-		return err
-	}
-	if strings.HasSuffix(p.Name, "-") {
+		ps.Add("name", err)
+	} else if strings.HasSuffix(p.Name, "-") {
 		// The name is the sandbox's hostname, which may not end in '-' (RFC 1123).
-		return Errorf(CodeInvalidName, "invalid sandbox name %q: it is the sandbox's hostname, which cannot end in '-'", p.Name)
+		ps.Addf("name", CodeInvalidName, "invalid sandbox name %q: it is the sandbox's hostname, which cannot end in '-'", p.Name)
 	}
 	if p.Image == "" {
 		p.Image = DefaultImage
-	} else if err := ValidateName("image", p.Image); err != nil {
-		return err
+	} else {
+		ps.Add("image", ValidateName("image", p.Image))
 	}
 	switch p.StorageClass {
 	case "":
 		p.StorageClass = StorageDurable
 	case StorageDurable, StorageEphemeral:
 	default:
-		return Errorf(CodeInvalidArgument, "invalid storage_class %q: use durable or ephemeral", p.StorageClass)
+		ps.Addf("storage_class", CodeInvalidArgument, "invalid storage_class %q: use durable or ephemeral", p.StorageClass)
 	}
 	if p.WorkspaceGiB != 0 {
-		if err := validateWorkspaceGiB(p.WorkspaceGiB); err != nil {
-			return err
-		}
+		ps.Add("workspace_gib", validateWorkspaceGiB(p.WorkspaceGiB))
 	}
 	if p.RootfsGiB != 0 && (p.RootfsGiB < MinRootfsGiB || p.RootfsGiB > MaxRootfsGiB) {
-		return Errorf(CodeInvalidArgument, "invalid rootfs_gib %d: use %d to %d", p.RootfsGiB, MinRootfsGiB, MaxRootfsGiB)
+		ps.Addf("rootfs_gib", CodeInvalidArgument, "invalid rootfs_gib %d: use %d to %d", p.RootfsGiB, MinRootfsGiB, MaxRootfsGiB)
 	}
 	if p.FromSnapshot != "" {
 		if err := ValidateName("snapshot", p.FromSnapshot); err != nil {
-			return err
-		}
-		if p.StorageClass != StorageDurable {
-			return Errorf(CodeInvalidArgument, "from_snapshot needs storage_class durable: an ephemeral workspace starts empty at every start")
+			ps.Add("from_snapshot", err)
+		} else if p.StorageClass == StorageEphemeral {
+			ps.Addf("from_snapshot", CodeInvalidArgument, "from_snapshot needs storage_class durable: an ephemeral workspace starts empty at every start")
 		}
 	}
-	if err := ValidatePolicy("permission_policy", p.PermissionPolicy); err != nil {
-		return err
-	}
+	ps.Add("permission_policy", ValidatePolicy("permission_policy", p.PermissionPolicy))
 	if p.PermissionPolicy == "" {
 		p.PermissionPolicy = PolicyAutoApprove
 	}
 	if p.Egress != nil {
-		if err := p.Egress.Normalize("egress"); err != nil {
-			return err
-		}
+		ps.Add("egress", p.Egress.Normalize("egress"))
 	}
-	if err := NormalizeSecretAttachments("secrets", p.Secrets); err != nil {
-		return err
-	}
-	if err := ValidateBudget("model_budget_tokens", p.ModelBudgetTokens); err != nil {
-		return err
-	}
+	ps.Add("secrets", NormalizeSecretAttachments("secrets", p.Secrets))
+	ps.Add("model_budget_tokens", ValidateBudget("model_budget_tokens", p.ModelBudgetTokens))
 	if p.CPUs == 0 {
 		p.CPUs = DefaultCPUs
 	} else if !(p.CPUs >= MinCPUs && p.CPUs <= MaxCPUs) { // NaN fails every comparison
-		return Errorf(CodeInvalidArgument, "invalid cpus %g: use %g to %g", p.CPUs, MinCPUs, MaxCPUs)
+		ps.Addf("cpus", CodeInvalidArgument, "invalid cpus %g: use %g to %g", p.CPUs, MinCPUs, MaxCPUs)
 	}
 	if p.MemoryMB == 0 {
 		p.MemoryMB = DefaultMemoryMB
 	} else if p.MemoryMB < MinMemoryMB || p.MemoryMB > MaxMemoryMB {
-		return Errorf(CodeInvalidArgument, "invalid memory_mb %d: use %d to %d", p.MemoryMB, MinMemoryMB, MaxMemoryMB)
+		ps.Addf("memory_mb", CodeInvalidArgument, "invalid memory_mb %d: use %d to %d", p.MemoryMB, MinMemoryMB, MaxMemoryMB)
 	}
-	return nil
+	return ps.Err()
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -46,43 +47,47 @@ type SecretsPost struct {
 	Value string `json:"value"`
 }
 
-// Normalize fills the defaults and validates every field.
+// Normalize fills the defaults and validates every field, reporting every invalid one
+// together (Problems).
 func (p *SecretsPost) Normalize() error {
-	if err := ValidateName("secret", p.Name); err != nil {
-		return err
-	}
-	if len(p.Hosts) == 0 {
-		return Errorf(CodeInvalidArgument, "a secret needs at least one host it may be sent to")
-	}
-	if len(p.Hosts) > MaxSecretHosts {
-		return Errorf(CodeInvalidArgument, "%d hosts: a secret is bound to at most %d", len(p.Hosts), MaxSecretHosts)
-	}
-	hosts := make([]string, 0, len(p.Hosts))
-	for i, h := range p.Hosts {
-		n, err := NormalizeSecretHost(h)
-		if err != nil {
-			return Errorf(CodeInvalidArgument, "invalid hosts[%d] %q: %v", i, h, err)
+	var ps Problems
+	ps.Add("name", ValidateName("secret", p.Name))
+	switch {
+	case len(p.Hosts) == 0:
+		ps.Addf("hosts", CodeInvalidArgument, "a secret needs at least one host it may be sent to")
+	case len(p.Hosts) > MaxSecretHosts:
+		ps.Addf("hosts", CodeInvalidArgument, "%d hosts: a secret is bound to at most %d", len(p.Hosts), MaxSecretHosts)
+	default:
+		hosts := make([]string, 0, len(p.Hosts))
+		for i, h := range p.Hosts {
+			n, err := NormalizeSecretHost(h)
+			if err != nil {
+				ps.Addf(fmt.Sprintf("hosts[%d]", i), CodeInvalidArgument, "invalid hosts[%d] %q: %v", i, h, err)
+				continue
+			}
+			if !slices.Contains(hosts, n) {
+				hosts = append(hosts, n)
+			}
 		}
-		if !slices.Contains(hosts, n) {
-			hosts = append(hosts, n)
-		}
+		p.Hosts = hosts
 	}
-	p.Hosts = hosts
 	if !validToken(p.Header) {
-		return Errorf(CodeInvalidArgument, "invalid header %q: give an HTTP header name such as x-api-key or authorization", p.Header)
+		ps.Addf("header", CodeInvalidArgument, "invalid header %q: give an HTTP header name such as x-api-key or authorization", p.Header)
+	} else {
+		p.Header = strings.ToLower(p.Header)
 	}
-	p.Header = strings.ToLower(p.Header)
 	if p.Format == "" {
 		p.Format = SecretValuePlaceholder
 	}
 	if len(p.Format) > MaxSecretFormatLen || !strings.Contains(p.Format, SecretValuePlaceholder) || hasControl(p.Format) {
-		return Errorf(CodeInvalidArgument, "invalid format %q: a header value of at most %d characters with {value} where the secret goes, e.g. 'Bearer {value}'", p.Format, MaxSecretFormatLen)
+		ps.Addf("format", CodeInvalidArgument, "invalid format %q: a header value of at most %d characters with {value} where the secret goes, e.g. 'Bearer {value}'", p.Format, MaxSecretFormatLen)
 	}
 	if p.PathPrefix != "" && (!strings.HasPrefix(p.PathPrefix, "/") || len(p.PathPrefix) > MaxSecretPathPrefixLen ||
 		strings.ContainsAny(p.PathPrefix, "?# ") || hasControl(p.PathPrefix)) {
-		return Errorf(CodeInvalidArgument, "invalid path_prefix %q: a URL path starting with '/', e.g. /v1/", p.PathPrefix)
+		ps.Addf("path_prefix", CodeInvalidArgument, "invalid path_prefix %q: a URL path starting with '/', e.g. /v1/", p.PathPrefix)
 	}
-	return ValidateSecretValue(p.Value)
+	ps.Add("value", ValidateSecretValue(p.Value))
+	return ps.Err()
 }
 
 // ValidateSecretValue checks a secret's value: 1 byte to 16 KiB of UTF-8 without control
@@ -172,39 +177,59 @@ func DefaultSecretEnv(secret string) string {
 
 // Normalize validates the attachment and fills the default variable. field names it in errors.
 func (a *SecretAttachment) Normalize(field string) error {
-	if err := ValidateName("secret", a.Secret); err != nil {
-		return err
+	var ps Problems
+	a.normalize(&ps, field, "")
+	return ps.Err()
+}
+
+// normalize is Normalize adding its problems to ps, under at: the attachment's place in a
+// list, e.g. "secrets[0]", or "" for a body of its own.
+func (a *SecretAttachment) normalize(ps *Problems, field, at string) {
+	in := func(name string) string {
+		if at == "" {
+			return name
+		}
+		return at + "." + name
 	}
+	nameErr := ValidateName("secret", a.Secret)
+	ps.Add(in("secret"), nameErr)
 	if a.Env == "" {
+		if nameErr != nil {
+			return // the default variable would only repeat the name's problem
+		}
 		a.Env = DefaultSecretEnv(a.Secret)
 	}
 	if !validEnvName(a.Env) {
-		return Errorf(CodeInvalidArgument, "invalid %s.env %q: a variable name of letters, digits and '_', not starting with a digit", field, a.Env)
+		ps.Addf(in("env"), CodeInvalidArgument, "invalid %s.env %q: a variable name of letters, digits and '_', not starting with a digit", field, a.Env)
 	}
-	return nil
 }
 
 // NormalizeSecretAttachments validates a sandbox's attachments: at most MaxSandboxSecrets, each
-// secret and each variable once.
+// secret and each variable once. Every invalid one is reported together (Problems).
 func NormalizeSecretAttachments(field string, list []SecretAttachment) error {
+	var ps Problems
 	if len(list) > MaxSandboxSecrets {
-		return Errorf(CodeInvalidArgument, "%s has %d secrets: at most %d", field, len(list), MaxSandboxSecrets)
+		ps.Addf(field, CodeInvalidArgument, "%s has %d secrets: at most %d", field, len(list), MaxSandboxSecrets)
+		return ps.Err()
 	}
 	secrets, envs := map[string]bool{}, map[string]bool{}
 	for i := range list {
 		a := &list[i]
-		if err := a.Normalize(field); err != nil {
-			return err
+		at := fmt.Sprintf("%s[%d]", field, i)
+		before := ps.Len()
+		a.normalize(&ps, field, at)
+		if ps.Len() > before {
+			continue
 		}
 		if secrets[a.Secret] {
-			return Errorf(CodeInvalidArgument, "%s names secret %q twice", field, a.Secret)
+			ps.Addf(at+".secret", CodeInvalidArgument, "%s names secret %q twice", field, a.Secret)
 		}
 		if envs[a.Env] {
-			return Errorf(CodeInvalidArgument, "%s gives two secrets the variable %s", field, a.Env)
+			ps.Addf(at+".env", CodeInvalidArgument, "%s gives two secrets the variable %s", field, a.Env)
 		}
 		secrets[a.Secret], envs[a.Env] = true, true
 	}
-	return nil
+	return ps.Err()
 }
 
 // SandboxSecretsPost is the body of POST /v1/sandboxes/{name}/secrets: attach a secret. Its

@@ -133,21 +133,19 @@ func ValidateSessionID(id string) error {
 
 // Normalize fills the defaults of a create request and validates every field but the harness
 // name, which the daemon checks against its registry and the sandbox's image (and picks when it
-// is empty).
+// is empty), reporting every invalid one together (Problems).
 func (p *SessionsPost) Normalize() error {
-	if err := ValidateName("sandbox", p.Sandbox); err != nil {
-		return err
-	}
+	var ps Problems
+	ps.Add("sandbox", ValidateName("sandbox", p.Sandbox))
 	if p.Cwd == "" {
 		p.Cwd = DefaultSessionCwd
 	}
 	if !strings.HasPrefix(p.Cwd, "/") || strings.ContainsRune(p.Cwd, 0) || len(p.Cwd) > 4096 {
-		return Errorf(CodeInvalidArgument, "invalid cwd %q: use an absolute path in the sandbox, e.g. /workspace", p.Cwd)
+		ps.Addf("cwd", CodeInvalidArgument, "invalid cwd %q: use an absolute path in the sandbox, e.g. /workspace", p.Cwd)
 	}
-	if err := ValidatePolicy("permission_policy", p.PermissionPolicy); err != nil {
-		return err
-	}
-	return ValidateBudget("budget_tokens", p.BudgetTokens)
+	ps.Add("permission_policy", ValidatePolicy("permission_policy", p.PermissionPolicy))
+	ps.Add("budget_tokens", ValidateBudget("budget_tokens", p.BudgetTokens))
+	return ps.Err()
 }
 
 // Session is a session as the API reports it.

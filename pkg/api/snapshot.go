@@ -58,7 +58,11 @@ type GrowPost struct {
 
 // Validate checks a grow request's size against the limits a create has; whether it exceeds the
 // current size only the daemon knows.
-func (p *GrowPost) Validate() error { return validateWorkspaceGiB(p.WorkspaceGiB) }
+func (p *GrowPost) Validate() error {
+	var ps Problems
+	ps.Add("workspace_gib", validateWorkspaceGiB(p.WorkspaceGiB))
+	return ps.Err()
+}
 
 // RestorePost is the body of POST /v1/sandboxes/{name}/restore.
 type RestorePost struct {
