@@ -40,34 +40,60 @@ func (m *Manager) SetBudget(overcommit float64, pools ...Storage) {
 // refused, e.g. `create sandbox "web"`. Callers that record their promise afterwards hold
 // m.budgetMu from this call until it is recorded.
 func (m *Manager) admitStorage(what string, ask int64) error {
+	room, err := m.storageRoom()
+	if err != nil {
+		return err
+	}
+	return room.refusal(what, ask)
+}
+
+// storageRoom is the capacity budget as it stands: what the pools can keep and what is
+// promised already.
+type storageRoom struct {
+	free, held, promised, capacity int64
+	overcommit                     float64
+}
+
+// storageRoom reads the pools and the promises; nil when nothing is budgeted. The caller
+// holds m.budgetMu if it records a promise on the strength of it.
+func (m *Manager) storageRoom() (*storageRoom, error) {
 	if len(m.budget.pools) == 0 {
-		return nil
+		return nil, nil
 	}
 	free, held := int64(math.MaxInt64), int64(0)
 	for _, p := range m.budget.pools {
 		f, err := p.FreeBytes()
 		if err != nil {
-			return fmt.Errorf("capacity budget: %w", err)
+			return nil, fmt.Errorf("capacity budget: %w", err)
 		}
 		h, err := p.HeldBytes()
 		if err != nil {
-			return fmt.Errorf("capacity budget: %w", err)
+			return nil, fmt.Errorf("capacity budget: %w", err)
 		}
 		free = min(free, f)
 		held += h
 	}
 	promised, err := m.promised()
 	if err != nil {
-		return fmt.Errorf("capacity budget: %w", err)
+		return nil, fmt.Errorf("capacity budget: %w", err)
 	}
-	capacity := int64(float64(free+held) * m.budget.overcommit)
-	if promised+ask <= capacity {
+	return &storageRoom{
+		free: free, held: held, promised: promised, overcommit: m.budget.overcommit,
+		capacity: int64(float64(free+held) * m.budget.overcommit),
+	}, nil
+}
+
+// refusal is nil when ask more bytes fit in the room (or nothing is budgeted), else the
+// insufficient_storage error that says what (e.g. `create sandbox "web"`) asks and what the
+// host can keep.
+func (r *storageRoom) refusal(what string, ask int64) error {
+	if r == nil || r.promised+ask <= r.capacity {
 		return nil
 	}
 	return api.Errorf(api.CodeInsufficientStorage,
 		"not enough storage to %s: it asks for %s more, %s is promised already (workspaces, root filesystems, snapshots), and the host can keep %s (%s free + %s held by sandboxes and snapshots, × overcommit %s)",
-		what, units.Bytes(ask), units.Bytes(promised), units.Bytes(capacity), units.Bytes(free), units.Bytes(held),
-		strconv.FormatFloat(m.budget.overcommit, 'g', -1, 64))
+		what, units.Bytes(ask), units.Bytes(r.promised), units.Bytes(r.capacity), units.Bytes(r.free), units.Bytes(r.held),
+		strconv.FormatFloat(r.overcommit, 'g', -1, 64))
 }
 
 // promised sums what every sandbox and snapshot may come to take: the capacity of each

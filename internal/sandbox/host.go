@@ -24,7 +24,8 @@ type HostBudget interface {
 func (m *Manager) SetHostBudget(b HostBudget) { m.hostBudget = b }
 
 // admitStart moves rec to starting if the host budget has room for one more running sandbox and
-// the capacity budget for its root filesystem (and an ephemeral workspace).
+// the capacity budget for its root filesystem (and an ephemeral workspace); when neither has,
+// the refusal says both.
 // Starts are admitted one at a time, so two cannot both take the last room; a refused start
 // leaves rec as it was.
 func (m *Manager) admitStart(rec *store.Sandbox) error {
@@ -38,25 +39,32 @@ func (m *Manager) admitStart(rec *store.Sandbox) error {
 	if rec.StorageClass == string(api.StorageEphemeral) {
 		what += ", whose ephemeral workspace is made at every start"
 	}
-	if err := m.admitStorage(what, rootfsBytes(*rec)); err != nil {
+	var ps api.Problems
+	ps.Add("", m.admitStorage(what, rootfsBytes(*rec)))
+	ps.Add("", m.hostRoom(rec.Name))
+	if err := ps.Err(); err != nil {
 		return err
 	}
-	if m.hostBudget != nil {
-		recs, err := m.store.ListSandboxes()
-		if err != nil {
-			return err
-		}
-		running := 0
-		for _, r := range recs {
-			if r.Name != rec.Name && holdsHostShare(api.SandboxState(r.State)) {
-				running++
-			}
-		}
-		if err := m.hostBudget.AdmitStart(running); err != nil {
-			return err
+	return m.setState(rec, api.StateStarting, "")
+}
+
+// hostRoom asks the host budget whether sandbox name may run beside the others that may be
+// running: nil, or an *api.Error (host_limit_reached) naming the pool that has no room.
+func (m *Manager) hostRoom(name string) error {
+	if m.hostBudget == nil {
+		return nil
+	}
+	recs, err := m.store.ListSandboxes()
+	if err != nil {
+		return err
+	}
+	running := 0
+	for _, r := range recs {
+		if r.Name != name && holdsHostShare(api.SandboxState(r.State)) {
+			running++
 		}
 	}
-	return m.setState(rec, api.StateStarting, "")
+	return m.hostBudget.AdmitStart(running)
 }
 
 // holdsHostShare tells the states whose sandbox may have processes: from the start's admission

@@ -159,47 +159,35 @@ func (m *Manager) lock(name string) func() {
 }
 
 // Create makes a sandbox and, unless p.NoStart, starts it. A failed create leaves nothing behind.
+// What stands in its way before anything is made (an image that is not built, the room on the
+// host) is refused all together, as CheckCreate says it.
 func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox, error) {
 	ctx = context.WithoutCancel(ctx) // a client that goes away must not leave a half-made sandbox
-	img, err := m.image(p.Image)
-	if err != nil {
-		return api.Sandbox{}, err
+	img, imgErr := m.image(p.Image)
+	if imgErr != nil && !errors.As(imgErr, new(*api.Error)) {
+		return api.Sandbox{}, imgErr
 	}
 	defer m.lock(p.Name)()
-	rec := store.Sandbox{
-		ID:           newID(),
-		Name:         p.Name,
-		Image:        p.Image,
-		StorageClass: string(p.StorageClass),
-		WorkspaceGiB: p.WorkspaceGiB,
-		RootfsGiB:    cmp.Or(p.RootfsGiB, api.DefaultRootfsGiB),
-		CPUs:         p.CPUs,
-		MemoryMB:     p.MemoryMB,
-		Policy:       string(p.PermissionPolicy),
-		Egress:       storeEgress(p.Egress),
-		State:        string(api.StateCreating),
-		CreatedAt:    time.Now().UTC(),
-		Unanswered:   true,
-		Call:         store.CallOf(ctx),
-	}
+	rec := newRecord(ctx, p)
 	// A spare gives the sandbox its id and range of host ids; else the range is chosen and the
 	// record stored (once the capacity budget admits it) in one step, so no other create
 	// picks it too.
 	var sp spare
+	var err error
 	fromSpare := false
-	if _, err := m.store.GetSandbox(rec.Name); errors.Is(err, store.ErrNotFound) {
+	if _, err := m.store.GetSandbox(rec.Name); imgErr == nil && errors.Is(err, store.ErrNotFound) {
 		// Not for a name that is taken: a retried create would take a spare only to give it back.
 		sp, fromSpare = m.takeSpare(rec, p, img)
 	}
 	if fromSpare {
 		rec.ID, rec.IDBase = sp.id, sp.base
-		if err = m.recordCreate(rec, p); err != nil {
+		if err = m.recordCreate(rec, p, imgErr); err != nil {
 			m.returnSpare(sp)
 		} else {
 			m.releaseIDBase(sp.base) // the record holds it now
 		}
 	} else {
-		err = m.assignIDBase(&rec, func(r *store.Sandbox) error { return m.recordCreate(*r, p) })
+		err = m.assignIDBase(&rec, func(r *store.Sandbox) error { return m.recordCreate(*r, p, imgErr) })
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrExists) {
@@ -224,26 +212,99 @@ func (m *Manager) Create(ctx context.Context, p api.SandboxesPost) (api.Sandbox,
 	return m.view(ctx, rec), nil
 }
 
-// recordCreate stores the new sandbox's record once the capacity budget admits it: its record
-// is its promise. A name taken is store.ErrExists, before any budget (a retry of a create that
-// was made must find it, not a refusal).
-func (m *Manager) recordCreate(rec store.Sandbox, p api.SandboxesPost) error {
+// newRecord is the record a create of p starts from, with a new id.
+func newRecord(ctx context.Context, p api.SandboxesPost) store.Sandbox {
+	return store.Sandbox{
+		ID:           newID(),
+		Name:         p.Name,
+		Image:        p.Image,
+		StorageClass: string(p.StorageClass),
+		WorkspaceGiB: p.WorkspaceGiB,
+		RootfsGiB:    cmp.Or(p.RootfsGiB, api.DefaultRootfsGiB),
+		CPUs:         p.CPUs,
+		MemoryMB:     p.MemoryMB,
+		Policy:       string(p.PermissionPolicy),
+		Egress:       storeEgress(p.Egress),
+		State:        string(api.StateCreating),
+		CreatedAt:    time.Now().UTC(),
+		Unanswered:   true,
+		Call:         store.CallOf(ctx),
+	}
+}
+
+// recordCreate stores the new sandbox's record once nothing stands in its way: its image
+// (imgErr, the lookup's refusal) and the room on the host (createRoom), all refused together.
+// Its record is its promise. A name taken is store.ErrExists, before any budget (a retry of a
+// create that was made must find it, not a refusal).
+func (m *Manager) recordCreate(rec store.Sandbox, p api.SandboxesPost, imgErr error) error {
 	if _, err := m.store.GetSandbox(rec.Name); err == nil {
 		return store.ErrExists
 	}
 	m.budgetMu.Lock()
 	defer m.budgetMu.Unlock()
-	// The workspace only: the root filesystem is the start's to admit.
-	ask := sandboxPromise(rec)
-	if p.FromSnapshot != "" {
-		if sn, err := m.snapshotRecord(p.FromSnapshot); err == nil {
-			ask = max(ask, sn.CapacityBytes)
-		}
-	}
-	if err := m.admitStorage(fmt.Sprintf("create sandbox %q", rec.Name), ask); err != nil {
+	var ps api.Problems
+	ps.Add("image", imgErr)
+	m.createRoom(&ps, rec, p)
+	if err := ps.Err(); err != nil {
 		return err
 	}
 	return m.store.CreateSandbox(rec)
+}
+
+// createRoom adds to ps what the host lacks for a create of rec: the storage its workspace
+// promises (a snapshot's size, if larger, when it is made from one) and, when it starts, its
+// root filesystem, and a host pool's room for one more running sandbox. The start admits the
+// last two again (admitStart); weighing them here refuses, before anything is made, a create
+// whose start would be refused. The caller holds m.budgetMu.
+func (m *Manager) createRoom(ps *api.Problems, rec store.Sandbox, p api.SandboxesPost) {
+	ws := sandboxPromise(rec) // the workspace alone: rec is creating
+	if p.FromSnapshot != "" {
+		sn, err := m.snapshotRecord(p.FromSnapshot)
+		if err != nil {
+			ps.Add("from_snapshot", err)
+		} else {
+			ws = max(ws, sn.CapacityBytes)
+		}
+	}
+	room, err := m.storageRoom()
+	if err != nil {
+		ps.Add("", err)
+		return
+	}
+	what := fmt.Sprintf("create sandbox %q", rec.Name)
+	if err := room.refusal(what, ws); err != nil {
+		ps.Add("workspace_gib", err)
+	} else if !p.NoStart {
+		// The workspace fits: the root filesystem it would start with does not.
+		ps.Add("rootfs_gib", room.refusal(what+" and start it", ws+rootfsBytes(rec)))
+	}
+	if !p.NoStart {
+		ps.Add("", m.hostRoom(rec.Name))
+	}
+}
+
+// CheckCreate adds to ps, which holds the problems of p's values found already, what else
+// stands in the way of creating p, without making anything: its name taken, its image not
+// built, its snapshot not found, the room its workspace and root filesystem would take, a host
+// pool's room to run it. A field ps refused already is not looked at again, and the room is
+// weighed only for sizes that are valid. The daemon asks it for a create it refuses for its
+// values, so that one answer names everything; Create weighs the same (createRoom).
+func (m *Manager) CheckCreate(p api.SandboxesPost, ps *api.Problems) {
+	if !ps.Has("name") && m.Exists(p.Name) {
+		ps.Add("name", sandboxExists(p.Name))
+	}
+	if !ps.Has("image") {
+		_, err := m.image(p.Image)
+		ps.Add("image", err)
+	}
+	for _, field := range []string{"storage_class", "workspace_gib", "rootfs_gib", "from_snapshot"} {
+		if ps.Has(field) {
+			return
+		}
+	}
+	m.budgetMu.Lock()
+	defer m.budgetMu.Unlock()
+	m.createRoom(ps, newRecord(context.Background(), p), p)
 }
 
 // createdBefore answers a create whose name is taken: with the sandbox, if this very call (a
@@ -253,7 +314,11 @@ func (m *Manager) createdBefore(ctx context.Context, name string) (api.Sandbox, 
 	if err == nil && store.CallOf(ctx).Made(rec.Call) && !rec.Unanswered {
 		return m.view(ctx, rec), nil
 	}
-	return api.Sandbox{}, api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", name)
+	return api.Sandbox{}, sandboxExists(name)
+}
+
+func sandboxExists(name string) error {
+	return api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", name)
 }
 
 func (m *Manager) create(ctx context.Context, rec *store.Sandbox, p api.SandboxesPost) error {
