@@ -314,7 +314,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	}
 	// A spare has the limits a create gets by default on this host.
 	spareLimits := api.SandboxesPost{CPUs: api.DefaultCPUs, MemoryMB: api.DefaultMemoryMB}
-	if err := d.host.fitHost(&spareLimits, true, true); err != nil {
+	var unfit api.Problems
+	d.host.fitHost(&spareLimits, true, true, &unfit)
+	if err := unfit.Err(); err != nil {
 		return fmt.Errorf("spare sandboxes: %w", err)
 	}
 	d.sandboxes.SetSpares(d.cfg.Spares, spareLimits.CPUs, spareLimits.MemoryMB)

@@ -217,34 +217,32 @@ func (h hostLimits) memTotal() (uint64, error) {
 	return 0, errors.New("meminfo: no MemTotal")
 }
 
-// fitHost holds a create request to what the host has: a CPU or memory limit above the host's
-// is refused, naming the host's figure; a default the host cannot give (the request left the
-// field out) becomes the host's.
-func (h hostLimits) fitHost(p *api.SandboxesPost, defaultCPUs, defaultMemory bool) error {
+// fitHost holds a create request to what the host has, adding to ps a CPU or memory limit above
+// the host's, naming the host's figure; a default the host cannot give (the request left the
+// field out) becomes the host's. A field ps has refused already is left alone.
+func (h hostLimits) fitHost(p *api.SandboxesPost, defaultCPUs, defaultMemory bool, ps *api.Problems) {
 	mem, err := h.memTotal()
 	if err != nil {
-		return fmt.Errorf("host memory: %w", err)
+		ps.Add("", fmt.Errorf("host memory: %w", err))
+		return
 	}
-	return fitResources(p, float64(goruntime.NumCPU()), int(mem>>20), defaultCPUs, defaultMemory)
+	fitResources(p, float64(goruntime.NumCPU()), int(mem>>20), defaultCPUs, defaultMemory, ps)
 }
 
 // fitResources is fitHost's rule for a host of cpus cores and memMiB of memory.
-func fitResources(p *api.SandboxesPost, cpus float64, memMiB int, defaultCPUs, defaultMemory bool) error {
-	if err := fitLimit(&p.CPUs, cpus, defaultCPUs, "cpus", "CPUs", api.MinCPUs); err != nil {
-		return err
-	}
-	return fitLimit(&p.MemoryMB, memMiB, defaultMemory, "memory_mb", "MiB of memory", api.MinMemoryMB)
+func fitResources(p *api.SandboxesPost, cpus float64, memMiB int, defaultCPUs, defaultMemory bool, ps *api.Problems) {
+	fitLimit(ps, &p.CPUs, cpus, defaultCPUs, "cpus", "CPUs", api.MinCPUs)
+	fitLimit(ps, &p.MemoryMB, memMiB, defaultMemory, "memory_mb", "MiB of memory", api.MinMemoryMB)
 }
 
 // fitLimit holds the limit *v to the host's figure: a default above it becomes it, a value asked
-// for above it is refused.
-func fitLimit[T int | float64](v *T, host T, isDefault bool, field, unit string, least T) error {
+// for above it is a problem of field.
+func fitLimit[T int | float64](ps *api.Problems, v *T, host T, isDefault bool, field, unit string, least T) {
 	switch {
-	case *v <= host:
+	case ps.Has(field), *v <= host:
 	case isDefault:
 		*v = host
 	default:
-		return api.Errorf(api.CodeInvalidArgument, "invalid %s %v: this host has %v %s: use %v to %v", field, *v, host, unit, least, host)
+		ps.Addf(field, api.CodeInvalidArgument, "invalid %s %v: this host has %v %s: use %v to %v", field, *v, host, unit, least, host)
 	}
-	return nil
 }

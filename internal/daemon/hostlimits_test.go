@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,22 +181,41 @@ func TestFitResources(t *testing.T) {
 		cpus            float64
 		mem             int
 		defCPUs, defMem bool
+		refused         []string // fields refused before the fit
 		wantCPUs        float64
 		wantMem         int
 		wantErr         string
+		wantFields      []string
 	}{
 		{name: "fits", cpus: 2, mem: 2048, wantCPUs: 2, wantMem: 2048},
-		{name: "cpus over", cpus: 3, mem: 2048, wantErr: "invalid cpus 3: this host has 2 CPUs: use 0.1 to 2"},
-		{name: "memory over", cpus: 1, mem: 9000, wantErr: "invalid memory_mb 9000: this host has 8000 MiB of memory: use 64 to 8000"},
+		{name: "cpus over", cpus: 3, mem: 2048, wantErr: "invalid cpus 3: this host has 2 CPUs: use 0.1 to 2", wantFields: []string{"cpus"}},
+		{name: "memory over", cpus: 1, mem: 9000, wantErr: "invalid memory_mb 9000: this host has 8000 MiB of memory: use 64 to 8000", wantFields: []string{"memory_mb"}},
+		{name: "both over, both said", cpus: 4, mem: 9000,
+			wantErr:    "2 problems: invalid cpus 4: this host has 2 CPUs: use 0.1 to 2; invalid memory_mb 9000: this host has 8000 MiB of memory: use 64 to 8000",
+			wantFields: []string{"cpus", "memory_mb"}},
+		{name: "a field refused already is not refused twice", cpus: 400, mem: 9000, refused: []string{"cpus"},
+			wantFields: []string{"cpus", "memory_mb"}},
 		{name: "defaults capped", cpus: 4, mem: 9000, defCPUs: true, defMem: true, wantCPUs: 2, wantMem: 8000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := api.SandboxesPost{CPUs: tc.cpus, MemoryMB: tc.mem}
-			err := fitResources(&p, 2, 8000, tc.defCPUs, tc.defMem)
-			if tc.wantErr != "" {
+			var ps api.Problems
+			for _, f := range tc.refused {
+				ps.Addf(f, api.CodeInvalidArgument, "invalid %s: out of range", f)
+			}
+			fitResources(&p, 2, 8000, tc.defCPUs, tc.defMem, &ps)
+			err := ps.Err()
+			if tc.wantFields != nil {
 				var apiErr *api.Error
-				if !errors.As(err, &apiErr) || apiErr.Code != api.CodeInvalidArgument || apiErr.Message != tc.wantErr {
+				if !errors.As(err, &apiErr) || apiErr.Code != api.CodeInvalidArgument || (tc.wantErr != "" && apiErr.Message != tc.wantErr) {
 					t.Fatalf("err = %v, want invalid_argument %q", err, tc.wantErr)
+				}
+				var fields []string
+				for _, d := range apiErr.Details {
+					fields = append(fields, d.Field)
+				}
+				if !slices.Equal(fields, tc.wantFields) {
+					t.Errorf("fields %v, want %v", fields, tc.wantFields)
 				}
 				return
 			}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/hiloop/hiloop/pkg/api"
@@ -104,19 +105,8 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
-	defaultCPUs, defaultMemory := p.CPUs == 0, p.MemoryMB == 0
-	if err := p.Normalize(); err != nil {
+	if err := d.checkCreate(&p); err != nil {
 		return err
-	}
-	if err := d.host.fitHost(&p, defaultCPUs, defaultMemory); err != nil {
-		return err
-	}
-	// The secrets must exist before anything is made; one deleted in the meantime fails the
-	// attach below, and the sandbox is left without it.
-	for _, a := range p.Secrets {
-		if _, err := d.secrets.Get(a.Secret); err != nil {
-			return err
-		}
 	}
 	sb, err := d.sandboxes.Create(r.Context(), p)
 	if err != nil {
@@ -138,6 +128,30 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return d.writeSandbox(w, http.StatusCreated, sb)
+}
+
+// checkCreate normalises a create request and refuses it, naming every problem at once, when
+// any of its values is invalid, above what the host has, or names a secret that does not exist;
+// the refusal then also says what else stands in its way (sandbox.Manager.CheckCreate). A
+// request with valid values goes on to the manager's Create, which refuses what the host
+// lacks for it together.
+func (d *Daemon) checkCreate(p *api.SandboxesPost) error {
+	defaultCPUs, defaultMemory := p.CPUs == 0, p.MemoryMB == 0
+	var ps api.Problems
+	ps.Add("", p.Normalize())
+	d.host.fitHost(p, defaultCPUs, defaultMemory, &ps)
+	// The secrets must exist before anything is made; one deleted in the meantime fails the
+	// attach after the create, and the sandbox is left without it.
+	for i, a := range p.Secrets {
+		if at := fmt.Sprintf("secrets[%d]", i); !ps.Has(at) {
+			_, err := d.secrets.Get(a.Secret)
+			ps.Add(at+".secret", err)
+		}
+	}
+	if ps.Len() > 0 {
+		d.sandboxes.CheckCreate(*p, &ps)
+	}
+	return ps.Err()
 }
 
 func (d *Daemon) getSandbox(w http.ResponseWriter, r *http.Request) error {
