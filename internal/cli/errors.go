@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -68,4 +69,21 @@ func exitCode(err error) int {
 		return apiErr.Code.ExitCode()
 	}
 	return ExitError
+}
+
+// errorLines is what hiloop prints of err after "hiloop: ", a line each: an API error that
+// lists several problems (api.Error.Details) says how many, then one indented line for each,
+// instead of its message's one long line.
+func errorLines(err error) []string {
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) || len(apiErr.Details) < 2 {
+		return []string{err.Error()}
+	}
+	// What wraps the API error (the command's own context) stays in front.
+	context := strings.TrimSuffix(err.Error(), apiErr.Message)
+	lines := []string{fmt.Sprintf("%s%d problems:", context, len(apiErr.Details))}
+	for _, d := range apiErr.Details {
+		lines = append(lines, "  "+d.Message)
+	}
+	return lines
 }

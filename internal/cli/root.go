@@ -46,7 +46,11 @@ func Run(f *Factory, args []string) int {
 	case errors.As(err, &plain):
 		fmt.Fprintf(f.IO.ErrOut, "%s %s\n", f.IO.StylesStderr().Error.Render("hiloop:"), plain.msg)
 	default:
-		fmt.Fprintf(f.IO.ErrOut, "%s %s\n", f.IO.StylesStderr().Error.Render("hiloop:"), err)
+		lines := errorLines(err)
+		fmt.Fprintf(f.IO.ErrOut, "%s %s\n", f.IO.StylesStderr().Error.Render("hiloop:"), lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintln(f.IO.ErrOut, l)
+		}
 		var ue *usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(f.IO.ErrOut, "Run '%s --help' for usage.\n", commandPath(root, args))

@@ -131,18 +131,26 @@ changes it later).`,
 	return cmd
 }
 
-// explicitZeros refuses 0 given on the command line to any of the named flags: the API reads a
-// zero as "the default", which is not what someone who typed --cpus 0 asked for.
+// explicitZeros refuses 0 given on the command line to any of the named flags, all of them in one
+// error: the API reads a zero as "the default", which is not what someone who typed --cpus 0
+// asked for.
 func explicitZeros(cmd *cobra.Command, names ...string) error {
+	var zeros []string
 	for _, name := range names {
 		fl := cmd.Flags().Lookup(name)
 		if fl.Changed {
 			if v, err := strconv.ParseFloat(fl.Value.String(), 64); err == nil && v == 0 {
-				return &usageError{fmt.Errorf("invalid --%s 0: leave the flag out for the default, or give a value in range", name)}
+				zeros = append(zeros, "--"+name+" 0")
 			}
 		}
 	}
-	return nil
+	switch len(zeros) {
+	case 0:
+		return nil
+	case 1:
+		return &usageError{fmt.Errorf("invalid %s: leave the flag out for the default, or give a value in range", zeros[0])}
+	}
+	return &usageError{fmt.Errorf("invalid %s: leave the flags out for their defaults, or give values in range", strings.Join(zeros, ", "))}
 }
 
 func sandboxCreateRun(ctx context.Context, f *Factory, opts *SandboxCreateOptions) error {
