@@ -28,6 +28,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -182,9 +183,9 @@ func New(sandboxID string, cfg *Config) (*Route, error) {
 		if u := cfg.Upstream[p]; u != "" {
 			raw = u
 		}
-		u, err := parseUpstream(raw)
+		u, err := ParseUpstream(raw)
 		if err != nil {
-			return nil, fmt.Errorf("model route: %s upstream: %w", p, err)
+			return nil, fmt.Errorf("model route: %s upstream %q: %w", p, raw, err)
 		}
 		rt.upstream[p] = u
 	}
@@ -216,22 +217,42 @@ func (b *bufferPool) Get() []byte { return b.pool.Get().([]byte) }
 //lint:ignore SA6002 a slice header is small next to the 64 KiB it points at
 func (b *bufferPool) Put(p []byte) { b.pool.Put(p) }
 
-// parseUpstream checks a provider base URL: https, or http to a loopback address.
-func parseUpstream(raw string) (*url.URL, error) {
+// ParseUpstream checks a provider's URL and returns it without a trailing '/': https, or
+// http to a loopback address (a credential never crosses a network in clear); a host, and a
+// port from 1 to 65535 if one is written ("host:" with nothing after the colon would be read as
+// the scheme's port); no user, query or fragment. sandboxd checks its --provider-url flags with
+// it at start.
+func ParseUpstream(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("%q is not a base URL like https://api.example.com", raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Opaque != "" {
+		return nil, errors.New("want an http or https URL, e.g. https://api.anthropic.com")
 	}
-	switch u.Scheme {
-	case "https":
-	case "http":
+	var problems []string
+	if u.Hostname() == "" {
+		problems = append(problems, "no host: want an http or https URL, e.g. https://api.anthropic.com")
+	}
+	if port, colon := u.Port(), strings.HasSuffix(u.Host, ":"); colon || port != "" {
+		if n, err := strconv.ParseUint(port, 10, 16); port == "" {
+			problems = append(problems, "an empty port after ':': give one from 1 to 65535, or none for the scheme's")
+		} else if err != nil || n == 0 {
+			problems = append(problems, fmt.Sprintf("port %s: give one from 1 to 65535, or none for the scheme's", port))
+		}
+	}
+	if u.User != nil {
+		problems = append(problems, "a user or password in the URL: the daemon sends the provider's credential itself")
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		problems = append(problems, "a query or fragment: want a base URL without them")
+	}
+	if u.Scheme == "http" && u.Hostname() != "" {
 		host := u.Hostname()
 		a, err := netip.ParseAddr(host)
 		if host != "localhost" && (err != nil || !a.IsLoopback()) {
-			return nil, fmt.Errorf("%q: http:// only to a loopback address; use https", raw)
+			problems = append(problems, "http:// only to a loopback address: use https")
 		}
-	default:
-		return nil, fmt.Errorf("%q: the scheme must be https", raw)
+	}
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""

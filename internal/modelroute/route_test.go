@@ -980,3 +980,45 @@ func TestEndpointsNotAllowed(t *testing.T) {
 		}
 	}
 }
+
+// A provider's URL is refused at once for each way it cannot be reached safely; the parts of a
+// valid one are kept.
+func TestParseUpstream(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want string // the URL it parses to, or a part of the refusal
+		ok   bool
+	}{
+		{raw: "https://api.anthropic.com/", want: "https://api.anthropic.com", ok: true},
+		{raw: "https://proxy.example.com:8443/anthropic", want: "https://proxy.example.com:8443/anthropic", ok: true},
+		{raw: "http://127.0.0.1:8080", want: "http://127.0.0.1:8080", ok: true},
+		{raw: "http://[::1]:8080/v1/", want: "http://[::1]:8080/v1", ok: true},
+		{raw: "http://localhost:8080", want: "http://localhost:8080", ok: true},
+		{raw: "http://127.0.0.1:", want: "an empty port after ':'"},
+		{raw: "https://api.example.com:", want: "an empty port after ':'"},
+		{raw: "http://[::1]:", want: "an empty port after ':'"},
+		{raw: "http://127.0.0.1:0", want: "port 0: give one from 1 to 65535"},
+		{raw: "https://api.example.com:65536", want: "port 65536"},
+		{raw: "https://:443", want: "no host"},
+		{raw: "https://", want: "no host"},
+		{raw: "http://", want: "no host"},
+		{raw: "ftp://x.test", want: "want an http or https URL"},
+		{raw: "127.0.0.1:8080", want: "want an http or https URL"},
+		{raw: "https://x.test:port", want: "want an http or https URL"},
+		{raw: "https://u:p@x.test", want: "a user or password"},
+		{raw: "https://x.test/?a=b", want: "a query or fragment"},
+		{raw: "https://x.test/#f", want: "a query or fragment"},
+		{raw: "http://api.example.com", want: "http:// only to a loopback address"},
+		{raw: "http://10.0.0.1:8080", want: "http:// only to a loopback address"},
+		// Every problem of one URL at once.
+		{raw: "http://u@api.example.com:0/?q", want: "port 0: give one from 1 to 65535, or none for the scheme's; a user or password in the URL: the daemon sends the provider's credential itself; a query or fragment: want a base URL without them; http:// only to a loopback address: use https"},
+	} {
+		u, err := ParseUpstream(tc.raw)
+		switch {
+		case tc.ok && (err != nil || u.String() != tc.want):
+			t.Errorf("ParseUpstream(%q) = %v, %v; want %s", tc.raw, u, err, tc.want)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("ParseUpstream(%q) = %v, %v; want a refusal saying %q", tc.raw, u, err, tc.want)
+		}
+	}
+}
