@@ -158,6 +158,13 @@ func NormalizeEgressRule(rule string) (string, error) {
 	return host + ":" + port, nil
 }
 
+// IsHostName reports whether h is a DNS host name without a wildcard, in any case, with or
+// without a trailing dot, e.g. "localhost" or "api.example.com".
+func IsHostName(h string) bool {
+	n := strings.TrimSuffix(strings.ToLower(h), ".")
+	return !strings.HasPrefix(n, "*.") && checkHostPattern(n) == nil
+}
+
 // checkHostPattern checks a lower-case host name, optionally with "*." in front.
 func checkHostPattern(host string) error {
 	name, _ := strings.CutPrefix(host, "*.")

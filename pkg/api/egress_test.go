@@ -130,3 +130,15 @@ func TestEgressValidatedAtCreate(t *testing.T) {
 		t.Errorf("create without a policy: %v, %+v; want none (open)", err, p.Egress)
 	}
 }
+
+func TestIsHostName(t *testing.T) {
+	for h, want := range map[string]bool{
+		"localhost": true, "api.example.com": true, "API.Example.com.": true, "host_1.lan": true,
+		"": false, "*.example.com": false, "a..b": false, "-a.b": false, "a b": false, "127.0.0.1": false,
+		"a:80": false, "[::1]": false, "é.test": false,
+	} {
+		if got := IsHostName(h); got != want {
+			t.Errorf("IsHostName(%q) = %v, want %v", h, got, want)
+		}
+	}
+}
