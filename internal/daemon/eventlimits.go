@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/pflag"
@@ -18,15 +19,19 @@ func addEventLimitFlags(f *pflag.FlagSet, lim *eventlog.Limits) func() error {
 	f.Int64Var(&lim.SandboxEvents, "sandbox-log-events", def.SandboxEvents, "the most events the logs of one sandbox's sessions keep together (0: no limit)")
 	f.Int64Var(&sandboxMiB, "sandbox-log-mib", def.SandboxBytes>>20, "the most MiB of events the logs of one sandbox's sessions keep together (0: no limit)")
 	return func() error {
-		for name, v := range map[string]int64{
-			"session-log-events": lim.SessionEvents, "session-log-mib": sessionMiB,
-			"sandbox-log-events": lim.SandboxEvents, "sandbox-log-mib": sandboxMiB,
+		var errs []error
+		for _, v := range []struct {
+			name string
+			v    int64
+		}{
+			{"session-log-events", lim.SessionEvents}, {"session-log-mib", sessionMiB},
+			{"sandbox-log-events", lim.SandboxEvents}, {"sandbox-log-mib", sandboxMiB},
 		} {
-			if v < 0 || v > 1<<40 {
-				return fmt.Errorf("invalid --%s %d: use 0 (no limit) or a positive number up to 2^40", name, v)
+			if v.v < 0 || v.v > 1<<40 {
+				errs = append(errs, fmt.Errorf("invalid --%s %d: use 0 (no limit) or a positive number up to 2^40", v.name, v.v))
 			}
 		}
 		lim.SessionBytes, lim.SandboxBytes = sessionMiB<<20, sandboxMiB<<20
-		return nil
+		return errors.Join(errs...)
 	}
 }

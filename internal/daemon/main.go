@@ -34,7 +34,8 @@ func Main() int {
 	runtime.MaybeInit()
 	cfg := Config{Version: Version}
 	var tokenFile, logLevel string
-	var routes, allowCIDRs, upstreamCAs, sandboxCAFiles, providerURLs []string
+	var addrs addressFlags
+	var allowCIDRs, upstreamCAs, sandboxCAFiles []string
 	var eventLimits func() error
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
@@ -45,53 +46,42 @@ func Main() int {
 		SilenceErrors: true,
 		Version:       Version,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Every flag is checked before anything is made or served, and every bad one is said
+			// at once.
 			var level slog.Level
+			var errs []error
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("invalid --log-level %q: use debug, info, warn or error", logLevel)
+				errs = append(errs, fmt.Errorf("invalid --log-level %q: use debug, info, warn or error", logLevel))
 			}
 			cfg.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			token, err := readToken(tokenFile)
-			if err != nil {
-				return err
-			}
+			token, tokenErr := readToken(tokenFile)
 			cfg.Token = token
-			if err := eventLimits(); err != nil {
-				return err
-			}
-			for _, r := range routes {
-				route, err := gateway.ParseRoute(r)
-				if err != nil {
-					return fmt.Errorf("invalid --gateway-resolve: %w", err)
-				}
-				cfg.GatewayRoutes = append(cfg.GatewayRoutes, route)
+			errs = append(errs, tokenErr, eventLimits(), addrs.apply(&cfg))
+			if cfg.Listen != "" && cfg.Token == "" && tokenErr == nil {
+				errs = append(errs, errors.New("--listen needs a token: set --token-file or SANDBOXD_TOKEN"))
 			}
 			for _, c := range allowCIDRs {
 				prefix, err := netip.ParsePrefix(c)
 				if err != nil {
-					return fmt.Errorf("invalid --egress-allow-cidr %q: want an address range such as 10.1.0.0/16", c)
+					errs = append(errs, fmt.Errorf("invalid --egress-allow-cidr %q: want an address range such as 10.1.0.0/16", c))
+					continue
 				}
 				if err := gateway.CheckAllowCIDR(prefix); err != nil {
-					return fmt.Errorf("invalid --egress-allow-cidr %q: %w", c, err)
+					errs = append(errs, fmt.Errorf("invalid --egress-allow-cidr %q: %w", c, err))
+					continue
 				}
 				cfg.EgressAllowCIDRs = append(cfg.EgressAllowCIDRs, prefix.Masked())
 			}
-			if err := checkOvercommit(cfg.Overcommit); err != nil {
-				return err
-			}
-			if err := checkSpares(cfg.Spares); err != nil {
-				return err
-			}
-			if cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs); err != nil {
-				return err
-			}
-			if cfg.SandboxCAs, err = sandboxCAs(sandboxCAFiles); err != nil {
-				return err
-			}
-			if cfg.ProviderURLs, err = parseProviderURLs(providerURLs); err != nil {
-				return err
-			}
+			errs = append(errs, checkOvercommit(cfg.Overcommit), checkSpares(cfg.Spares))
+			var err error
+			cfg.GatewayUpstreamCAs, err = upstreamPool(upstreamCAs)
+			errs = append(errs, err)
+			cfg.SandboxCAs, err = sandboxCAs(sandboxCAFiles)
+			errs = append(errs, err)
 			// Before anything is mounted: a budget the descriptors cannot carry is the operator's to fix.
-			if cfg.GatewayMaxConns, err = gatewayMaxConns(cfg.GatewayMaxConns, fileLimit()); err != nil {
+			cfg.GatewayMaxConns, err = gatewayMaxConns(cfg.GatewayMaxConns, fileLimit())
+			errs = append(errs, err)
+			if err := errors.Join(errs...); err != nil {
 				return err
 			}
 			if cfg.InitPath == "" {
@@ -122,29 +112,32 @@ func Main() int {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", DefaultDataDir, "directory for the database, images, volumes and runtime state")
-	f.StringVar(&cfg.Socket, "socket", DefaultSocket, "unix socket to serve the API on")
-	f.StringVar(&cfg.Listen, "listen", "", "also serve the API on this TCP address (needs a token)")
+	f.StringVar(&addrs.socket, "socket", DefaultSocket, "unix socket to serve the API on")
+	f.StringVar(&addrs.listen, "listen", "", "also serve the API on this TCP address, HOST:PORT (needs a token; port 0: any free port, logged)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --listen (or set SANDBOXD_TOKEN)")
 	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
 	f.Float64Var(&cfg.Overcommit, "overcommit", 1, fmt.Sprintf("let the workspaces, root filesystems and snapshots be promised this many times the storage the host can hold (%g-%g; 1: no overcommit; below 1 keeps a reserve)", minOvercommit, maxOvercommit))
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of built images (default <data-dir>/images)")
 	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
-	f.StringVar(&cfg.SSHListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, e.g. 127.0.0.1:2222 (off by default)")
+	f.StringVar(&addrs.sshListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, HOST:PORT, e.g. 127.0.0.1:2222 (off by default; port 0: any free port)")
 	f.IntVar(&cfg.Spares, "spares", DefaultSpares, "keep this many sandboxes started ahead of need, of the image the last create used (at first the default image): a create with the default limits takes one and is ready in milliseconds (0: none; each costs an idle sandbox's memory, ~3 MiB)")
 	f.DurationVar(&cfg.ExecKeepalive, "exec-keepalive", DefaultExecKeepalive, "ping an exec's client this often; one that does not answer within it (gone without closing its connection) has its command killed")
-	f.StringArrayVar(&routes, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
+	f.StringArrayVar(&addrs.gatewayResolve, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
 	f.StringArrayVar(&sandboxCAFiles, "sandbox-ca", nil, "have every sandbox trust the CA certificates in this PEM file from its next start, besides its image's (repeatable); for a host whose way out re-signs TLS, "+hostBundle+" makes sandboxes trust what the host trusts")
 	f.IntVar(&cfg.GatewayMaxConns, "gateway-max-conns", 0, fmt.Sprintf("bound the egress gateway's connections of all sandboxes together (0: what half of the process's file descriptor limit carries at %d each, at most %d; a sandbox holds at most half, and is sure of %d)",
 		gateway.ConnFDs, gateway.MaxDefaultBudget, gateway.DefaultConnReserve))
 	f.StringArrayVar(&allowCIDRs, "egress-allow-cidr", nil, "let sandboxes reach this range although it is denied by default, e.g. a private network; never the host's own addresses, and no range may cover its loopback (repeatable)")
-	f.StringArrayVar(&providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt=URL (the ChatGPT backend's host, where Codex with a ChatGPT login is sent: by default https://chatgpt.com, the path /backend-api/codex/… kept), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
+	f.StringArrayVar(&addrs.providerURLs, "provider-url", nil, "send a provider's requests to this URL instead: anthropic=URL, openai=URL (the model route), chatgpt=URL (the ChatGPT backend's host, where Codex with a ChatGPT login is sent: by default https://chatgpt.com, the path /backend-api/codex/… kept), chatgpt-token=URL (where ChatGPT logins are refreshed); repeatable")
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	eventLimits = addEventLimitFlags(f, &cfg.EventLimits)
 	if err := cmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "sandboxd:", err)
+		// One line each for the errors joined (every bad flag).
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(os.Stderr, "sandboxd:", line)
+		}
 		return 1
 	}
 	return 0

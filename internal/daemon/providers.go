@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/hiloop/hiloop/internal/modelroute"
 )
 
 // ProviderURLNames are the upstreams `sandboxd --provider-url NAME=URL` can point elsewhere (a
@@ -13,23 +16,28 @@ import (
 // ChatGPT logins are refreshed at.
 var ProviderURLNames = []string{"anthropic", "openai", "chatgpt", "chatgpt-token"}
 
-// parseProviderURLs reads the --provider-url flags into a map by name; a name given twice is
-// an error, not a silent override.
+// parseProviderURLs reads the --provider-url flags into a map by name, each URL checked as the
+// model route checks its upstreams (modelroute.ParseUpstream); a name given twice is an error,
+// not a silent override. The error joins one line per bad flag.
 func parseProviderURLs(flags []string) (map[string]*url.URL, error) {
 	out := map[string]*url.URL{}
+	var errs []error
 	for _, f := range flags {
 		name, raw, ok := strings.Cut(f, "=")
 		if !ok || !slices.Contains(ProviderURLNames, name) {
-			return nil, fmt.Errorf("invalid --provider-url %q: want NAME=URL with NAME one of %s", f, strings.Join(ProviderURLNames, ", "))
+			errs = append(errs, fmt.Errorf("invalid --provider-url %q: want NAME=URL with NAME one of %s", f, strings.Join(ProviderURLNames, ", ")))
+			continue
 		}
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			return nil, fmt.Errorf("invalid --provider-url %q: want an http or https URL without a query, e.g. https://api.anthropic.com", f)
+		u, err := modelroute.ParseUpstream(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("invalid --provider-url %q: %w", f, err))
+			continue
 		}
 		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("invalid --provider-url: %s given twice", name)
+			errs = append(errs, fmt.Errorf("invalid --provider-url: %s given twice", name))
+			continue
 		}
 		out[name] = u
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }

@@ -18,7 +18,10 @@ func TestParseProviderURLs(t *testing.T) {
 		{"anthropic", "want NAME=URL"},
 		{"anthropic=ftp://x.test", "http or https URL"},
 		{"anthropic=https://", "http or https URL"},
-		{"anthropic=https://x.test/?a=b", "without a query"},
+		{"anthropic=https://x.test/?a=b", "a query or fragment"},
+		{"anthropic=http://127.0.0.1:", "an empty port"},
+		{"anthropic=http://127.0.0.1:0", "port 0"},
+		{"openai=http://api.openai.com", "http:// only to a loopback address"},
 	} {
 		if _, err := parseProviderURLs([]string{bad.flag}); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: %v, want %q", bad.flag, err, bad.want)
