@@ -132,3 +132,17 @@ func TestStartRefusesEverythingAtOnce(t *testing.T) {
 		t.Errorf("a refused start left c %s (%v), want stopped", sb.State, err)
 	}
 }
+
+// A grow's refusals are its one value's, and say so in their details.
+func TestGrowRefusalsNameTheirField(t *testing.T) {
+	f := admissionManager(t)
+	ctx := context.Background()
+	_, err := f.Grow(ctx, "a", 5)
+	if code, fields := detailsOf(t, err); code != api.CodeGrowNotLarger || !reflect.DeepEqual(fields, []string{"workspace_gib=grow_not_larger"}) {
+		t.Errorf("grow to less: %s %v", code, fields)
+	}
+	_, err = f.Grow(ctx, "a", 100)
+	if code, fields := detailsOf(t, err); code != api.CodeInsufficientStorage || !reflect.DeepEqual(fields, []string{"workspace_gib=insufficient_storage"}) {
+		t.Errorf("grow over the budget: %s %v", code, fields)
+	}
+}

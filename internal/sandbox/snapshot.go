@@ -62,15 +62,19 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 		// record did: no call was answered for it, so this one (its retry, likely) finishes it.
 		return m.recordGrowth(ctx, rec, sizeGiB)
 	}
+	// Its problems are the one value's, workspace_gib, and say so in their details.
+	var ps api.Problems
 	if int64(sizeGiB)*gib <= current {
-		return api.Sandbox{}, api.Errorf(api.CodeGrowNotLarger, "the workspace of %q is already %d GiB: growth is one-way, choose more than that", name, current/gib)
+		ps.Addf("workspace_gib", api.CodeGrowNotLarger, "the workspace of %q is already %d GiB: growth is one-way, choose more than that", name, current/gib)
+		return api.Sandbox{}, ps.Err()
 	}
 	if _, err := admit(opGrow, rec); err != nil {
 		return api.Sandbox{}, err
 	}
 	m.budgetMu.Lock()
 	defer m.budgetMu.Unlock()
-	if err := m.admitStorage(fmt.Sprintf("grow the workspace of %q to %d GiB", name, sizeGiB), int64(sizeGiB-recordedGiB(rec))*gib); err != nil {
+	ps.Add("workspace_gib", m.admitStorage(fmt.Sprintf("grow the workspace of %q to %d GiB", name, sizeGiB), int64(sizeGiB-recordedGiB(rec))*gib))
+	if err := ps.Err(); err != nil {
 		return api.Sandbox{}, err
 	}
 	// An ephemeral workspace that is not there now is made at the new size at the next start.
