@@ -40,7 +40,14 @@ func (m *Manager) SetBudget(overcommit float64, pools ...Storage) {
 // refused, e.g. `create sandbox "web"`. Callers that record their promise afterwards hold
 // m.budgetMu from this call until it is recorded.
 func (m *Manager) admitStorage(what string, ask int64) error {
-	room, err := m.storageRoom()
+	if len(m.budget.pools) == 0 {
+		return nil
+	}
+	recs, err := m.store.ListSandboxes()
+	if err != nil {
+		return fmt.Errorf("capacity budget: %w", err)
+	}
+	room, err := m.storageRoom(recs)
 	if err != nil {
 		return err
 	}
@@ -54,9 +61,10 @@ type storageRoom struct {
 	overcommit                     float64
 }
 
-// storageRoom reads the pools and the promises; nil when nothing is budgeted. The caller
-// holds m.budgetMu if it records a promise on the strength of it.
-func (m *Manager) storageRoom() (*storageRoom, error) {
+// storageRoom reads the pools and weighs them against the promises of recs, every sandbox's
+// record, and of the snapshots; nil when nothing is budgeted. The caller holds m.budgetMu if it
+// records a promise on the strength of it.
+func (m *Manager) storageRoom(recs []store.Sandbox) (*storageRoom, error) {
 	if len(m.budget.pools) == 0 {
 		return nil, nil
 	}
@@ -73,7 +81,7 @@ func (m *Manager) storageRoom() (*storageRoom, error) {
 		free = min(free, f)
 		held += h
 	}
-	promised, err := m.promised()
+	promised, err := m.promised(recs)
 	if err != nil {
 		return nil, fmt.Errorf("capacity budget: %w", err)
 	}
@@ -96,14 +104,10 @@ func (r *storageRoom) refusal(what string, ask int64) error {
 		strconv.FormatFloat(r.overcommit, 'g', -1, 64))
 }
 
-// promised sums what every sandbox and snapshot may come to take: the capacity of each
-// workspace and root filesystem (sparse, so not taken yet), and the data each snapshot holds
-// (its own once the workspace it shares blocks with is rewritten).
-func (m *Manager) promised() (int64, error) {
-	recs, err := m.store.ListSandboxes()
-	if err != nil {
-		return 0, err
-	}
+// promised sums what every sandbox of recs and every snapshot may come to take: the capacity of
+// each workspace and root filesystem (sparse, so not taken yet), and the data each snapshot
+// holds (its own once the workspace it shares blocks with is rewritten).
+func (m *Manager) promised(recs []store.Sandbox) (int64, error) {
 	var sum int64
 	for _, rec := range recs {
 		sum += sandboxPromise(rec)

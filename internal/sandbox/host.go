@@ -39,24 +39,39 @@ func (m *Manager) admitStart(rec *store.Sandbox) error {
 	if rec.StorageClass == string(api.StorageEphemeral) {
 		what += ", whose ephemeral workspace is made at every start"
 	}
+	room, err := m.roomFor(rec.Name, true)
+	if err != nil {
+		return err
+	}
 	var ps api.Problems
-	ps.Add("", m.admitStorage(what, rootfsBytes(*rec)))
-	ps.Add("", m.hostRoom(rec.Name))
+	ps.Add("", room.storage.refusal(what, rootfsBytes(*rec)))
+	ps.Add("", room.run)
 	if err := ps.Err(); err != nil {
 		return err
 	}
 	return m.setState(rec, api.StateStarting, "")
 }
 
-// hostRoom asks the host budget whether sandbox name may run beside the others that may be
-// running: nil, or an *api.Error (host_limit_reached) naming the pool that has no room.
-func (m *Manager) hostRoom(name string) error {
-	if m.hostBudget == nil {
-		return nil
+// hostRoom is the room the host has for one more sandbox.
+type hostRoom struct {
+	storage *storageRoom // the capacity budget; nil when nothing is budgeted
+	run     error        // the host budget's refusal to run it (host_limit_reached), or nil
+}
+
+// roomFor reads every record once to weigh sandbox name against the capacity budget and, when
+// run, to ask the host budget whether it may run beside the others that may be running.
+func (m *Manager) roomFor(name string, run bool) (hostRoom, error) {
+	run = run && m.hostBudget != nil
+	if len(m.budget.pools) == 0 && !run {
+		return hostRoom{}, nil
 	}
 	recs, err := m.store.ListSandboxes()
 	if err != nil {
-		return err
+		return hostRoom{}, err
+	}
+	var room hostRoom
+	if room.storage, err = m.storageRoom(recs); err != nil || !run {
+		return room, err
 	}
 	running := 0
 	for _, r := range recs {
@@ -64,7 +79,8 @@ func (m *Manager) hostRoom(name string) error {
 			running++
 		}
 	}
-	return m.hostBudget.AdmitStart(running)
+	room.run = m.hostBudget.AdmitStart(running)
+	return room, nil
 }
 
 // holdsHostShare tells the states whose sandbox may have processes: from the start's admission

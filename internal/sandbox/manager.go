@@ -266,21 +266,19 @@ func (m *Manager) createRoom(ps *api.Problems, rec store.Sandbox, p api.Sandboxe
 			ws = max(ws, sn.CapacityBytes)
 		}
 	}
-	room, err := m.storageRoom()
+	room, err := m.roomFor(rec.Name, !p.NoStart)
 	if err != nil {
 		ps.Add("", err)
 		return
 	}
 	what := fmt.Sprintf("create sandbox %q", rec.Name)
-	if err := room.refusal(what, ws); err != nil {
+	if err := room.storage.refusal(what, ws); err != nil {
 		ps.Add("workspace_gib", err)
 	} else if !p.NoStart {
 		// The workspace fits: the root filesystem it would start with does not.
-		ps.Add("rootfs_gib", room.refusal(what+" and start it", ws+rootfsBytes(rec)))
+		ps.Add("rootfs_gib", room.storage.refusal(what+" and start it", ws+rootfsBytes(rec)))
 	}
-	if !p.NoStart {
-		ps.Add("", m.hostRoom(rec.Name))
-	}
+	ps.Add("", room.run)
 }
 
 // CheckCreate adds to ps, which holds the problems of p's values found already, what else
