@@ -1,7 +1,8 @@
 # Shared steps of every image definition; build.sh sources this file. POSIX sh.
 #
-# Runs as root on the host. The daemon runs build.sh in a private mount namespace, so the
-# /proc and /sys mounts debootstrap makes inside the rootfs never reach the host's mount table.
+# Runs as root on the host, in the daemon's mount namespace: what a script leaves mounted inside
+# the rootfs (debootstrap's /proc and /sys, apt_install's cache after a failure) the daemon
+# unmounts once the script has ended, however it ended.
 
 set -eu
 
@@ -16,6 +17,29 @@ bootstrap() {
 		set -- --cache-dir="$HILOOP_DEBOOTSTRAP_CACHE" "$@"
 	fi
 	debootstrap "$@"
+}
+
+# apt_install ROOTFS PACKAGE...: PACKAGEs installed by the image's own apt once bootstrap is done,
+# for those whose dependencies debootstrap's resolver cannot follow (npm's: it leaves some out and
+# the configuration fails). apt reaches the mirror bootstrap used, through the host's resolver
+# (debootstrap's copy of resolv.conf, which finish empties); with HILOOP_DEBOOTSTRAP_CACHE it
+# shares debootstrap's package cache, bound in for the install only (finish's apt-get clean must
+# not empty it).
+apt_install() {
+	root=$1
+	shift
+	if [ -n "${HILOOP_DEBOOTSTRAP_CACHE:-}" ]; then
+		mkdir -p "$HILOOP_DEBOOTSTRAP_CACHE/partial"
+		mount --bind "$HILOOP_DEBOOTSTRAP_CACHE" "$root/var/cache/apt/archives"
+		trap 'umount "$root/var/cache/apt/archives"' EXIT
+	fi
+	echo "I: Installing $*"
+	chroot "$root" apt-get update -qq
+	chroot "$root" apt-get install -y -qq --no-install-recommends "$@"
+	if [ -n "${HILOOP_DEBOOTSTRAP_CACHE:-}" ]; then
+		umount "$root/var/cache/apt/archives"
+		trap - EXIT
+	fi
 }
 
 # add_agent ROOTFS: the user sandboxes run as, uid/gid 1000, with passwordless sudo.
