@@ -213,8 +213,8 @@ func TestProxyHostPolicy(t *testing.T) {
 		}
 	}
 
-	// TLS and raw connections are reset.
-	wantReset(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), clientHello(t, "other.example.test"))
+	// TLS gets an access_denied alert, a raw connection a reset.
+	wantAlert(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), clientHello(t, "other.example.test"))
 	if r := h.record("refused TLS", byHost(KindTLS, "other.example.test")); r.Allowed || r.Rule != "egress closed: other.example.test:443 is not allowed" {
 		t.Fatalf("record %+v", r)
 	}
@@ -478,7 +478,7 @@ func TestProxyAddressRules(t *testing.T) {
 			t.Fatalf("%s: record %+v", host, r)
 		}
 	}
-	wantReset(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), clientHello(t, "pub.example.test"))
+	wantAlert(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), clientHello(t, "pub.example.test"))
 	if r := h.record("tls", byHost(KindTLS, "pub.example.test")); r.Allowed || r.Rule != "egress deny 203.0.113.66" || r.Addr.String() != "203.0.113.66:443" {
 		t.Fatalf("tls: record %+v", r)
 	}
@@ -509,19 +509,19 @@ func TestProxyAddressRules(t *testing.T) {
 	}
 }
 
-// In a closed sandbox a ClientHello with ECH is reset, captured or in a tunnel; in an open one
-// it goes through.
+// In a closed sandbox a ClientHello with ECH gets an access_denied alert, captured or in a
+// tunnel; in an open one it goes through.
 func TestProxyECH(t *testing.T) {
 	h := newHarness(t, nil)
 	hello := echHello(t, "hidden.example.test", "api.example.test")
 	h.p.SetHostPolicy(mustPolicy(t, true, []string{"api.example.test:443"}, nil))
 	const rule = "egress closed: a TLS ClientHello with encrypted_client_hello (ECH) to api.example.test:443 hides the server it is for"
 
-	wantReset(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), hello)
+	wantAlert(t, h.dialTransparent(netip.AddrPortFrom(public, 443)), hello)
 	if r := h.record("captured", byHost(KindTLS, "api.example.test")); r.Allowed || r.Rule != rule {
 		t.Fatalf("captured: record %+v", r)
 	}
-	wantReset(t, h.dialExplicitTunnel("api.example.test:443"), hello)
+	wantAlert(t, h.dialExplicitTunnel("api.example.test:443"), hello)
 	if r := h.record("tunnel", byHost(KindConnect, "api.example.test")); r.Allowed || r.Rule != rule {
 		t.Fatalf("tunnel: record %+v", r)
 	}

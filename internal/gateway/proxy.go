@@ -371,8 +371,8 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	if h.ech {
 		if err := p.HostPolicy().CheckECH(host, dst.Port()); err != nil {
 			p.refusal(err, rec)
-			reset(c)
-			return true
+			p.refuseTLS(c, h.head, rec)
+			return false
 		}
 	}
 	if h.kind == KindHTTP {
@@ -392,11 +392,13 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	cancel()
 	rec.Addr, rec.Rule = up.addr, up.route
 	if err != nil {
-		status, msg := p.refusal(err, rec)
-		if h.kind == KindHTTP {
-			p.answer(c, status, msg, rec)
+		p.refusal(err, rec)
+		if h.kind == KindTLS && !rec.Allowed {
+			p.refuseTLS(c, h.head, rec)
 			return false
 		}
+		// Refused without a way to say why, or an upstream that cannot be reached: a reset,
+		// which a client takes as it would from the host itself (and tries its next address).
 		reset(c)
 		return true
 	}
@@ -593,6 +595,36 @@ func (p *Proxy) answer(c net.Conn, status int, msg string, rec *Record) {
 	c.SetWriteDeadline(time.Now().Add(p.headerTimeout()))
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		status, http.StatusText(status), len(body), body)
+	lingerClose(c)
+}
+
+// alertAccessDenied is TLS's access_denied alert (RFC 8446 section 6.2: access control was
+// applied and the sender decided not to proceed), the one a refused ClientHello gets. Clients
+// print it as what it is: OpenSSL's (curl, Node, Python, apt) "tlsv1 alert access denied", Go's
+// "remote error: tls: access denied". handshake_failure (40), the other candidate, reads as a
+// cipher or version mismatch and sends people looking for one.
+const alertAccessDenied = 49
+
+// refuseTLS answers a refused ClientHello (hello: the bytes of its records, as sniffed) with a
+// fatal access_denied alert and ends the connection. The record goes out at once, as with answer.
+func (p *Proxy) refuseTLS(c net.Conn, hello []byte, rec *Record) {
+	rec.Duration = time.Since(rec.Time)
+	p.audit(*rec)
+	p.sendAlert(c, hello)
+}
+
+// sendAlert writes a fatal access_denied alert record in the clear, as a server does before its
+// ServerHello, and closes c. The record's version is the one the ClientHello asked for, at
+// most TLS 1.2's 3.3, which TLS 1.3 puts in every record (RFC 8446 section 5.1); an old client
+// that asked for 3.1 would drop a 3.3 record unread.
+func (p *Proxy) sendAlert(c net.Conn, hello []byte) {
+	minor := byte(3)
+	// hello: a record header (5 bytes), the handshake header (4), then legacy_version.
+	if len(hello) > 10 && hello[9] == 3 && hello[10] < minor {
+		minor = hello[10]
+	}
+	c.SetWriteDeadline(time.Now().Add(p.headerTimeout()))
+	c.Write([]byte{21, 3, minor, 0, 2, 2, alertAccessDenied}) // alert, version, length 2, fatal
 	lingerClose(c)
 }
 
@@ -1051,13 +1083,17 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, ec *explicitConn
 	if h.host != "" && !p.sameHost(host, h.host) {
 		rec.Allowed = false
 		rec.Rule = fmt.Sprintf("CONNECT to %s carried a request for %s", host, h.host)
+		if h.kind == KindTLS {
+			p.sendAlert(c, h.head)
+			return
+		}
 		reset(c)
 		return
 	}
 	if h.ech {
 		if err := p.HostPolicy().CheckECH(host, port); err != nil {
 			p.refusal(err, rec)
-			reset(c)
+			p.sendAlert(c, h.head)
 			return
 		}
 	}

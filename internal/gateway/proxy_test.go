@@ -538,6 +538,44 @@ func wantReset(t *testing.T, c net.Conn, send []byte) {
 	}
 }
 
+// wantAlert checks that the proxy answered the ClientHello send on c with a fatal
+// access_denied alert in a TLS 1.2 record (the version Go's ClientHello asks for), then the end
+// of the stream: no reset that could destroy the alert before a client reads it.
+func wantAlert(t *testing.T, c net.Conn, send []byte) {
+	t.Helper()
+	if _, err := c.Write(send); err != nil {
+		t.Fatalf("sending the ClientHello: %v", err)
+	}
+	got, err := io.ReadAll(c)
+	if want := []byte{21, 3, 3, 0, 2, 2, 49}; err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("answer to a ClientHello: %x, %v; want the access_denied alert %x and the end", got, err, want)
+	}
+}
+
+// The alert's record version is the one the ClientHello asked for, at most TLS 1.2's.
+func TestAlertVersion(t *testing.T) {
+	p := &Proxy{}
+	for _, tc := range []struct {
+		name  string
+		hello []byte
+		minor byte
+	}{
+		{"TLS 1.3 (legacy 1.2)", clientHello(t, "x.example.test"), 3},
+		{"TLS 1.0 only", []byte{22, 3, 1, 0, 50, 1, 0, 0, 46, 3, 1}, 1},
+		{"TLS 1.1 only", []byte{22, 3, 1, 0, 50, 1, 0, 0, 46, 3, 2}, 2},
+		{"a version from the future", []byte{22, 3, 1, 0, 50, 1, 0, 0, 46, 3, 9}, 3},
+		{"too short to say", []byte{22, 3, 1}, 3},
+	} {
+		client, server := net.Pipe()
+		go p.sendAlert(server, tc.hello)
+		got, _ := io.ReadAll(client)
+		client.Close()
+		if want := []byte{21, 3, tc.minor, 0, 2, 2, 49}; !bytes.Equal(got, want) {
+			t.Errorf("%s: %x, want %x", tc.name, got, want)
+		}
+	}
+}
+
 func TestDenied(t *testing.T) {
 	h := newHarness(t, nil)
 	sni := func(name string) []byte { return clientHello(t, name) }
@@ -546,6 +584,7 @@ func TestDenied(t *testing.T) {
 		dst   string // a transparent connection to it; "" = the explicit proxy
 		send  []byte
 		reset bool   // else a 403 answer
+		alert bool   // a TLS access_denied alert
 		host  string // in the record
 		rule  string // in the answer and, unless audit says otherwise, the record
 		audit string // in the record: with the address a name resolved to, which the answer never names
@@ -564,12 +603,12 @@ func TestDenied(t *testing.T) {
 		{name: "http name loopback", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: loop.example.test\r\n\r\n"), host: "loop.example.test", rule: "loop.example.test resolves to a loopback address; a service on the host is " + route, audit: "resolves to 127.0.0.1, a loopback address"},
 		{name: "http name all denied", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: mixed.example.test\r\n\r\n"), host: "mixed.example.test", rule: "mixed.example.test resolves to a private address", audit: "resolves to 10.0.0.1"},
 		{name: "http localhost", dst: public.String() + ":80", send: []byte("GET / HTTP/1.1\r\nHost: localhost:8080\r\n\r\n"), host: "localhost", rule: "localhost resolves to a loopback address; a service on the host is " + route, audit: "localhost resolves to 127.0.0.1, a loopback address"},
-		{name: "tls name private", dst: public.String() + ":443", send: sni("evil.example.test"), reset: true, host: "evil.example.test", audit: "resolves to 10.0.0.1"},
-		{name: "tls name metadata", dst: public.String() + ":443", send: sni("meta.example.test"), reset: true, host: "meta.example.test", audit: "cloud metadata"},
-		{name: "tls name loopback", dst: public.String() + ":443", send: sni("loop.example.test"), reset: true, host: "loop.example.test", audit: "loopback"},
-		{name: "tls localhost", dst: public.String() + ":443", send: sni("svc.localhost"), reset: true, host: "svc.localhost", audit: "svc.localhost resolves to 127.0.0.1, a loopback address"},
-		{name: "tls no sni metadata", dst: "169.254.169.254:443", send: sni(""), reset: true, audit: "169.254.169.254 is the cloud metadata address"},
-		{name: "tls no sni loopback", dst: "127.0.0.1:443", send: sni(""), reset: true, audit: "127.0.0.1 is a loopback address"},
+		{name: "tls name private", dst: public.String() + ":443", send: sni("evil.example.test"), alert: true, host: "evil.example.test", audit: "resolves to 10.0.0.1"},
+		{name: "tls name metadata", dst: public.String() + ":443", send: sni("meta.example.test"), alert: true, host: "meta.example.test", audit: "cloud metadata"},
+		{name: "tls name loopback", dst: public.String() + ":443", send: sni("loop.example.test"), alert: true, host: "loop.example.test", audit: "loopback"},
+		{name: "tls localhost", dst: public.String() + ":443", send: sni("svc.localhost"), alert: true, host: "svc.localhost", audit: "svc.localhost resolves to 127.0.0.1, a loopback address"},
+		{name: "tls no sni metadata", dst: "169.254.169.254:443", send: sni(""), alert: true, audit: "169.254.169.254 is the cloud metadata address"},
+		{name: "tls no sni loopback", dst: "127.0.0.1:443", send: sni(""), alert: true, audit: "127.0.0.1 is a loopback address"},
 		{name: "tcp private", dst: "10.0.0.1:22", send: []byte("SSH-2.0-OpenSSH_9.2\r\n"), reset: true, audit: "10.0.0.1 is a private address"},
 		{name: "tcp ula", dst: "[fd00::1]:22", send: []byte{0, 1, 2}, reset: true, audit: "fd00::1 is a unique local address"},
 		{name: "tcp synthetic unknown", dst: "198.18.9.9:22", send: []byte{0, 1, 2}, reset: true, audit: "198.18.9.9 is a benchmarking address"},
@@ -595,9 +634,12 @@ func TestDenied(t *testing.T) {
 				kind = strings.Fields(tt.name)[0]
 			}
 			var body string
-			if tt.reset {
+			switch {
+			case tt.alert:
+				wantAlert(t, c, tt.send)
+			case tt.reset:
 				wantReset(t, c, tt.send)
-			} else {
+			default:
 				var status int
 				status, body = rawHTTP(t, c, string(tt.send))
 				if status != http.StatusForbidden {

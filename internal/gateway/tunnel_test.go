@@ -19,7 +19,7 @@ func TestConnectInsideMustMatch(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || !strings.HasPrefix(string(buf), "HTTP/1.1 200") {
 		t.Fatalf("CONNECT: %q %v", buf, err)
 	}
-	wantReset(t, c, clientHello(t, "other.example.test"))
+	wantAlert(t, c, clientHello(t, "other.example.test"))
 	r := h.record("the refused tunnel", func(r Record) bool { return r.Kind == KindConnect })
 	if r.Allowed || r.Rule != "CONNECT to api.example.test carried a request for other.example.test" {
 		t.Fatalf("record %+v", r)
