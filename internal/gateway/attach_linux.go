@@ -137,10 +137,14 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 		audit = func(r Record) { r.SandboxID = id; g.cfg.Audit(r) }
 	}
 	a := &attachment{}
+	// The names this sandbox's policy refuses, by the address its resolver answers each with;
+	// its proxy reads them back. One per attachment: what a sandbox is refused is its own.
+	refused := &RefusedNames{}
 	a.proxy = &Proxy{
 		Sandbox:       name,
 		Routes:        g.cfg.Routes,
 		SyntheticHost: g.names.Host,
+		Refused:       refused,
 		OriginalDst:   OriginalDst,
 		Policy:        g.cfg.Policy,
 		Lookup:        g.cfg.Lookup,
@@ -169,7 +173,7 @@ func (g *Gateway) Attach(id, name string, ns *os.File, hp *HostPolicy) (retErr e
 	// Before the first server: no connection is decided without the policy (until then they
 	// wait in the listeners' backlogs).
 	a.proxy.SetHostPolicy(hp)
-	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Addrs: g.cfg.Policy, Audit: audit, Sandbox: name, Policy: a.proxy.HostPolicy}
+	res := &Resolver{Names: g.names, Lookup: g.cfg.Lookup, Addrs: g.cfg.Policy, Audit: audit, Sandbox: name, Policy: a.proxy.HostPolicy, Refused: refused}
 	for _, ln := range socks.proxy {
 		a.serve(func() error { return a.proxy.Serve(ln) })
 	}

@@ -33,9 +33,13 @@ const (
 	tcpIdleTimeout = 10 * time.Second
 
 	// syntheticTTL is short because routes change with a daemon restart; answerTTL is the TTL of
-	// the host resolver's answers, which do not carry their own.
+	// the host resolver's answers, which do not carry their own. refusedTTL, of the address that
+	// stands for a refused name, is the shortest a cache honours (0 means "use once", which some
+	// treat oddly): a client that resolves again after a change of policy gets the real
+	// addresses within a second.
 	syntheticTTL = 5
 	answerTTL    = 30
+	refusedTTL   = 1
 
 	// udpMinSize is what every client accepts over UDP (RFC 1035); ednsSize is the most the
 	// resolver sends over UDP whatever the client advertises (DNS flag day 2020: one unfragmented
@@ -52,13 +56,16 @@ const (
 )
 
 // Resolver is the DNS server of one sandbox, served on its loopback (UDP and TCP, DNSPort). A
-// routed host (see Names) resolves to its synthetic IPv4 address and has no IPv6 address;
-// localhost and names under .localhost resolve to the sandbox's own loopback (RFC 6761); other
-// A and AAAA questions get the host resolver's addresses (the same lookup as the proxy's, see
-// hostLookup), minus any in SyntheticPrefix and any the gateway would refuse to dial (Addrs, and
-// the sandbox's deny rules on addresses), so a sandbox learns no private address by asking; other
-// question types get an empty answer at once. The proxy still checks the address it dials. The
-// zero value with Sandbox set is ready; a Resolver must not be copied once it serves.
+// routed host (see Names) resolves to its synthetic IPv4 address and has no IPv6 address; a
+// name the sandbox's egress policy refuses resolves to an address of RefusedPrefix (see
+// RefusedNames) and has no IPv6 address, so that the client's connection reaches the proxy,
+// which tells it why it is refused; localhost and names under .localhost resolve to the
+// sandbox's own loopback (RFC 6761); other A and AAAA questions get the host resolver's
+// addresses (the same lookup as the proxy's, see hostLookup), minus any in SyntheticPrefix and
+// any the gateway would refuse to dial (Addrs, and the sandbox's deny rules on addresses), so a
+// sandbox learns no private address by asking; other question types get an empty answer at
+// once. The proxy still checks the address it dials. The zero value with Sandbox set is ready;
+// a Resolver must not be copied once it serves.
 type Resolver struct {
 	// Names are the routed hosts; nil means none.
 	Names *Names
@@ -78,9 +85,14 @@ type Resolver struct {
 	// query). nil: discarded.
 	Log *slog.Logger
 	// Policy returns the sandbox's egress policy at the time of a query; a name it refuses on
-	// every port is answered NXDOMAIN (Record.Rule names the rule), and an address a deny rule
-	// names for every port is left out of answers. nil: every name is answered.
+	// every port is answered with an address of Refused (Record.Rule names the rule), and an
+	// address a deny rule names for every port is left out of answers. nil: every name is
+	// answered.
 	Policy func() *HostPolicy
+	// Refused gives the names Policy refuses their addresses; the sandbox's proxy reads them
+	// back. nil: a refused name is answered NXDOMAIN, which clients report as a name that does
+	// not resolve.
+	Refused *RefusedNames
 
 	once    sync.Once
 	queries chan struct{} // a slot per query in flight
@@ -225,6 +237,7 @@ type response struct {
 	answers  []netip.Addr
 	ptr      string // the target of a PTR answer, when there is one
 	ttl      uint32
+	refused  bool // the policy refuses the name: answered, but not allowed (Record.Allowed)
 	edns     bool // the query had an OPT record, so the answer has one
 	limit    int  // the most bytes the client takes
 }
@@ -282,7 +295,7 @@ func (r *Resolver) answer(ctx context.Context, query []byte, limit int, busy boo
 		rec.Rule = "servfail" // the answer could not be packed
 	}
 	if r.Audit != nil {
-		rec.Allowed = m.rcode == dnsmessage.RCodeSuccess
+		rec.Allowed = m.rcode == dnsmessage.RCodeSuccess && !m.refused
 		rec.Answers = m.answers[:min(len(m.answers), maxAuditAnswers)]
 		rec.AnswerCount = len(m.answers)
 		rec.BytesDown = int64(len(resp))
@@ -367,11 +380,10 @@ func (r *Resolver) resolve(ctx context.Context, m *response, host string, busy b
 	if r.Policy != nil {
 		hp = r.Policy()
 	}
-	// A name the sandbox may not reach does not exist for it: tools fail at once with a clear
-	// "could not resolve", and the host's resolver is not asked about it.
+	// A name the sandbox may not reach: the host's resolver is not asked about it.
 	var hd *HostDenied
 	if errors.As(hp.CheckName(host), &hd) {
-		m.rcode = dnsmessage.RCodeNameError
+		r.refuse(m, host)
 		return hd.Rule
 	}
 	if a, ok := r.Names.Addr(host); ok {
@@ -435,6 +447,25 @@ func (r *Resolver) resolve(ctx context.Context, m *response, host string, busy b
 		return fmt.Sprintf("withheld %d addresses: %s, ...", withheld, first)
 	}
 	return ""
+}
+
+// refuse answers a question for host, a name the sandbox's policy refuses on every port. An A
+// question gets the address of RefusedPrefix that stands for it: the client connects, and the
+// proxy answers with the refusal where the client shows it (a 403 and the rule for HTTP, an
+// access_denied alert for TLS), where NXDOMAIN made "apt-get update" report a DNS fault and
+// exit 0. Other types get an empty answer, as for a routed host: no AAAA, so the client takes
+// the IPv4 address at once; no HTTPS or SRV records. NXDOMAIN stays where there is nothing to
+// connect to: no Refused (a resolver on its own), and a name no client could send in a Host
+// header or SNI (validHost), which the proxy never sees and the map should not hold.
+func (r *Resolver) refuse(m *response, host string) {
+	if r.Refused == nil || !validHost(host) {
+		m.rcode = dnsmessage.RCodeNameError
+		return
+	}
+	m.refused, m.ttl = true, refusedTTL
+	if m.question.Type == dnsmessage.TypeA {
+		m.answers = []netip.Addr{r.Refused.Addr(host)}
+	}
 }
 
 // refused says why the proxy would refuse to dial a, an address host resolved to, on every

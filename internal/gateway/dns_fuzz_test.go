@@ -36,7 +36,8 @@ func fuzzLookup(_ context.Context, host string) ([]netip.Addr, error) {
 // FuzzResolverPacket feeds arbitrary bytes, as a sandbox may send them, to the function that
 // turns one query into one answer. Whatever the bytes: no panic; no answer only for what has no
 // ID or is a response; otherwise an answer that parses, echoes the ID, fits the transport, and
-// never gives a name that is not routed an address in the synthetic range.
+// never gives a name that is not routed an address in the synthetic range, except a name a
+// closed policy refuses the address that stands for it.
 func FuzzResolverPacket(f *testing.F) {
 	q := func(name string, typ dnsmessage.Type, edns int) []byte {
 		return queryMsg(f, 0x1234, question(name, typ), edns)
@@ -51,6 +52,7 @@ func FuzzResolverPacket(f *testing.F) {
 		q("slow.example.test.", dnsmessage.TypeHTTPS, 1232),
 		q("1.0.18.198.in-addr.arpa.", dnsmessage.TypePTR, 0),
 		q("localhost.", dnsmessage.TypeA, 0),
+		q("Refused.Example.Test.", dnsmessage.TypeA, 0),
 		q("a.localhost.", dnsmessage.TypeAAAA, 0),
 		q(".", dnsmessage.TypeA, 0),
 		{}, {0x12}, make([]byte, 12),
@@ -62,44 +64,56 @@ func FuzzResolverPacket(f *testing.F) {
 		f.Add(seed)
 	}
 	names := NewNames(testRoutes)
-	r := &Resolver{Names: names, Lookup: fuzzLookup, Sandbox: "fuzz"}
-	r.init()
+	open := &Resolver{Names: names, Lookup: fuzzLookup, Sandbox: "fuzz"}
+	open.init()
+	refused := &RefusedNames{}
+	policy := &HostPolicy{Closed: true, Allow: []HostRule{{Host: "real.example.test"}, {Host: "routed.example.test"}}}
+	closed := &Resolver{Names: names, Lookup: fuzzLookup, Sandbox: "fuzz", Policy: func() *HostPolicy { return policy }, Refused: refused}
+	closed.init()
 	f.Fuzz(func(t *testing.T, query []byte) {
 		var want dnsmessage.Message
 		wantErr := want.Unpack(query)
-		for _, limit := range []int{udpMinSize, tcpMaxSize} {
-			for _, busy := range []bool{false, true} {
-				resp := r.answer(context.Background(), query, limit, busy)
-				if resp == nil {
-					if len(query) >= 12 && query[2]&0x80 == 0 {
-						t.Fatalf("no answer to a query with an ID (limit %d, busy %v)", limit, busy)
-					}
-					continue
-				}
-				if len(query) < 12 || query[2]&0x80 != 0 {
-					t.Fatalf("an answer %x to a message without an ID or to a response", resp)
-				}
-				if len(resp) > max(limit, ednsSize) {
-					t.Fatalf("an answer of %d bytes over a transport taking %d", len(resp), limit)
-				}
-				var m dnsmessage.Message
-				if err := m.Unpack(resp); err != nil {
-					t.Fatalf("the answer %x does not parse: %v", resp, err)
-				}
-				if id := binary.BigEndian.Uint16(query); m.ID != id || !m.Response {
-					t.Fatalf("answer header %+v to query %d", m.Header, id)
-				}
-				if m.RCode == dnsmessage.RCodeSuccess && wantErr == nil && (len(m.Questions) != 1 || len(want.Questions) != 1 || m.Questions[0] != want.Questions[0]) {
-					t.Fatalf("answer questions %v to questions %v", m.Questions, want.Questions)
-				}
-				for _, rr := range m.Answers {
-					a, ok := rr.Body.(*dnsmessage.AResource)
-					if !ok {
+		for _, r := range []*Resolver{open, closed} {
+			for _, limit := range []int{udpMinSize, tcpMaxSize} {
+				for _, busy := range []bool{false, true} {
+					resp := r.answer(context.Background(), query, limit, busy)
+					if resp == nil {
+						if len(query) >= 12 && query[2]&0x80 == 0 {
+							t.Fatalf("no answer to a query with an ID (limit %d, busy %v)", limit, busy)
+						}
 						continue
 					}
-					addr := netip.AddrFrom4(a.A)
-					if want, ok := names.Addr(rr.Header.Name.String()); names.Synthetic(addr) && (!ok || want != addr) {
-						t.Fatalf("%s answered %v", rr.Header.Name, addr)
+					if len(query) < 12 || query[2]&0x80 != 0 {
+						t.Fatalf("an answer %x to a message without an ID or to a response", resp)
+					}
+					if len(resp) > max(limit, ednsSize) {
+						t.Fatalf("an answer of %d bytes over a transport taking %d", len(resp), limit)
+					}
+					var m dnsmessage.Message
+					if err := m.Unpack(resp); err != nil {
+						t.Fatalf("the answer %x does not parse: %v", resp, err)
+					}
+					if id := binary.BigEndian.Uint16(query); m.ID != id || !m.Response {
+						t.Fatalf("answer header %+v to query %d", m.Header, id)
+					}
+					if m.RCode == dnsmessage.RCodeSuccess && wantErr == nil && (len(m.Questions) != 1 || len(want.Questions) != 1 || m.Questions[0] != want.Questions[0]) {
+						t.Fatalf("answer questions %v to questions %v", m.Questions, want.Questions)
+					}
+					for _, rr := range m.Answers {
+						a, ok := rr.Body.(*dnsmessage.AResource)
+						if !ok {
+							continue
+						}
+						addr, name := netip.AddrFrom4(a.A), rr.Header.Name.String()
+						want, routed := names.Addr(name)
+						switch {
+						case RefusedPrefix.Contains(addr):
+							if h, ok := refused.Host(addr); r != closed || !ok || h != normalizeHost(name) || policy.CheckName(name) == nil {
+								t.Fatalf("%s answered %v, which stands for %q", name, addr, h)
+							}
+						case names.Synthetic(addr) && (!routed || want != addr):
+							t.Fatalf("%s answered %v", name, addr)
+						}
 					}
 				}
 			}

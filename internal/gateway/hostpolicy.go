@@ -138,8 +138,8 @@ func (p *HostPolicy) Check(host string, port uint16) error {
 }
 
 // CheckName returns nil if the policy lets the sandbox reach host on some port, else a
-// *HostDenied: the resolver answers such a name NXDOMAIN, so a client fails at once and learns
-// nothing of the name's addresses.
+// *HostDenied: the resolver answers such a name with an address of RefusedPrefix, so a client
+// learns nothing of the name's addresses and hears the refusal from the proxy.
 func (p *HostPolicy) CheckName(host string) error {
 	if p == nil {
 		return nil

@@ -90,8 +90,8 @@ func TestNamesFull(t *testing.T) {
 	}
 	n := NewNames(routes)
 	last, ok := n.Addr(routes[MaxNames-1].Host)
-	if !ok || last != netip.MustParseAddr("198.19.255.254") || !n.Synthetic(last) {
-		t.Errorf("last host got %v, %v; want 198.19.255.254", last, ok)
+	if !ok || last != netip.MustParseAddr("198.19.251.255") || !n.Synthetic(last) {
+		t.Errorf("last host got %v, %v; want 198.19.251.255, the last address below RefusedPrefix", last, ok)
 	}
 	if a, ok := n.Addr(routes[MaxNames].Host); ok {
 		t.Errorf("a host beyond MaxNames got %v", a)

@@ -106,7 +106,7 @@ var deniedRanges = []struct {
 	{netip.MustParsePrefix("168.63.129.16/32"), "cloud metadata (Azure WireServer)"},
 	{netip.MustParsePrefix("172.16.0.0/12"), rulePrivate},
 	{netip.MustParsePrefix("192.168.0.0/16"), rulePrivate},
-	{netip.MustParsePrefix("198.18.0.0/15"), "a benchmarking address (198.18.0.0/15, the gateway's names for routed hosts)"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "a benchmarking address (198.18.0.0/15, the gateway's names for routed hosts and refused names)"},
 	{netip.MustParsePrefix("224.0.0.0/4"), "a multicast address"},
 	{netip.MustParsePrefix("255.255.255.255/32"), "the broadcast address"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "a reserved address (240.0.0.0/4)"},

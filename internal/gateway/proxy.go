@@ -41,6 +41,12 @@ type Proxy struct {
 	// SyntheticHost names the routed host behind a synthetic address (198.18.0.0/15) the
 	// gateway's resolver handed out. nil: there are none.
 	SyntheticHost func(netip.Addr) (string, bool)
+	// Refused names the names the sandbox's resolver refused, by the addresses of
+	// RefusedPrefix it answered them with (Resolver.Refused). A connection to such an address
+	// that names a host (SNI, Host) is decided by that name, as every connection is; one that
+	// names none is refused (refusedAddr). nil: none known, and such a connection is refused
+	// without a name.
+	Refused *RefusedNames
 	// OriginalDst returns where a captured connection was going (SO_ORIGINAL_DST). A
 	// connection whose original destination is the listener's own address, or for which
 	// OriginalDst fails, was made to the explicit proxy. nil: every connection is.
@@ -141,14 +147,38 @@ func (p *Proxy) HostPolicy() *HostPolicy { return p.hostPolicy.Load() }
 
 // decide applies the sandbox's egress policy hp to host (a name, or an address asked for
 // directly) and port. An address the gateway's resolver handed out for a routed host is decided
-// by that host's name.
+// by that host's name; one it answered a refused name with is refused (refusedAddr).
 func (p *Proxy) decide(hp *HostPolicy, host string, port uint16) error {
 	if a, err := netip.ParseAddr(host); err == nil {
-		if name, ok := p.syntheticHost(a.Unmap()); ok {
+		a = a.Unmap()
+		if RefusedPrefix.Contains(a) {
+			return p.refusedAddr(hp, a, port)
+		}
+		if name, ok := p.syntheticHost(a); ok {
 			host = name
 		}
 	}
 	return hp.Check(host, port)
+}
+
+// refusedAddr is the refusal of a connection to port of a, an address of RefusedPrefix, that
+// names no host of its own (no SNI, no Host: a raw TCP protocol, or HTTP/1.0). It is refused
+// whatever the policy says now: a stands for the refusal the resolver answered, and the name
+// behind it may have been handed a's address since that answer (RefusedNames recycles them), so
+// dialling that name could carry the client's bytes to a host it never asked for. It names the
+// rule that refuses the name now, or, if the policy allows the name now, says to resolve it
+// again (the answer's TTL is a second).
+func (p *Proxy) refusedAddr(hp *HostPolicy, a netip.Addr, port uint16) error {
+	name, ok := p.Refused.Host(a)
+	if !ok {
+		return &HostDenied{Host: a.String(), Port: port,
+			Rule: "an address the gateway's resolver gives names the egress policy refuses (" + RefusedPrefix.String() + "); which name it stood for is no longer known"}
+	}
+	if err := hp.Check(name, port); err != nil {
+		return err
+	}
+	return &HostDenied{Host: name, Port: port,
+		Rule: "its address " + a.String() + " stood for its refusal when it was resolved; the egress policy allows it now: resolve it again"}
 }
 
 // ErrProxyClosed is returned by Serve after Close.
@@ -366,6 +396,7 @@ func (p *Proxy) serveTransparent(c net.Conn, dst netip.AddrPort, rec *Record) bo
 	}
 	rec.Host = host
 	if host == "" {
+		rec.Host, _ = p.Refused.Host(dst.Addr()) // the refused name the address stands for, if any
 		host = dst.Addr().String()
 	}
 	if h.ech {
@@ -1008,8 +1039,9 @@ func (p *Proxy) captured(w http.ResponseWriter, r *http.Request, ec *explicitCon
 	r.URL.Scheme = "http"
 	r.URL.Host = net.JoinHostPort(host, strconv.Itoa(int(ec.port)))
 	p.forward(w, r, rec)
-	if _, err := netip.ParseAddr(host); err == nil && r.Host == "" {
-		rec.Host = "" // only the address is known
+	if a, err := netip.ParseAddr(host); err == nil && r.Host == "" {
+		// Only the address is known, and the refused name it stands for if it does.
+		rec.Host, _ = p.Refused.Host(a)
 	}
 }
 
@@ -1025,6 +1057,19 @@ func (p *Proxy) sameHost(tunnel, name string) bool {
 		}
 	}
 	return false
+}
+
+// refuseRequest answers a request that could not be carried with the text of refusal: a 403
+// for a refusal, a 502 or 504 for an upstream that failed. A refusal on a captured connection
+// also closes it (Connection: close), as the transparent path's own answers do: the client
+// connected to one host, which is refused, and one that pipelines (apt) should not send the
+// rest of its requests after it.
+func (p *Proxy) refuseRequest(w http.ResponseWriter, r *http.Request, err error, rec *Record) {
+	status, msg := p.refusal(err, rec)
+	if ec, _ := r.Context().Value(explicitKey{}).(*explicitConn); ec != nil && ec.captured && !rec.Allowed {
+		w.Header().Set("Connection", "close")
+	}
+	plainError(w, status, msg)
 }
 
 func plainError(w http.ResponseWriter, status int, msg string) {
@@ -1178,8 +1223,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *Record) {
 	// Decided here and not only when the transport dials: a request may reuse a pooled
 	// connection that an earlier policy let through.
 	if err := p.decide(p.HostPolicy(), host, port); err != nil {
-		status, msg := p.refusal(err, rec)
-		plainError(w, status, msg)
+		p.refuseRequest(w, r, err, rec)
 		return
 	}
 	rec.Allowed = true
@@ -1300,12 +1344,10 @@ func (p *Proxy) forwardError(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case errors.As(err, &fe):
 		rec.Addr = fe.addr
-		status, msg := p.refusal(fe.err, rec)
-		plainError(w, status, msg)
+		p.refuseRequest(w, r, fe.err, rec)
 		return
 	case fw.refused != nil:
-		status, msg := p.refusal(fw.refused, rec)
-		plainError(w, status, msg)
+		p.refuseRequest(w, r, fw.refused, rec)
 		return
 	}
 	rec.Err = err.Error()

@@ -34,7 +34,7 @@ type Record struct {
 	// answer left without addresses the proxy would refuse (naming the first). A refusal by the
 	// sandbox's egress policy names its rule: "egress deny *.example.com", "egress closed:
 	// api.other.test:443 is not allowed" (for dns, without the port; the name is then answered
-	// NXDOMAIN).
+	// with an address of RefusedPrefix, see Resolver.Refused, and Allowed is false).
 	Allowed bool
 	Rule    string
 	// Err says what went wrong when a connection could not be carried although the policy

@@ -24,7 +24,8 @@ type EgressRecord struct {
 	// none was reached, and for dns.
 	Addr string `json:"addr"`
 	// Allowed says whether the policy let the connection through (for dns: whether the query
-	// was answered, possibly with no address).
+	// was answered, possibly with no address; false for a name the egress policy refuses, which
+	// is answered with an address that stands for the refusal).
 	Allowed bool `json:"allowed"`
 	// Rule names what decided: the rule that denied (naming the address and the range it is
 	// in), the route used, or for dns how it was answered ("route", "nxdomain", "servfail"...).
