@@ -95,8 +95,10 @@ func newCmdSecretCreate(f *Factory, runF func(*SecretCreateOptions) error) *cobr
 
 --host (repeatable) names the exact hosts the value may be sent to; --header the one request
 header it goes in; --format what that header holds, {value} standing for the secret (default
-{value}); --path-prefix limits it to requests under a path. The value comes from --from-file
-or --from-stdin (one final line break is dropped) and is never shown again.`,
+{value}): the gateway swaps the header only when a sandbox sends exactly that with the
+placeholder for {value}, so give the form the sandbox's client sends. --path-prefix limits it
+to requests under a path. The value comes from --from-file or --from-stdin (one final line
+break is dropped) and is never shown again.`,
 		Example: `  hiloop secret create openai --host api.openai.com --header authorization --format 'Bearer {value}' --from-file ~/.openai-key
   printf %s "$TOKEN" | hiloop secret create gh --host api.github.com --header authorization --format 'token {value}' --from-stdin`,
 		Args: exactArgs(1, "one secret NAME"),

@@ -71,66 +71,115 @@ type secretUse struct {
 	misuse   bool     // a placeholder was seen where it is not bound (or could not be replaced)
 }
 
-// applySecrets puts the values of bindings into the request r that the gateway re-originates
-// over TLS to host: a header value holding a binding's placeholder becomes the binding's
-// Format with the value, if the header is the binding's, host one of its Hosts, the request's
-// authority host itself (so a front shared by many hosts cannot route the value elsewhere) and
-// the path under its prefix. A placeholder anywhere else (another header, the URL, a trailer
-// announced, a binding whose value is gone) is left as it is and reported as misuse; so is one
-// in the body, which is checked as it streams (watchBody).
-func applySecrets(bindings []Binding, host string, r *http.Request) secretUse {
-	var use secretUse
-	authority := requestHost(r.Host)
+// secretValues reads, once for one request to host, the value of each binding bound to host
+// (values[i] is bindings[i]'s; nil when not bound there or gone). The value injected and the
+// value scrubbed from the answer are then the same, even if the secret is rotated in between;
+// the values live as long as the request.
+func secretValues(bindings []Binding, host string) [][]byte {
+	values := make([][]byte, len(bindings))
 	for i := range bindings {
 		b := &bindings[i]
-		ph := b.Placeholder
-		if ph == "" {
+		if b.Placeholder != "" && b.Value != nil && b.boundTo(host) {
+			values[i] = b.Value()
+		}
+	}
+	return values
+}
+
+// applySecrets puts the values of bindings (values, from secretValues) into the request r that
+// the gateway re-originates over TLS to host. A header is swapped only when it is exactly what
+// the client of a binding sends: the binding's header (the name in any case, as HTTP has it),
+// in one field line, whose value is byte for byte the binding's Format with the placeholder for
+// {value}; it becomes the Format with the value. The host must be one of the binding's Hosts,
+// the request's authority host itself (so a front shared by many hosts cannot route the value
+// elsewhere) and the path under its prefix. A placeholder, in any case, anywhere else is left
+// as it is and reported as misuse: in another header or the URL, inside a longer value
+// ("pre-PLACEHOLDER-post", "Basic PLACEHOLDER" for a Format "Bearer {value}"), in a second
+// field line of the header, or in a binding whose value is gone. So is one in the body, which
+// is checked as it streams (watchBody). Swapping only the exact value keeps the value out of
+// text the host may hand back whole (an error quoting the header it could not parse).
+func applySecrets(bindings []Binding, values [][]byte, host string, r *http.Request) secretUse {
+	var use secretUse
+	authority := requestHost(r.Host)
+	var fold []byte // a header value in lower case, to find a placeholder in any case
+	for i := range bindings {
+		b := &bindings[i]
+		if b.Placeholder == "" {
 			continue
 		}
+		ph := appendLower(nil, b.Placeholder)
 		here := b.boundTo(host) && authority == host && strings.HasPrefix(r.URL.Path, b.PathPrefix)
-		for name, values := range r.Header {
-			for j, v := range values {
-				if !strings.Contains(v, ph) {
+		want := b.formatted(b.Placeholder)
+		// Field lines of one name are one field, their values joined by commas (RFC 9110 5.3),
+		// and hosts differ in which line they read when there are two. The field's value is
+		// then no longer exactly the Format, so with two Authorization lines neither is
+		// swapped: swapping one would let the other travel with it, and which one the host
+		// reads (and may hand back) would be its choice.
+		lines := 0
+		for name, vs := range r.Header {
+			if strings.EqualFold(name, b.Header) {
+				lines += len(vs)
+			}
+		}
+		for name, vs := range r.Header {
+			for j, v := range vs {
+				fold = appendLower(fold[:0], v)
+				if !bytes.Contains(fold, ph) {
 					continue
 				}
-				if !here || !strings.EqualFold(name, b.Header) {
+				if !here || !strings.EqualFold(name, b.Header) || lines != 1 || v != want {
 					use.misuse = true
 					continue
 				}
-				value, ok := formatSecret(b)
+				value, ok := formatSecret(b, values[i])
 				if !ok {
 					use.misuse = true
 					continue
 				}
-				values[j] = value
+				vs[j] = value
 				if !slices.Contains(use.injected, b.label()) {
 					use.injected = append(use.injected, b.label())
 				}
 			}
 		}
-		if strings.Contains(r.URL.RawPath, ph) || strings.Contains(r.URL.Path, ph) ||
-			strings.Contains(r.URL.RawQuery, ph) || strings.Contains(r.URL.Fragment, ph) {
-			use.misuse = true
+		for _, part := range [...]string{r.URL.RawPath, r.URL.Path, r.URL.RawQuery, r.URL.Fragment} {
+			if fold = appendLower(fold[:0], part); bytes.Contains(fold, ph) {
+				use.misuse = true
+			}
 		}
 	}
 	return use
 }
 
-// formatSecret returns b's header value with its secret in it, or false when the secret is gone
-// or would break the header (a value with a line break could add headers of its own).
-func formatSecret(b *Binding) (string, bool) {
-	if b.Value == nil {
-		return "", false
-	}
-	v := b.Value()
-	if len(v) == 0 || !validHeaderValue(v) {
-		return "", false
-	}
+// formatted is b's header value with v for {value}.
+func (b *Binding) formatted(v string) string {
 	f := b.Format
 	if f == "" {
 		f = "{value}"
 	}
-	return strings.ReplaceAll(f, "{value}", string(v)), true
+	return strings.ReplaceAll(f, "{value}", v)
+}
+
+// formatSecret returns b's header value with v, its value for the request, in it; false when
+// the secret is gone or would break the header (a value with a line break could add headers
+// of its own).
+func formatSecret(b *Binding, v []byte) (string, bool) {
+	if len(v) == 0 || !validHeaderValue(v) {
+		return "", false
+	}
+	return b.formatted(string(v)), true
+}
+
+// appendLower appends s to dst with ASCII letters in lower case.
+func appendLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
 
 // validHeaderValue reports whether v may be an HTTP field value (RFC 9110 5.5): no control

@@ -219,7 +219,7 @@ func (t *terminated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The bindings are asked for on every request: a secret detached or rotated a moment ago
 	// is already gone or new here.
 	bindings := t.p.secretsFor(t.name)
-	use := applySecrets(bindings, t.name, r)
+	use := applySecrets(bindings, secretValues(bindings, t.name), t.name, r)
 	var bodyMisuse, sent atomic.Bool
 	r.Body = watchBody(r.Body, placeholders(bindings), &bodyMisuse)
 	// A secret counts as injected once the headers carrying it went to the verified host, not
@@ -396,5 +396,6 @@ func (c *prefixConn) CloseWrite() error {
 // plainMisuse reports whether a request the gateway carries in clear to host holds a
 // placeholder: it is sent as it is (no secret crosses the network in clear text) and audited.
 func (p *Proxy) plainMisuse(host string, r *http.Request) bool {
-	return applySecrets(p.secretsFor(host), "", r).misuse
+	bindings := p.secretsFor(host)
+	return applySecrets(bindings, secretValues(bindings, ""), "", r).misuse
 }

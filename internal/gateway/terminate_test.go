@@ -400,13 +400,30 @@ func TestApplySecrets(t *testing.T) {
 		misuse                     bool
 	}{
 		{"bound header", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"PH1"}}, http.Header{"X-Api-Key": {"v1"}}, "k", false},
+		{"bound header's name in another case", "a.test", "a.test", "/", http.Header{"x-api-key": {"PH1"}}, http.Header{"x-api-key": {"v1"}}, "k", false},
 		{"authority with port", "a.test", "a.test:443", "/", http.Header{"X-Api-Key": {"PH1"}}, http.Header{"X-Api-Key": {"v1"}}, "k", false},
-		{"format replaces the whole value", "b.test", "b.test", "/api/x", http.Header{"Authorization": {"Bearer PH2"}}, http.Header{"Authorization": {"token v2"}}, "PH2", false},
+		{"format exactly", "b.test", "b.test", "/api/x", http.Header{"Authorization": {"token PH2"}}, http.Header{"Authorization": {"token v2"}}, "PH2", false},
+		{"format, placeholder alone", "b.test", "b.test", "/api/x", http.Header{"Authorization": {"PH2"}}, http.Header{"Authorization": {"PH2"}}, "", true},
+		{"format, another scheme", "b.test", "b.test", "/api/x", http.Header{"Authorization": {"Bearer PH2"}}, http.Header{"Authorization": {"Bearer PH2"}}, "", true},
+		{"format in another case", "b.test", "b.test", "/api/x", http.Header{"Authorization": {"Token PH2"}}, http.Header{"Authorization": {"Token PH2"}}, "", true},
+		{"format with a space more", "b.test", "b.test", "/api/x", http.Header{"Authorization": {"token  PH2"}}, http.Header{"Authorization": {"token  PH2"}}, "", true},
+		{"prefix and suffix", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"pre-PH1-post"}}, http.Header{"X-Api-Key": {"pre-PH1-post"}}, "", true},
+		{"prefix", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"xPH1"}}, http.Header{"X-Api-Key": {"xPH1"}}, "", true},
+		{"suffix", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"PH1 "}}, http.Header{"X-Api-Key": {"PH1 "}}, "", true},
+		{"twice in the value", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"PH1PH1"}}, http.Header{"X-Api-Key": {"PH1PH1"}}, "", true},
+		{"placeholder in another case", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"ph1"}}, http.Header{"X-Api-Key": {"ph1"}}, "", true},
+		{"two lines, both the placeholder", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"PH1", "PH1"}}, http.Header{"X-Api-Key": {"PH1", "PH1"}}, "", true},
+		{"two lines, one the placeholder", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"mine", "PH1"}}, http.Header{"X-Api-Key": {"mine", "PH1"}}, "", true},
+		{"two lines under names in two cases", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"PH1"}, "x-api-key": {"mine"}},
+			http.Header{"X-Api-Key": {"PH1"}, "x-api-key": {"mine"}}, "", true},
 		{"other host", "b.test", "b.test", "/", http.Header{"X-Api-Key": {"PH1"}}, http.Header{"X-Api-Key": {"PH1"}}, "", true},
 		{"other authority", "a.test", "b.test", "/", http.Header{"X-Api-Key": {"PH1"}}, http.Header{"X-Api-Key": {"PH1"}}, "", true},
 		{"other header", "a.test", "a.test", "/", http.Header{"Cookie": {"x=PH1"}}, http.Header{"Cookie": {"x=PH1"}}, "", true},
-		{"path prefix", "a.test", "a.test", "/apix", http.Header{"Authorization": {"PH2"}}, http.Header{"Authorization": {"PH2"}}, "", true},
+		{"other header, exactly the placeholder", "a.test", "a.test", "/", http.Header{"X-Other": {"PH1"}, "X-Api-Key": {"PH1"}},
+			http.Header{"X-Other": {"PH1"}, "X-Api-Key": {"v1"}}, "k", true},
+		{"path prefix", "a.test", "a.test", "/apix", http.Header{"Authorization": {"token PH2"}}, http.Header{"Authorization": {"token PH2"}}, "", true},
 		{"in the query", "a.test", "a.test", "/?q=PH2", http.Header{}, http.Header{}, "", true},
+		{"in the query in another case", "a.test", "a.test", "/?q=pH2", http.Header{}, http.Header{}, "", true},
 		{"value gone", "a.test", "a.test", "/", http.Header{"X-Gone": {"PH3"}}, http.Header{"X-Gone": {"PH3"}}, "", true},
 		{"value breaks the header", "a.test", "a.test", "/", http.Header{"X-Crlf": {"PH4"}}, http.Header{"X-Crlf": {"PH4"}}, "", true},
 		{"no placeholder", "a.test", "a.test", "/", http.Header{"X-Api-Key": {"mine"}}, http.Header{"X-Api-Key": {"mine"}}, "", false},
@@ -415,7 +432,7 @@ func TestApplySecrets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("GET", "https://"+tc.authority+tc.url, nil)
 			r.Header = tc.header
-			use := applySecrets(bs, tc.host, r)
+			use := applySecrets(bs, secretValues(bs, tc.host), tc.host, r)
 			if got := strings.Join(use.injected, ","); got != tc.injected || use.misuse != tc.misuse {
 				t.Fatalf("injected %q misuse %v, want %q %v", got, use.misuse, tc.injected, tc.misuse)
 			}
@@ -423,6 +440,19 @@ func TestApplySecrets(t *testing.T) {
 				t.Fatalf("header %v, want %v", r.Header, tc.want)
 			}
 		})
+	}
+}
+
+// secretValues reads each value bound to the host once, and no other.
+func TestSecretValuesReadOnce(t *testing.T) {
+	var reads atomic.Int32
+	bs := []Binding{
+		{Header: "X-A", Hosts: []string{"a.test"}, Placeholder: "PH1", Value: func() []byte { reads.Add(1); return []byte("v1") }},
+		{Header: "X-B", Hosts: []string{"b.test"}, Placeholder: "PH2", Value: func() []byte { t.Error("a value not bound to the host was read"); return nil }},
+	}
+	values := secretValues(bs, "a.test")
+	if string(values[0]) != "v1" || values[1] != nil || reads.Load() != 1 {
+		t.Fatalf("values %q after %d reads", values, reads.Load())
 	}
 }
 
