@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"compress/gzip"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -29,6 +30,12 @@ import (
 // plain HTTP, and sets NAME_TLS_PORT and NAME_HTTP_PORT. Both answer every request with one line
 // per fact ("server NAME", "host H", "method M", "path P", then each request header, lower case,
 // sorted), so scripts can assert on what arrived; GET /bytes/N answers N bytes of data instead.
+// Each of those lines is also appended to $WORK/NAME-requests.log after the request's path
+// ("/v1/x x-api-key: VALUE"): what arrived, as the host saw it, where no answer (which the
+// egress gateway scrubs of secrets) can change it. Under /reflect the headers also come back
+// as header fields (reflect-NAME: VALUE); under /gzip the answer is gzip-compressed
+// (Content-Encoding: gzip, whatever the request accepts); under /br it is sent as it is but
+// labelled Content-Encoding: br.
 // GET /drip/N answers N bytes slowly (16 KiB every 10 ms), so a transfer of a large N is still
 // running when a script stops or kills something under it; GET /gate/KEY/N answers the first
 // half of N bytes at once and the rest once the script runs `opengate KEY`.
@@ -59,6 +66,7 @@ func cmdTestServer(ts *testscript.TestScript, neg bool, args []string) {
 	}
 
 	gates := ts.Value(gatesKey).(*gates)
+	requests := &requestLog{path: filepath.Join(ts.Getenv("WORK"), name+"-requests.log")}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if body, ok := bodyOf(r.URL.Path, gates); ok {
 			body(w, r)
@@ -69,10 +77,25 @@ func cmdTestServer(ts *testscript.TestScript, neg bool, args []string) {
 		for k, vs := range r.Header {
 			for _, v := range vs {
 				hdrs = append(hdrs, strings.ToLower(k)+": "+v)
+				if strings.HasPrefix(r.URL.Path, "/reflect") {
+					w.Header().Add("Reflect-"+k, v)
+				}
 			}
 		}
 		sort.Strings(hdrs)
-		fmt.Fprintln(w, strings.Join(append(lines, hdrs...), "\n"))
+		lines = append(lines, hdrs...)
+		requests.add(r.URL.Path, lines)
+		var out io.Writer = w
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/gzip"):
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			defer zw.Close()
+			out = zw
+		case strings.HasPrefix(r.URL.Path, "/br"):
+			w.Header().Set("Content-Encoding", "br")
+		}
+		fmt.Fprintln(out, strings.Join(lines, "\n"))
 	})
 	tlsSrv := httptest.NewUnstartedServer(handler)
 	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
@@ -85,6 +108,30 @@ func cmdTestServer(ts *testscript.TestScript, neg bool, args []string) {
 	for env, srv := range map[string]*httptest.Server{"_TLS_PORT": tlsSrv, "_HTTP_PORT": plain} {
 		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 		ts.Setenv(name+env, port)
+	}
+}
+
+// requestLog is a test server's $WORK/NAME-requests.log.
+type requestLog struct {
+	mu   sync.Mutex
+	path string
+}
+
+// add appends lines, each after path.
+func (l *requestLog) add(path string, lines []string) {
+	var b strings.Builder
+	for _, line := range lines {
+		b.WriteString(path + " " + line + "\n")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		panic(err) // the server's handler: net/http logs it and the request fails
+	}
+	defer f.Close()
+	if _, err := f.WriteString(b.String()); err != nil {
+		panic(err)
 	}
 }
 
