@@ -111,6 +111,7 @@ FUZZ_TARGETS := \
 	./internal/gateway:FuzzResolverPacket \
 	./internal/gateway:FuzzAddrPolicy \
 	./internal/gateway:FuzzSniff \
+	./internal/gateway:FuzzScrub \
 	./internal/modelroute:FuzzMeter \
 	./internal/tui/chat:FuzzMarkdown
 FUZZTIME ?= 60s

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -22,8 +23,11 @@ import (
 func TestGatewaySetSecrets(t *testing.T) {
 	ns := newNetNS(t)
 	upPool, _, leaf := newCA(t)
+	var got atomic.Pointer[string] // the X-Api-Key the host got last: its echo reaches the client scrubbed
 	up := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(rw, "x-api-key=%s\n", r.Header.Get("X-Api-Key"))
+		key := r.Header.Get("X-Api-Key")
+		got.Store(&key)
+		fmt.Fprintf(rw, "x-api-key=%s\n", key)
 	}))
 	up.TLS = &tls.Config{Certificates: []tls.Certificate{leaf}}
 	up.StartTLS()
@@ -87,8 +91,8 @@ func TestGatewaySetSecrets(t *testing.T) {
 			Value: func() []byte { return []byte("real-key-value") }}}
 	})
 	tr.CloseIdleConnections() // the tunnel already open stays a tunnel; the next connection is new
-	if issuer, body := get(); issuer != terminated || body != "x-api-key=real-key-value\n" {
-		t.Fatalf("with a secret: issuer %q, body %q; want terminated, value injected", issuer, body)
+	if issuer, body := get(); issuer != terminated || *got.Load() != "real-key-value" || body != "x-api-key="+phKey+"\n" {
+		t.Fatalf("with a secret: issuer %q, the host got %q, body %q; want terminated, value injected, echo scrubbed", issuer, *got.Load(), body)
 	}
 
 	g.SetSecrets("id1", nil)

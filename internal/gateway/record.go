@@ -50,10 +50,12 @@ type Record struct {
 	// its host. Secret names the secrets injected into its requests (comma-separated labels:
 	// a secret's name or placeholder, never its value); SecretMisuse reports a placeholder seen
 	// where it is not bound (another header, the URL, the body, another host, clear text),
-	// which was sent on unchanged.
+	// which was sent on unchanged. Scrubbed names the secrets whose values the host handed back
+	// in an answer, replaced by their placeholders before the sandbox read it (the same labels).
 	Terminated   bool
 	Secret       string
 	SecretMisuse bool
+	Scrubbed     string
 
 	QueryType   string       // dns only: the question's type ("A", "AAAA", "HTTPS", or a number)
 	Answers     []netip.Addr // dns only: the addresses answered, at most the first 16

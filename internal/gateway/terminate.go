@@ -4,7 +4,8 @@ package gateway
 // tunnelled. The gateway completes the handshake with the sandbox's client using a leaf the
 // daemon's CA mints for the host, reads the requests (HTTP/1.1 or HTTP/2, by ALPN), puts the
 // secret in where it is bound (applySecrets) and sends each request on to the real host over a
-// TLS connection of its own, verified as any client would verify it.
+// TLS connection of its own, verified as any client would verify it. Each answer is scrubbed of
+// the values of the secrets bound to the host before the client reads it (scrub.go).
 //
 // Only TLS is terminated: a plain-HTTP request to a bound host (port 80, or any request the
 // gateway reads in clear) never gets the secret, because the value would then cross the
@@ -108,6 +109,7 @@ type terminated struct {
 	handlers sync.WaitGroup // requests being served: the record is made once they are done
 	mu       sync.Mutex
 	secrets  []string // labels of the secrets injected, in order
+	scrubbed []string // labels of the secrets whose values were scrubbed from answers, in order
 	misuse   bool
 	err      string // the first request's failure
 }
@@ -154,7 +156,7 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 	defer tr.CloseIdleConnections()
 	t.forwarder = &httputil.ReverseProxy{
 		Rewrite:       t.rewrite,
-		Transport:     tr,
+		Transport:     scrubTransport{tr},
 		FlushInterval: -1, // streamed responses (server-sent events, long polls) flow as they come
 		ErrorHandler:  t.failed,
 		ErrorLog:      log.New(io.Discard, "", 0),
@@ -182,6 +184,9 @@ func (p *Proxy) serveTerminated(c net.Conn, head []byte, name string, port uint1
 	defer t.mu.Unlock()
 	if len(t.secrets) > 0 {
 		rec.Secret = strings.Join(t.secrets, ",")
+	}
+	if len(t.scrubbed) > 0 {
+		rec.Scrubbed = strings.Join(t.scrubbed, ",")
 	}
 	rec.SecretMisuse = t.misuse
 	switch {
@@ -219,34 +224,57 @@ func (t *terminated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The bindings are asked for on every request: a secret detached or rotated a moment ago
 	// is already gone or new here.
 	bindings := t.p.secretsFor(t.name)
-	use := applySecrets(bindings, secretValues(bindings, t.name), t.name, r)
+	values := secretValues(bindings, t.name)
+	use := applySecrets(bindings, values, t.name, r)
+	// The answer is scrubbed of every value bound to the host, not only those this request
+	// carried: a host may hand back a value it got in an earlier request.
+	scrub := newScrubber(bindings, values)
 	var bodyMisuse, sent atomic.Bool
 	r.Body = watchBody(r.Body, placeholders(bindings), &bodyMisuse)
 	// A secret counts as injected once the headers carrying it went to the verified host, not
 	// when the host could not be reached.
 	// An answer proves the headers went too: over HTTP/2 the writer may note WroteHeaders only
 	// after the response is back and the handler has returned.
-	r = r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+	r = r.WithContext(withScrubber(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
 		WroteHeaders:         func() { sent.Store(true) },
 		GotFirstResponseByte: func() { sent.Store(true) },
-	}))
-	t.forwarder.ServeHTTP(w, r)
-	t.mu.Lock()
-	for _, s := range use.injected {
-		if sent.Load() && !slices.Contains(t.secrets, s) {
-			t.secrets = append(t.secrets, s)
+	}), scrub))
+	// Noted also when the answer breaks off (the client went away mid-body): the value went,
+	// and the part of the answer read may have been scrubbed.
+	defer func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for _, s := range use.injected {
+			if sent.Load() && !slices.Contains(t.secrets, s) {
+				t.secrets = append(t.secrets, s)
+			}
 		}
-	}
-	t.misuse = t.misuse || use.misuse || bodyMisuse.Load()
-	t.mu.Unlock()
+		if scrub != nil {
+			for _, s := range scrub.scrubbed() {
+				if !slices.Contains(t.scrubbed, s) {
+					t.scrubbed = append(t.scrubbed, s)
+				}
+			}
+		}
+		t.misuse = t.misuse || use.misuse || bodyMisuse.Load()
+	}()
+	t.forwarder.ServeHTTP(w, r)
 }
 
-// rewrite makes the upstream request: the client's, to the real host over TLS.
+// rewrite makes the upstream request: the client's, to the real host over TLS. When its
+// answer is to be scrubbed, the host is asked for one the gateway can scrub whole: in an
+// encoding it can read, and not a range of it (a value cut by a range's edge would reach the
+// client in halves, neither of which is the value).
 func (t *terminated) rewrite(pr *httputil.ProxyRequest) {
 	forwardRewrite(pr)
 	pr.Out.URL.Scheme = "https"
 	pr.Out.URL.Host = t.authority
 	pr.Out.Host = pr.In.Host
+	if scrubberOf(pr.In.Context()) != nil {
+		pr.Out.Header.Set("Accept-Encoding", scrubAcceptEncoding(pr.In.Header.Values("Accept-Encoding")))
+		pr.Out.Header.Del("Range")
+		pr.Out.Header.Del("If-Range")
+	}
 }
 
 func (t *terminated) fail(msg string) {
@@ -272,14 +300,25 @@ func (t *terminated) failed(w http.ResponseWriter, r *http.Request, err error) {
 		plainError(w, status, msg)
 		return
 	}
-	t.fail("upstream: " + err.Error())
+	var refused *unscrubbable
+	if errors.As(err, &refused) {
+		t.fail(refused.Error())
+		plainError(w, http.StatusBadGateway, refused.Error())
+		return
+	}
+	// An error may quote what the host sent (a malformed status line): scrubbed as its answer.
+	msg := "upstream: " + err.Error()
+	if s := scrubberOf(r.Context()); s != nil {
+		msg, _ = s.text(msg)
+	}
+	t.fail(msg)
 	switch {
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads an answer.
 	case isTimeout(err):
-		plainError(w, http.StatusGatewayTimeout, "upstream: "+err.Error())
+		plainError(w, http.StatusGatewayTimeout, msg)
 	default:
-		plainError(w, http.StatusBadGateway, "upstream: "+err.Error())
+		plainError(w, http.StatusBadGateway, msg)
 	}
 }
 

@@ -37,7 +37,23 @@ type secretWorld struct {
 	release  chan struct{} // lets /stream send its second line
 	detached atomic.Bool   // Secrets answers nothing, as after detach
 	bindings []Binding
+	// got is what the host got in the last request it echoed, as it echoed it; the client
+	// reads the echo scrubbed of the values.
+	got atomic.Pointer[string]
+	// answer, when set, answers requests to .../answer in place of the echo.
+	answer atomic.Pointer[http.HandlerFunc]
 }
+
+// lastGot is what the host got in the last request it echoed.
+func (w *secretWorld) lastGot() string {
+	if s := w.got.Load(); s != nil {
+		return *s
+	}
+	return ""
+}
+
+// answerWith makes h answer requests to .../answer.
+func (w *secretWorld) answerWith(h http.HandlerFunc) { w.answer.Store(&h) }
 
 func newSecretWorld(t *testing.T, configure func(*Proxy)) *secretWorld {
 	t.Helper()
@@ -122,10 +138,18 @@ func (w *secretWorld) serveUpstream(rw http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if h := w.answer.Load(); h != nil && strings.HasSuffix(r.URL.Path, "/answer") {
+		(*h)(rw, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
-	fmt.Fprintf(rw, "host=%s sni=%s proto=%s uri=%s\n", r.Host, r.TLS.ServerName, r.Proto, r.RequestURI)
-	r.Header.Write(rw)
-	fmt.Fprintf(rw, "body=%s\n", body)
+	var echo strings.Builder
+	fmt.Fprintf(&echo, "host=%s sni=%s proto=%s uri=%s\n", r.Host, r.TLS.ServerName, r.Proto, r.RequestURI)
+	r.Header.Write(&echo)
+	fmt.Fprintf(&echo, "body=%s\n", body)
+	got := echo.String()
+	w.got.Store(&got)
+	io.WriteString(rw, got)
 }
 
 var zeros = make([]byte, 256<<10)
@@ -205,11 +229,17 @@ func TestTerminateInjects(t *testing.T) {
 			if r.status != 200 {
 				t.Fatalf("status %d: %s", r.status, r.body)
 			}
-			wantBody(t, r.body, "host=bound.example.test sni=bound.example.test", "uri=/v1/models?q=1",
+			got := w.lastGot()
+			wantBody(t, got, "host=bound.example.test sni=bound.example.test", "uri=/v1/models?q=1",
 				"X-Api-Key: real-key-value\r\n", "Authorization: Bearer real-token-value\r\n",
 				"proto=HTTP/2.0") // upstream speaks HTTP/2 when the real host offers it
-			if strings.Contains(r.body, "placeholder") {
-				t.Fatalf("a placeholder reached the host: %s", r.body)
+			if strings.Contains(got, "placeholder") {
+				t.Fatalf("a placeholder reached the host: %s", got)
+			}
+			// The host echoed the values; the client reads its placeholders in their place.
+			wantBody(t, r.body, "X-Api-Key: "+phKey+"\r\n", "Authorization: Bearer "+phToken+"\r\n")
+			if strings.Contains(r.body, "real-") {
+				t.Fatalf("a value reached the client: %s", r.body)
 			}
 			if r.issuer != "hiloop gateway CA" {
 				t.Fatalf("the client was shown a certificate issued by %q", r.issuer)
@@ -219,7 +249,7 @@ func TestTerminateInjects(t *testing.T) {
 			}
 			closeIdle(c)
 			rec := w.record("the terminated connection", byHost(tc.kind, "bound.example.test"))
-			if !rec.Allowed || !rec.Terminated || rec.Secret != "api-key,token" || rec.SecretMisuse || rec.Err != "" ||
+			if !rec.Allowed || !rec.Terminated || rec.Secret != "api-key,token" || rec.Scrubbed != "api-key,token" || rec.SecretMisuse || rec.Err != "" ||
 				rec.Addr != serverAddr(w.up) || rec.Port != 443 || rec.BytesUp < 200 || rec.BytesDown < 200 {
 				t.Fatalf("record %+v", rec)
 			}
@@ -234,7 +264,7 @@ func TestTerminateMisuse(t *testing.T) {
 		name   string
 		req    func() *http.Request
 		want   []string // in what the host got
-		secret string   // injected anyway
+		secret string   // injected anyway (and scrubbed from the echo)
 	}{
 		{"another header", func() *http.Request {
 			return newRequest(t, "GET", "https://bound.example.test/", "", "X-Other", phKey)
@@ -260,10 +290,13 @@ func TestTerminateMisuse(t *testing.T) {
 			if r.status != 200 {
 				t.Fatalf("status %d: %s", r.status, r.body)
 			}
-			wantBody(t, r.body, tc.want...)
+			wantBody(t, w.lastGot(), tc.want...)
+			if strings.Contains(r.body, "real-") {
+				t.Fatalf("a value reached the client: %s", r.body)
+			}
 			closeIdle(c)
 			rec := w.record("the terminated connection", byHost(KindTLS, "bound.example.test"))
-			if !rec.Terminated || !rec.SecretMisuse || rec.Secret != tc.secret {
+			if !rec.Terminated || !rec.SecretMisuse || rec.Secret != tc.secret || rec.Scrubbed != tc.secret {
 				t.Fatalf("record %+v", rec)
 			}
 		})
@@ -340,8 +373,8 @@ func TestTerminateRotationAndDetach(t *testing.T) {
 	w := newSecretWorld(t, nil)
 	c := w.client(t, false, true)
 	req := func() string {
-		r := w.do(t, c, newRequest(t, "GET", "https://bound.example.test/", "", "X-Api-Key", phKey))
-		return r.body
+		w.do(t, c, newRequest(t, "GET", "https://bound.example.test/", "", "X-Api-Key", phKey))
+		return w.lastGot()
 	}
 	wantBody(t, req(), "X-Api-Key: real-key-value\r\n")
 	rotated := "rotated-value"
