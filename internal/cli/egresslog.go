@@ -105,6 +105,9 @@ func egressLine(rec api.EgressRecord) string {
 	if rec.Secret {
 		why = strings.TrimSpace(why + " (secret injected)")
 	}
+	if rec.SecretScrubbed {
+		why = strings.TrimSpace(why + " (secret scrubbed from the answer)")
+	}
 	duration := (time.Duration(rec.DurationMS * float64(time.Millisecond))).Round(time.Millisecond).String()
 	line := fmt.Sprintf(egressFormat, strconv.FormatUint(rec.Seq, 10), rec.Time.Local().Format("2006-01-02T15:04:05"),
 		rec.Kind, dest, verdict, formatBytes(rec.BytesUp), formatBytes(rec.BytesDown), duration, why)

@@ -33,20 +33,21 @@ func egressAudit(l *egresslog.Log, log *slog.Logger, build func(gateway.Record))
 // egressRecord is r as the API shows it; the log numbers it.
 func egressRecord(r gateway.Record) api.EgressRecord {
 	rec := api.EgressRecord{
-		Time:         r.Time.UTC(),
-		Kind:         r.Kind,
-		Host:         r.Host,
-		Port:         r.Port,
-		Allowed:      r.Allowed,
-		Rule:         r.Rule,
-		Error:        r.Err,
-		BytesUp:      r.BytesUp,
-		BytesDown:    r.BytesDown,
-		DurationMS:   math.Round(float64(r.Duration)/float64(time.Microsecond)) / 1000,
-		Secret:       r.Secret != "",
-		SecretMisuse: r.SecretMisuse,
-		Terminated:   r.Terminated,
-		QueryType:    r.QueryType,
+		Time:           r.Time.UTC(),
+		Kind:           r.Kind,
+		Host:           r.Host,
+		Port:           r.Port,
+		Allowed:        r.Allowed,
+		Rule:           r.Rule,
+		Error:          r.Err,
+		BytesUp:        r.BytesUp,
+		BytesDown:      r.BytesDown,
+		DurationMS:     math.Round(float64(r.Duration)/float64(time.Microsecond)) / 1000,
+		Secret:         r.Secret != "",
+		SecretMisuse:   r.SecretMisuse,
+		Terminated:     r.Terminated,
+		QueryType:      r.QueryType,
+		SecretScrubbed: r.Scrubbed != "",
 	}
 	if r.Addr.IsValid() {
 		rec.Addr = r.Addr.String()

@@ -41,6 +41,10 @@ type EgressRecord struct {
 	// SecretMisuse says a secret's placeholder was seen where it is not bound (another host or
 	// header, the URL, the body, clear text) and was sent on unchanged.
 	SecretMisuse bool `json:"secret_misuse,omitempty"`
+	// SecretScrubbed says the host handed a secret's value back in an answer (a header, the
+	// body, a trailer), and the gateway replaced it with the placeholder before the sandbox
+	// read it.
+	SecretScrubbed bool `json:"secret_scrubbed,omitempty"`
 	// Terminated says the gateway terminated the TLS connection because a secret is bound to
 	// its host; every other HTTPS connection is tunnelled byte for byte.
 	Terminated bool   `json:"terminated,omitempty"`
