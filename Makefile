@@ -113,7 +113,15 @@ FUZZ_TARGETS := \
 	./internal/gateway:FuzzSniff \
 	./internal/gateway:FuzzScrub \
 	./internal/modelroute:FuzzMeter \
-	./internal/tui/chat:FuzzMarkdown
+	./internal/tui/chat:FuzzMarkdown \
+	./internal/eventlog:FuzzEncodeEvent \
+	./internal/harness/fake:FuzzRecordEncoding \
+	./internal/harness/fake:FuzzTextChunkLine \
+	./internal/session:FuzzCanonicalUpdate \
+	./internal/sshkey:FuzzParsePrivate \
+	./internal/yamlout:FuzzMarshal \
+	./pkg/api:FuzzShapesAsRegexps \
+	./pkg/client:FuzzStreamEvent
 FUZZTIME ?= 60s
 # FUZZPARALLEL limits the fuzzing workers (default: one per CPU). -fuzzminimizetime is cut from
 # its default of 60s, which would let minimizing one new input take a whole 60s budget.
