@@ -62,9 +62,10 @@ import re, statistics as st, sys
 work = sys.argv[1]
 def nums(name, conv=float):
     return [conv(x) for x in open(f"{work}/{name}") if x.strip()]
-def rate(line):  # dd's "... copied, 0.7 s, 1.5 GB/s" in MB/s
-    v, unit = re.search(r"([0-9.]+) ([kMG]B)/s", line).groups()
-    return float(v) * {"kB": 0.001, "MB": 1, "GB": 1000}[unit]
+def rate(line):  # dd's "1073741824 bytes (...) copied, 0.487512 s, 2.2 GB/s" in MB/s, from the
+    # bytes and seconds: the rate dd prints has two digits, a step of 5% at 2 GB/s
+    n, s = re.search(r"^([0-9]+) bytes .* copied, ([0-9.]+) s", line).groups()
+    return int(n) / float(s) / 1e6
 def secs(line):
     return float(re.search(r"copied, ([0-9.]+) s", line).group(1))
 rows = [
