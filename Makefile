@@ -114,6 +114,7 @@ FUZZ_TARGETS := \
 	./internal/gateway:FuzzScrub \
 	./internal/modelroute:FuzzMeter \
 	./internal/tui/chat:FuzzMarkdown \
+	./internal/acpview:FuzzDecode \
 	./internal/eventlog:FuzzEncodeEvent \
 	./internal/harness/fake:FuzzRecordEncoding \
 	./internal/harness/fake:FuzzTextChunkLine \

@@ -19,6 +19,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"github.com/spf13/cobra"
 
+	"github.com/hiloop/hiloop/internal/acpview"
 	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/internal/styles"
 	"github.com/hiloop/hiloop/internal/yamlout"
@@ -461,30 +462,30 @@ func (p *turnPrinter) event(ev api.SessionEvent) error {
 func (p *turnPrinter) show(ev api.SessionEvent) {
 	switch ev.Type {
 	case api.EventUpdate:
-		var u acpUpdate
-		if json.Unmarshal(ev.Data, &u) != nil {
+		u, err := acpview.Decode(ev.Data)
+		if err != nil {
 			return
 		}
-		switch u.SessionUpdate {
-		case "agent_message_chunk":
-			if text, ok := u.text(); ok {
+		switch u.Kind {
+		case acpview.KindAgentMessageChunk:
+			if text, ok := u.Text(); ok {
 				p.writeOut(text)
 			}
-		case "agent_thought_chunk":
-			if text, ok := u.text(); ok && p.thoughts {
+		case acpview.KindAgentThoughtChunk:
+			if text, ok := u.Text(); ok && p.thoughts {
 				p.writeErr(text)
 			}
-		case "tool_call":
-			p.titles[u.ToolCallID] = u.title()
+		case acpview.KindToolCall:
+			p.titles[u.ToolCallID] = u.TitleOr()
 			p.line("▸ tool " + toolCallLine(u))
-		case "tool_call_update":
-			if t := u.title(); t != "" {
+		case acpview.KindToolCallUpdate:
+			if t := u.TitleOr(); t != "" {
 				p.titles[u.ToolCallID] = t
 			}
 			if u.Status != nil && *u.Status != "" {
 				p.line(fmt.Sprintf("▸ %s %s", u.ToolCallID, *u.Status))
 			}
-		case "plan":
+		case acpview.KindPlan:
 			p.line("▸ plan")
 			for _, e := range u.Entries {
 				p.line(fmt.Sprintf("  [%s] %s", e.Status, e.Content))
@@ -745,45 +746,11 @@ func appendEventJSON(b []byte, ev api.SessionEvent) (_ []byte, ok bool) {
 	return append(b, "}\n"...), true
 }
 
-// acpUpdate is the part of an ACP SessionUpdate that hiloop shows.
-type acpUpdate struct {
-	SessionUpdate string `json:"sessionUpdate"`
-	// Content is a ContentBlock in message and thought chunks, a list in tool calls.
-	Content    json.RawMessage `json:"content"`
-	ToolCallID string          `json:"toolCallId"`
-	Title      *string         `json:"title"`
-	Kind       string          `json:"kind"`
-	Status     *string         `json:"status"`
-	Entries    []struct {
-		Content string `json:"content"`
-		Status  string `json:"status"`
-	} `json:"entries"`
-}
-
-// text returns a chunk's text, if it is a text chunk.
-func (u acpUpdate) text() (string, bool) {
-	var b struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(u.Content, &b) != nil || b.Type != "text" {
-		return "", false
-	}
-	return b.Text, true
-}
-
-func (u acpUpdate) title() string {
-	if u.Title == nil {
-		return ""
-	}
-	return *u.Title
-}
-
 // toolCallLine is "TITLE (kind) [ID]".
-func toolCallLine(u acpUpdate) string {
-	s := orUnnamed(u.title())
-	if u.Kind != "" {
-		s += " (" + u.Kind + ")"
+func toolCallLine(u acpview.Update) string {
+	s := orUnnamed(u.TitleOr())
+	if u.ToolKind != nil && *u.ToolKind != "" {
+		s += " (" + *u.ToolKind + ")"
 	}
 	return s + " [" + u.ToolCallID + "]"
 }
@@ -851,33 +818,33 @@ func eventSummary(ev api.SessionEvent) string {
 			return snippet(d.Text)
 		}
 	case api.EventUpdate:
-		var u acpUpdate
-		if json.Unmarshal(ev.Data, &u) != nil {
+		u, err := acpview.Decode(ev.Data)
+		if err != nil {
 			break
 		}
-		switch u.SessionUpdate {
-		case "tool_call":
-			s := u.SessionUpdate + " " + toolCallLine(u)
+		switch u.Kind {
+		case acpview.KindToolCall:
+			s := string(u.Kind) + " " + toolCallLine(u)
 			if u.Status != nil {
 				s += " " + *u.Status
 			}
 			return s
-		case "tool_call_update":
-			s := u.SessionUpdate + " [" + u.ToolCallID + "]"
-			if t := u.title(); t != "" {
+		case acpview.KindToolCallUpdate:
+			s := string(u.Kind) + " [" + u.ToolCallID + "]"
+			if t := u.TitleOr(); t != "" {
 				s += " " + t
 			}
 			if u.Status != nil {
 				s += " " + *u.Status
 			}
 			return s
-		case "plan":
+		case acpview.KindPlan:
 			return fmt.Sprintf("plan: %d entries", len(u.Entries))
 		}
-		if text, ok := u.text(); ok {
-			return u.SessionUpdate + " " + snippet(text)
+		if text, ok := u.Text(); ok {
+			return string(u.Kind) + " " + snippet(text)
 		}
-		return u.SessionUpdate
+		return string(u.Kind)
 	case api.EventPermission:
 		var d api.PermissionData
 		if json.Unmarshal(ev.Data, &d) == nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/hiloop/hiloop/internal/acpview"
 )
 
 // ExtMethod is the extension notification the ext directive sends.
@@ -33,12 +35,6 @@ type turn struct {
 	// The session id's JSON, for sendText.
 	sessionJSON []byte
 }
-
-// The kinds of text chunk sendText sends.
-const (
-	kindMessage = "agent_message_chunk"
-	kindThought = "agent_thought_chunk"
-)
 
 func (t *turn) run(text, cwd string) (acp.StopReason, error) {
 	path, ok := strings.CutPrefix(text, "run ")
@@ -83,7 +79,7 @@ func (t *turn) send(u acp.SessionUpdate) (acp.StopReason, error) {
 // sendText sends a text chunk of the given kind, as send(acp.UpdateAgentMessageText(text)) or
 // send(acp.UpdateAgentThoughtText(text)) would, the same bytes, for less; it holds the line back
 // to write it with the next ones (lineWriter).
-func (t *turn) sendText(kind, text string) (acp.StopReason, error) {
+func (t *turn) sendText(kind acpview.Kind, text string) (acp.StopReason, error) {
 	if t.ctx.Err() != nil {
 		return acp.StopReasonCancelled, nil
 	}
@@ -102,7 +98,7 @@ func (t *turn) sendText(kind, text string) (acp.StopReason, error) {
 }
 
 func (t *turn) say(text string) (acp.StopReason, error) {
-	reason, err := t.sendText(kindMessage, text)
+	reason, err := t.sendText(acpview.KindAgentMessageChunk, text)
 	if reason == "" && err == nil {
 		t.replies = append(t.replies, text)
 	}
@@ -123,7 +119,7 @@ func (t *turn) exec(s step) (acp.StopReason, error) {
 	case "message":
 		return t.say(s.text)
 	case "thought":
-		return t.sendText(kindThought, s.text)
+		return t.sendText(acpview.KindAgentThoughtChunk, s.text)
 	case "plan":
 		entries := make([]acp.PlanEntry, len(s.entries))
 		for i, e := range s.entries {

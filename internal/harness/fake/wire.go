@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/hiloop/hiloop/internal/acpview"
 )
 
 // textChunkLine appends to dst the session/update notification of a text chunk (kind
@@ -12,7 +14,7 @@ import (
 // the SDK encodes an update through a map (marshal, unmarshal, marshal again), which made up
 // most of the agent's CPU in a chatty script. The tests hold the two to the same bytes. session
 // is the session id's JSON, sessionJSON's.
-func textChunkLine(dst, session []byte, kind, text string) []byte {
+func textChunkLine(dst, session []byte, kind acpview.Kind, text string) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":`...)
 	dst = append(dst, session...)
 	dst = append(dst, `,"update":{"content":{"text":`...)

@@ -9,14 +9,16 @@ import (
 	"testing"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/hiloop/hiloop/internal/acpview"
 )
 
 // checkTextChunk fails unless textChunkLine writes what the SDK writes for the same update.
 func checkTextChunk(t *testing.T, session acp.SessionId, text string) {
 	t.Helper()
-	for kind, u := range map[string]acp.SessionUpdate{
-		kindMessage: acp.UpdateAgentMessageText(text),
-		kindThought: acp.UpdateAgentThoughtText(text),
+	for kind, u := range map[acpview.Kind]acp.SessionUpdate{
+		acpview.KindAgentMessageChunk: acp.UpdateAgentMessageText(text),
+		acpview.KindAgentThoughtChunk: acp.UpdateAgentThoughtText(text),
 	} {
 		var sdk bytes.Buffer
 		pr, pw := io.Pipe()

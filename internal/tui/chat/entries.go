@@ -1,10 +1,10 @@
 package chat
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 
+	"github.com/hiloop/hiloop/internal/acpview"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -57,18 +57,8 @@ func (e *entry) expandable() bool { return e.kind == kindThought || e.kind == ki
 
 type toolCall struct {
 	id, title, kind, status string
-	content                 []toolContent
+	content                 []acpview.ToolContent
 	locations               []string
-}
-
-// toolContent is one ACP ToolCallContent: text (type "content"), a diff or a terminal.
-type toolContent struct {
-	typ      string
-	text     string
-	path     string
-	oldText  *string
-	newText  string
-	terminal string
 }
 
 type planItem struct{ content, status string }
@@ -81,86 +71,6 @@ type permission struct {
 	policy   api.PermissionPolicy
 	decision *api.PermissionDecision
 	operator string // who answered, from the decision's optional operator field
-}
-
-// acpUpdate is the part of an ACP SessionUpdate the chat shows. Content stays raw: a
-// ContentBlock in chunks, a list of ToolCallContent in tool calls.
-type acpUpdate struct {
-	SessionUpdate string          `json:"sessionUpdate"`
-	Content       json.RawMessage `json:"content"`
-	MessageID     *string         `json:"messageId"`
-	ToolCallID    string          `json:"toolCallId"`
-	Title         *string         `json:"title"`
-	Kind          *string         `json:"kind"`
-	Status        *string         `json:"status"`
-	Locations     []struct {
-		Path string `json:"path"`
-	} `json:"locations"`
-	Entries []struct {
-		Content string `json:"content"`
-		Status  string `json:"status"`
-	} `json:"entries"`
-	CurrentModeID string `json:"currentModeId"`
-}
-
-// contentBlock is an ACP ContentBlock, reduced to what a transcript shows of it.
-type contentBlock struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	URI      string `json:"uri"`
-	Name     string `json:"name"`
-	Resource *struct {
-		URI  string `json:"uri"`
-		Text string `json:"text"`
-	} `json:"resource"`
-}
-
-// show is how a content block reads in a transcript: its text, or a placeholder naming it.
-func (b contentBlock) show() string {
-	switch b.Type {
-	case "text":
-		return b.Text
-	case "resource_link":
-		return "[" + firstNonEmpty(b.Name, b.URI) + "]"
-	case "resource":
-		if b.Resource != nil {
-			if b.Resource.Text != "" {
-				return b.Resource.Text
-			}
-			return "[" + b.Resource.URI + "]"
-		}
-	case "":
-		return ""
-	}
-	return "[" + b.Type + "]"
-}
-
-type rawToolContent struct {
-	Type       string          `json:"type"`
-	Content    json.RawMessage `json:"content"`
-	Path       string          `json:"path"`
-	OldText    *string         `json:"oldText"`
-	NewText    string          `json:"newText"`
-	TerminalID string          `json:"terminalId"`
-}
-
-func decodeToolContent(raw json.RawMessage) []toolContent {
-	var list []rawToolContent
-	if json.Unmarshal(raw, &list) != nil {
-		return nil
-	}
-	out := make([]toolContent, 0, len(list))
-	for _, c := range list {
-		tc := toolContent{typ: c.Type, path: c.Path, oldText: c.OldText, newText: c.NewText, terminal: c.TerminalID}
-		if c.Type == "content" {
-			var b contentBlock
-			if json.Unmarshal(c.Content, &b) == nil {
-				tc.text = b.show()
-			}
-		}
-		out = append(out, tc)
-	}
-	return out
 }
 
 // transcript holds the entries and the indexes that update them in place.
@@ -270,65 +180,23 @@ func (t *transcript) addLine(kind entryKind, text string) bool {
 }
 
 // chunkKinds are the update kinds whose consecutive chunks merge into one entry.
-var chunkKinds = map[string]entryKind{
-	"agent_message_chunk": kindMessage,
-	"agent_thought_chunk": kindThought,
-	"user_message_chunk":  kindPrompt,
-}
-
-// chunkUpdate is a message, thought or user chunk: decoded in one pass, as most updates are.
-type chunkUpdate struct {
-	SessionUpdate string       `json:"sessionUpdate"`
-	Content       contentBlock `json:"content"`
-	MessageID     *string      `json:"messageId"`
-}
-
-// sniffKind finds an update's kind without decoding it. It may be fooled by a nested object
-// with the same key, so what it finds is checked by the decode it picks.
-func sniffKind(data []byte) string {
-	const key = `"sessionUpdate"`
-	i := bytes.Index(data, []byte(key))
-	if i < 0 {
-		return ""
-	}
-	rest := bytes.TrimLeft(data[i+len(key):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
-		return ""
-	}
-	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-	if len(rest) == 0 || rest[0] != '"' {
-		return ""
-	}
-	end := bytes.IndexByte(rest[1:], '"')
-	if end < 0 {
-		return ""
-	}
-	return string(rest[1 : 1+end])
+var chunkKinds = map[acpview.Kind]entryKind{
+	acpview.KindAgentMessageChunk: kindMessage,
+	acpview.KindAgentThoughtChunk: kindThought,
+	acpview.KindUserMessageChunk:  kindPrompt,
 }
 
 func (t *transcript) applyUpdate(data json.RawMessage) bool {
-	if kind, ok := chunkKinds[sniffKind(data)]; ok {
-		var c chunkUpdate
-		if json.Unmarshal(data, &c) == nil && chunkKinds[c.SessionUpdate] == kind {
-			msgID := ""
-			if c.MessageID != nil {
-				msgID = *c.MessageID
-			}
-			return t.applyChunk(kind, c.Content.show(), msgID)
-		}
-	}
-	var u acpUpdate
-	if json.Unmarshal(data, &u) != nil {
+	u, err := acpview.Decode(data)
+	if err != nil {
 		return t.addLine(kindInfo, "update (unreadable)")
 	}
-	if kind, ok := chunkKinds[u.SessionUpdate]; ok {
-		var b contentBlock
-		_ = json.Unmarshal(u.Content, &b)
+	if kind, ok := chunkKinds[u.Kind]; ok {
 		msgID := ""
 		if u.MessageID != nil {
 			msgID = *u.MessageID
 		}
-		return t.applyChunk(kind, b.show(), msgID)
+		return t.applyChunk(kind, u.Block.Show(), msgID)
 	}
 	return t.applyOther(u)
 }
@@ -350,9 +218,9 @@ func (t *transcript) applyChunk(kind entryKind, text, msgID string) bool {
 }
 
 // applyOther applies an update that is not a chunk.
-func (t *transcript) applyOther(u acpUpdate) bool {
-	switch u.SessionUpdate {
-	case "tool_call", "tool_call_update":
+func (t *transcript) applyOther(u acpview.Update) bool {
+	switch u.Kind {
+	case acpview.KindToolCall, acpview.KindToolCallUpdate:
 		e := t.tools[u.ToolCallID]
 		if e == nil {
 			e = t.add(&entry{kind: kindTool, tool: &toolCall{id: u.ToolCallID}})
@@ -362,14 +230,14 @@ func (t *transcript) applyOther(u acpUpdate) bool {
 		if u.Title != nil {
 			tc.title = *u.Title
 		}
-		if u.Kind != nil {
-			tc.kind = *u.Kind
+		if u.ToolKind != nil {
+			tc.kind = *u.ToolKind
 		}
 		if u.Status != nil {
 			tc.status = *u.Status
 		}
-		if len(u.Content) > 0 && !bytes.Equal(u.Content, []byte("null")) {
-			tc.content = decodeToolContent(u.Content)
+		if u.HasContent {
+			tc.content = u.Content
 		}
 		if u.Locations != nil {
 			tc.locations = tc.locations[:0]
@@ -379,7 +247,7 @@ func (t *transcript) applyOther(u acpUpdate) bool {
 		}
 		e.changed()
 		return true
-	case "plan":
+	case acpview.KindPlan:
 		items := make([]planItem, len(u.Entries))
 		for i, pe := range u.Entries {
 			items[i] = planItem{content: pe.Content, status: pe.Status}
@@ -390,12 +258,12 @@ func (t *transcript) applyOther(u acpUpdate) bool {
 		t.plan.plan = items
 		t.plan.changed()
 		return true
-	case "current_mode_update":
+	case acpview.KindCurrentModeUpdate:
 		return t.addLine(kindInfo, "mode: "+u.CurrentModeID)
-	case "available_commands_update", "config_option_update", "session_info_update", "usage_update":
+	case acpview.KindAvailableCommandsUpdate, acpview.KindConfigOptionUpdate, acpview.KindSessionInfoUpdate, acpview.KindUsageUpdate:
 		return false // state for menus and the status line, nothing to read in a transcript
 	}
-	return t.addLine(kindInfo, "update: "+firstNonEmpty(u.SessionUpdate, "(no kind)"))
+	return t.addLine(kindInfo, "update: "+firstNonEmpty(string(u.Kind), "(no kind)"))
 }
 
 func (t *transcript) applyPermission(d api.PermissionData) bool {
@@ -407,13 +275,12 @@ func (t *transcript) applyPermission(d api.PermissionData) bool {
 	p := e.perm
 	p.options, p.policy = d.Options, d.Policy
 	p.title = d.Title
-	var tc acpUpdate
-	if json.Unmarshal(d.ToolCall, &tc) == nil {
+	if tc, err := acpview.Decode(d.ToolCall); err == nil {
 		if p.title == "" && tc.Title != nil {
 			p.title = *tc.Title
 		}
-		if tc.Kind != nil {
-			p.kind = *tc.Kind
+		if tc.ToolKind != nil {
+			p.kind = *tc.ToolKind
 		}
 	}
 	if tool := t.tools[d.ToolCallID]; tool != nil {

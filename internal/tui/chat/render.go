@@ -7,6 +7,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/hiloop/hiloop/internal/acpview"
 	"github.com/hiloop/hiloop/internal/styles"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -207,21 +208,21 @@ func (r *renderer) tool(e *entry, w int) []string {
 
 // toolContent renders one content item of a tool call; a collapsed diff keeps one line of
 // context around its changes, so what is shown is mostly what changed.
-func (r *renderer) toolContent(c toolContent, w int, expanded bool) []string {
+func (r *renderer) toolContent(c acpview.ToolContent, w int, expanded bool) []string {
 	st := r.st
-	switch c.typ {
+	switch c.Type {
 	case "diff":
 		old := ""
-		if c.oldText != nil {
-			old = *c.oldText
+		if c.OldText != nil {
+			old = *c.OldText
 		}
 		context := 1
 		if expanded {
 			context = 3
 		}
-		hunks, added, removed := unifiedDiff(lineDiff(old, c.newText), context)
-		head := c.path
-		if c.oldText == nil {
+		hunks, added, removed := unifiedDiff(lineDiff(old, c.NewText), context)
+		head := c.Path
+		if c.OldText == nil {
 			head += " (new file)"
 		}
 		head = st.DiffPath.Render(ansi.Truncate(head, max(1, w-12), "…")) + " " +
@@ -243,10 +244,10 @@ func (r *renderer) toolContent(c toolContent, w int, expanded bool) []string {
 		}
 		return out
 	case "terminal":
-		return []string{st.ToolOutput.Render(ansi.Truncate("[terminal "+c.terminal+"]", w, "…"))}
+		return []string{st.ToolOutput.Render(ansi.Truncate("[terminal "+c.Terminal+"]", w, "…"))}
 	}
 	var out []string
-	for _, l := range hardwrap(strings.TrimRight(c.text, "\n"), w) {
+	for _, l := range hardwrap(strings.TrimRight(c.Text, "\n"), w) {
 		out = append(out, st.ToolOutput.Render(l))
 	}
 	return out
