@@ -360,13 +360,6 @@ func TestSessionPromptJSON(t *testing.T) {
 	}
 }
 
-func TestErrorTextNamesTheLogOnce(t *testing.T) {
-	d := api.ErrorData{Message: "harness fake exited with code 3; its log is /d/harness/box.log", HarnessLog: "/d/harness/box.log"}
-	if got := errorText(d); got != d.Message {
-		t.Errorf("errorText = %q, want the message alone", got)
-	}
-}
-
 func TestSessionPromptFails(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -595,58 +588,6 @@ func TestSessionCommands(t *testing.T) {
 	var s api.Session
 	if err := json.Unmarshal(out.Bytes(), &s); err != nil || s.ID != "s1" || s.PermissionPolicy != api.PolicyAsk {
 		t.Errorf("get -o json: %+v, %v", s, err)
-	}
-}
-
-func TestTurnPrinterKeepsLinesApart(t *testing.T) {
-	ev := func(typ api.EventType, data any) api.SessionEvent {
-		b, _ := json.Marshal(data)
-		return api.SessionEvent{Type: typ, Data: b}
-	}
-	autoApproved := []api.SessionEvent{
-		ev(api.EventUpdate, chunk("agent_message_chunk", "Hello")),
-		ev(api.EventUpdate, chunk("agent_thought_chunk", "hmm")),
-		ev(api.EventUpdate, map[string]any{"sessionUpdate": "tool_call", "toolCallId": "t'1", "title": "Run make"}),
-		ev(api.EventPermission, api.PermissionData{ToolCallID: "t'1", Policy: api.PolicyAutoApprove,
-			Options: []api.PermissionOption{{Kind: api.OptionAllowOnce}}}),
-		ev(api.EventPermissionResolved, api.PermissionDecision{ToolCallID: "t'1", Outcome: api.OutcomeSelected, Kind: api.OptionAllowOnce, By: api.ResolvedByAutoApprove}),
-		ev(api.EventUpdate, chunk("agent_message_chunk", " world")),
-		ev(api.EventUpdate, chunk("agent_thought_chunk", "done?")),
-	}
-	for _, tc := range []struct {
-		name     string
-		shared   bool
-		thoughts bool
-		out, err string
-	}{
-		// One screen: the tool line must not land after "Hello", nor the text after a thought.
-		{"shared screen", true, true, "", "Hello\nhmm\n▸ tool Run make [t'1]\n▸ auto-approved Run make [t'1] (allow_once)\n world\ndone?\n"},
-		{"shared screen without thoughts", true, false, "", "Hello\n▸ tool Run make [t'1]\n▸ auto-approved Run make [t'1] (allow_once)\n world\n"},
-		// Separate streams: stdout carries the text alone, with one final newline; the message
-		// after the tool call starts a line of its own.
-		{"separate", false, true, "Hello\n world\n", "hmm\n▸ tool Run make [t'1]\n▸ auto-approved Run make [t'1] (allow_once)\ndone?\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			p := &turnPrinter{out: &out, errOut: &errOut, session: "s1", format: "table", thoughts: tc.thoughts,
-				shared: tc.shared, titles: map[string]string{}}
-			if tc.shared {
-				p.out = &errOut // one screen
-			}
-			for _, e := range autoApproved {
-				p.show(e)
-			}
-			p.ended, p.stopReason = true, api.StopReasonEndTurn
-			if err := p.finish(); err != nil {
-				t.Fatal(err)
-			}
-			if out.String() != tc.out || errOut.String() != tc.err {
-				t.Errorf("stdout %q, stderr %q\nwant   %q, %q", out.String(), errOut.String(), tc.out, tc.err)
-			}
-		})
-	}
-	if got := shellQuote("t'1"); got != `'t'\''1'` {
-		t.Errorf("shellQuote = %s", got)
 	}
 }
 
