@@ -24,8 +24,8 @@
 //
 // # Markdown
 //
-// mdblock.go and mdinline.go parse the agent's text (CommonMark with GitHub's tables,
-// strikethrough, task lists and bare links) and markdown.go lays it out: paragraphs word-wrapped at the width, headings
+// internal/markdown parses the agent's text (CommonMark with GitHub's tables, strikethrough,
+// task lists and bare links) and markdown.go lays it out: paragraphs word-wrapped at the width, headings
 // with their "#" marks, lists with hanging indents, block quotes behind a bar, code blocks
 // indented by two and cut (not wrapped at words) at the width, without syntax highlighting,
 // tables in columns as wide as their cells (the widest shrunk and wrapped until the table

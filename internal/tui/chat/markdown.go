@@ -7,6 +7,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/hiloop/hiloop/internal/markdown"
 	"github.com/hiloop/hiloop/internal/styles"
 )
 
@@ -19,7 +20,7 @@ func (r *renderer) markdown(src string, w int) []string {
 		return nil
 	}
 	m := mdWriter{st: r.st}
-	lines := m.blocks(mdParse(src), max(1, w))
+	lines := m.blocks(markdown.Parse(src), max(1, w))
 	for i, l := range lines {
 		lines[i] = strings.TrimRight(l, " ")
 	}
@@ -38,10 +39,10 @@ type mdWriter struct {
 }
 
 // blocks renders n's child blocks with a blank line between two, except in a tight list's item.
-func (m *mdWriter) blocks(n *mdNode, w int) []string {
-	tight := n.kind == mdItem && n.parent.tight
+func (m *mdWriter) blocks(n *markdown.Node, w int) []string {
+	tight := n.Kind == markdown.Item && n.Parent.Tight
 	var out []string
-	for _, c := range n.children {
+	for _, c := range n.Children {
 		b := m.block(c, w)
 		if len(b) == 0 {
 			continue
@@ -54,28 +55,28 @@ func (m *mdWriter) blocks(n *mdNode, w int) []string {
 	return out
 }
 
-func (m *mdWriter) block(n *mdNode, w int) []string {
-	switch n.kind {
-	case mdParagraph:
+func (m *mdWriter) block(n *markdown.Node, w int) []string {
+	switch n.Kind {
+	case markdown.Paragraph:
 		return m.wrap(m.inline(n, lipgloss.NewStyle()), w)
-	case mdHeading:
-		return m.wrap(m.paint(m.st.Heading, strings.Repeat("#", n.level))+" "+m.inline(n, m.st.Heading), w)
-	case mdCode:
+	case markdown.Heading:
+		return m.wrap(m.paint(m.st.Heading, strings.Repeat("#", n.Level))+" "+m.inline(n, m.st.Heading), w)
+	case markdown.CodeBlock:
 		return m.code(n, w)
-	case mdHTML:
+	case markdown.HTMLBlock:
 		return hardwrap(strings.TrimRight(m.lines(n), "\n"), w)
-	case mdList:
+	case markdown.List:
 		return m.list(n, w)
-	case mdQuote:
+	case markdown.Quote:
 		bar := m.paint(m.st.Quote, "│")
 		body := m.blocks(n, max(1, w-2))
 		for i, l := range body {
 			body[i] = bar + " " + l
 		}
 		return body
-	case mdRule:
+	case markdown.Rule:
 		return []string{m.paint(m.st.Border, "--------")}
-	case mdTable:
+	case markdown.Table:
 		return m.table(n, w)
 	}
 	return m.blocks(n, w)
@@ -83,9 +84,9 @@ func (m *mdWriter) block(n *mdNode, w int) []string {
 
 // lines is the source text of a block that keeps its lines (code, HTML), tabs expanded where
 // the parser took part of one as indentation.
-func (m *mdWriter) lines(n *mdNode) string {
+func (m *mdWriter) lines(n *markdown.Node) string {
 	var b strings.Builder
-	for _, l := range n.lines {
+	for _, l := range n.Lines {
 		b.WriteString(l)
 		b.WriteByte('\n')
 	}
@@ -93,7 +94,7 @@ func (m *mdWriter) lines(n *mdNode) string {
 }
 
 // code indents a code block by two columns and cuts its long lines, keeping their spaces.
-func (m *mdWriter) code(n *mdNode, w int) []string {
+func (m *mdWriter) code(n *markdown.Node, w int) []string {
 	var out []string
 	for _, l := range hardwrap(strings.TrimRight(m.lines(n), "\n"), max(1, w-2)) {
 		out = append(out, "  "+m.paint(m.st.Code, l))
@@ -102,20 +103,20 @@ func (m *mdWriter) code(n *mdNode, w int) []string {
 }
 
 // list renders items under their markers, continuation lines indented to the item's text.
-func (m *mdWriter) list(l *mdNode, w int) []string {
+func (m *mdWriter) list(l *markdown.Node, w int) []string {
 	var out []string
-	num := l.start
-	for _, it := range l.children {
+	num := l.Start
+	for _, it := range l.Children {
 		mark := "• "
-		if l.ordered {
-			mark = strconv.Itoa(num) + string(l.marker) + " "
+		if l.Ordered {
+			mark = strconv.Itoa(num) + string(l.Marker) + " "
 			num++
 		}
 		indent := ansi.StringWidth(mark)
 		if hasTaskBox(it) {
 			mark, indent = "", 4 // the "[ ] " the item's text starts with is its marker
 		}
-		if len(out) > 0 && !l.tight {
+		if len(out) > 0 && !l.Tight {
 			out = append(out, "")
 		}
 		body := m.blocks(it, max(1, w-indent))
@@ -136,23 +137,23 @@ func (m *mdWriter) list(l *mdNode, w int) []string {
 	return out
 }
 
-func hasTaskBox(item *mdNode) bool {
-	return len(item.children) > 0 && len(item.children[0].children) > 0 && item.children[0].children[0].kind == mdTaskBox
+func hasTaskBox(item *markdown.Node) bool {
+	return len(item.Children) > 0 && len(item.Children[0].Children) > 0 && item.Children[0].Children[0].Kind == markdown.TaskBox
 }
 
 // table lays a GFM table out in columns as wide as their widest cell, shrinking the widest
 // column (its cells wrapped) until the table fits in w or no column is wider than three.
-func (m *mdWriter) table(t *mdNode, w int) []string {
-	n := len(t.aligns)
+func (m *mdWriter) table(t *markdown.Node, w int) []string {
+	n := len(t.Aligns)
 	var rows [][]string
 	widths := make([]int, n)
-	for _, r := range t.children {
+	for _, r := range t.Children {
 		st := lipgloss.NewStyle()
-		if r.header {
+		if r.Header {
 			st = m.st.Strong
 		}
 		cells := make([]string, n)
-		for i, c := range r.children[:min(n, len(r.children))] {
+		for i, c := range r.Children[:min(n, len(r.Children))] {
 			cells[i] = m.inline(c, st)
 			widths[i] = max(widths[i], ansi.StringWidth(cells[i]))
 		}
@@ -186,7 +187,7 @@ func (m *mdWriter) table(t *mdNode, w int) []string {
 				if l < len(wrapped[i]) {
 					s = wrapped[i][l]
 				}
-				parts[i] = align(s, widths[i], t.aligns[i])
+				parts[i] = align(s, widths[i], t.Aligns[i])
 			}
 			out = append(out, strings.Join(parts, sep))
 		}
@@ -210,56 +211,56 @@ func sum(xs []int) int {
 }
 
 // align pads s to w columns as a table column asks.
-func align(s string, w int, a mdAlign) string {
+func align(s string, w int, a markdown.Align) string {
 	gap := max(0, w-ansi.StringWidth(s))
 	switch a {
-	case alignRight:
+	case markdown.AlignRight:
 		return strings.Repeat(" ", gap) + s
-	case alignCenter:
+	case markdown.AlignCenter:
 		return strings.Repeat(" ", gap/2) + s + strings.Repeat(" ", gap-gap/2)
 	}
 	return s + strings.Repeat(" ", gap)
 }
 
 // inline renders n's inline children in style st as one string; hard line breaks are newlines.
-func (m *mdWriter) inline(n *mdNode, st lipgloss.Style) string {
+func (m *mdWriter) inline(n *markdown.Node, st lipgloss.Style) string {
 	var b strings.Builder
-	for _, c := range n.children {
+	for _, c := range n.Children {
 		m.inlineNode(&b, c, st)
 	}
 	return b.String()
 }
 
-func (m *mdWriter) inlineNode(b *strings.Builder, n *mdNode, st lipgloss.Style) {
-	switch n.kind {
-	case mdText:
-		b.WriteString(m.words(st, resolveText(n.lit)))
+func (m *mdWriter) inlineNode(b *strings.Builder, n *markdown.Node, st lipgloss.Style) {
+	switch n.Kind {
+	case markdown.Text:
+		b.WriteString(m.words(st, markdown.ResolveText(n.Lit)))
 		switch {
-		case n.hard:
+		case n.Hard:
 			b.WriteByte('\n')
-		case n.soft:
+		case n.Soft:
 			b.WriteByte(' ')
 		}
-	case mdCodeSpan:
-		b.WriteString(m.words(m.st.Code.Inherit(st), n.lit))
-	case mdEmph:
+	case markdown.CodeSpan:
+		b.WriteString(m.words(m.st.Code.Inherit(st), n.Lit))
+	case markdown.Emph:
 		style, delim := m.st.Emph, "*"
-		if n.level >= 2 {
+		if n.Level >= 2 {
 			style, delim = m.st.Strong, "**"
 		}
 		m.delimited(b, n, style.Inherit(st), delim)
-	case mdStrike:
+	case markdown.Strike:
 		m.delimited(b, n, m.st.Strike.Inherit(st), "~~")
-	case mdLink:
-		m.link(b, m.inline(n, m.st.Link.Inherit(st)), m.plain(n), n.dest)
-	case mdAutoLink:
-		b.WriteString(m.words(m.st.URL, n.dest))
-	case mdImage:
-		b.WriteString(m.words(st, "Image: "+m.plain(n)+" →") + " " + m.words(m.st.URL, n.dest))
-	case mdRawHTML:
-		b.WriteString(m.words(st, n.lit))
-	case mdTaskBox:
-		if n.checked {
+	case markdown.Link:
+		m.link(b, m.inline(n, m.st.Link.Inherit(st)), m.plain(n), n.Dest)
+	case markdown.AutoLink:
+		b.WriteString(m.words(m.st.URL, n.Dest))
+	case markdown.Image:
+		b.WriteString(m.words(st, "Image: "+m.plain(n)+" →") + " " + m.words(m.st.URL, n.Dest))
+	case markdown.RawHTML:
+		b.WriteString(m.words(st, n.Lit))
+	case markdown.TaskBox:
+		if n.Checked {
 			b.WriteString("[x] ")
 		} else {
 			b.WriteString("[ ] ")
@@ -280,7 +281,7 @@ func (m *mdWriter) link(b *strings.Builder, styled, plain, dest string) {
 }
 
 // delimited writes n's children in st, or between delim's with colour off.
-func (m *mdWriter) delimited(b *strings.Builder, n *mdNode, st lipgloss.Style, delim string) {
+func (m *mdWriter) delimited(b *strings.Builder, n *markdown.Node, st lipgloss.Style, delim string) {
 	if !m.st.Colour {
 		b.WriteString(delim + m.inline(n, st) + delim)
 		return
@@ -289,17 +290,17 @@ func (m *mdWriter) delimited(b *strings.Builder, n *mdNode, st lipgloss.Style, d
 }
 
 // plain is the text of n's inline children without styles: a link's words, an image's alt.
-func (m *mdWriter) plain(n *mdNode) string {
+func (m *mdWriter) plain(n *markdown.Node) string {
 	var b strings.Builder
-	for _, c := range n.children {
-		switch c.kind {
-		case mdText:
-			b.WriteString(c.lit)
-			if c.soft || c.hard {
+	for _, c := range n.Children {
+		switch c.Kind {
+		case markdown.Text:
+			b.WriteString(c.Lit)
+			if c.Soft || c.Hard {
 				b.WriteByte(' ')
 			}
-		case mdCodeSpan:
-			b.WriteString(c.lit)
+		case markdown.CodeSpan:
+			b.WriteString(c.Lit)
 		default:
 			b.WriteString(m.plain(c))
 		}

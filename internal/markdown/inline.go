@@ -1,4 +1,4 @@
-package chat
+package markdown
 
 import (
 	"html"
@@ -19,14 +19,14 @@ type mdInlineParser struct {
 	textStart  int      // where the text not yet in a node begins
 	afterNode  int      // just after the last node a construct made: goldmark tried bare links there
 	at         int      // the next @ at or after pos, len(s) if none, -1 before the first look
-	head, tail *mdNode  // the nodes so far, linked by prev and next
+	head, tail *Node    // the nodes so far, linked by prev and next
 	delims     *mdDelim // the top of the delimiter stack
 	brackets   []*mdBracket
 }
 
 // mdDelim is a run of * _ or ~ that may open or close emphasis or strikethrough.
 type mdDelim struct {
-	node              *mdNode // its text node, which loses the characters it gives up
+	node              *Node // its text node, which loses the characters it gives up
 	char              byte
 	count, origCount  int
 	canOpen, canClose bool
@@ -35,7 +35,7 @@ type mdDelim struct {
 
 // mdBracket is a [ or ![ that a ] may close into a link or an image.
 type mdBracket struct {
-	node   *mdNode
+	node   *Node
 	image  bool
 	pos    int // just after the bracket
 	active bool
@@ -43,11 +43,11 @@ type mdBracket struct {
 }
 
 // parse reads text into block's children.
-func (p *mdInlineParser) parse(block *mdNode, text string) {
+func (p *mdInlineParser) parse(block *Node, text string) {
 	p.s, p.at = text, -1
 	if p.taskList {
 		if n := taskBox(text); n > 0 {
-			p.push(&mdNode{kind: mdTaskBox, checked: text[1] == 'x' || text[1] == 'X'})
+			p.push(&Node{Kind: TaskBox, Checked: text[1] == 'x' || text[1] == 'X'})
 			p.pos, p.textStart = n, n
 		}
 	}
@@ -79,7 +79,7 @@ func (p *mdInlineParser) parse(block *mdNode, text string) {
 			}
 		case '[':
 			p.flushText(p.pos)
-			n := p.push(&mdNode{kind: mdText, lit: "[", opener: true})
+			n := p.push(&Node{Kind: Text, Lit: "[", opener: true})
 			p.brackets = append(p.brackets, &mdBracket{node: n, pos: p.pos + 1, active: true, delims: p.delims})
 			p.pos++
 			p.textStart = p.pos
@@ -88,7 +88,7 @@ func (p *mdInlineParser) parse(block *mdNode, text string) {
 		case '!':
 			if p.pos+1 < len(p.s) && p.s[p.pos+1] == '[' {
 				p.flushText(p.pos)
-				n := p.push(&mdNode{kind: mdText, lit: "![", opener: true})
+				n := p.push(&Node{Kind: Text, Lit: "![", opener: true})
 				p.brackets = append(p.brackets, &mdBracket{node: n, image: true, pos: p.pos + 2, active: true, delims: p.delims})
 				p.pos += 2
 				p.textStart = p.pos
@@ -111,13 +111,13 @@ func (p *mdInlineParser) parse(block *mdNode, text string) {
 	}
 	p.flushText(len(p.s))
 	p.emphasis(nil)
-	block.children = nil
+	block.Children = nil
 	adopt(block, listed(p.head, nil))
 }
 
 // listed is the nodes from first up to end, which are linked by next.
-func listed(first, end *mdNode) []*mdNode {
-	var out []*mdNode
+func listed(first, end *Node) []*Node {
+	var out []*Node
 	for n := first; n != end; n = n.next {
 		out = append(out, n)
 	}
@@ -126,28 +126,28 @@ func listed(first, end *mdNode) []*mdNode {
 
 // adopt makes nodes parent's children. What is left of a delimiter run joins the text before
 // it, as goldmark's nodes did (a style's span then covers both).
-func adopt(parent *mdNode, nodes []*mdNode) {
-	parent.children = parent.children[:0]
+func adopt(parent *Node, nodes []*Node) {
+	parent.Children = parent.Children[:0]
 	var joined []string // the pieces of the last child's text, when delimiter runs join it
 	join := func() {
 		if len(joined) > 1 {
-			parent.last().lit = strings.Join(joined, "")
+			parent.last().Lit = strings.Join(joined, "")
 		}
 		joined = joined[:0]
 	}
 	for _, n := range nodes {
-		if n.kind == mdText && n.lit == "" && !n.hard && !n.soft {
+		if n.Kind == Text && n.Lit == "" && !n.Hard && !n.Soft {
 			continue
 		}
-		if len(n.children) > 0 {
-			adopt(n, n.children)
+		if len(n.Children) > 0 {
+			adopt(n, n.Children)
 		}
-		if prev := parent.last(); n.delim && prev != nil && prev.kind == mdText && !prev.hard && !prev.soft {
+		if prev := parent.last(); n.delim && prev != nil && prev.Kind == Text && !prev.Hard && !prev.Soft {
 			if len(joined) == 0 {
-				joined = append(joined, prev.lit)
+				joined = append(joined, prev.Lit)
 			}
-			joined = append(joined, n.lit)
-			prev.hard, prev.soft = n.hard, n.soft
+			joined = append(joined, n.Lit)
+			prev.Hard, prev.Soft = n.Hard, n.Soft
 			continue
 		}
 		join()
@@ -156,7 +156,7 @@ func adopt(parent *mdNode, nodes []*mdNode) {
 	join()
 }
 
-func (p *mdInlineParser) push(n *mdNode) *mdNode {
+func (p *mdInlineParser) push(n *Node) *Node {
 	n.prev = p.tail
 	if p.tail != nil {
 		p.tail.next = n
@@ -168,7 +168,7 @@ func (p *mdInlineParser) push(n *mdNode) *mdNode {
 }
 
 // unlink takes n out of the list of nodes.
-func (p *mdInlineParser) unlink(n *mdNode) {
+func (p *mdInlineParser) unlink(n *Node) {
 	if n.prev != nil {
 		n.prev.next = n.next
 	} else {
@@ -202,7 +202,7 @@ func (p *mdInlineParser) flushText(end int) {
 		p.textStart = max(p.textStart, end)
 		return
 	}
-	p.push(&mdNode{kind: mdText, lit: p.s[p.textStart:end]})
+	p.push(&Node{Kind: Text, Lit: p.s[p.textStart:end]})
 	p.textStart = end
 }
 
@@ -237,13 +237,13 @@ func (p *mdInlineParser) skipLeadingSpace() {
 // last is not a text.
 func (p *mdInlineParser) lineBreak(hard bool) {
 	last := p.tail
-	if last == nil || last.kind != mdText || last.hard || last.soft || last.delim || last.opener {
-		last = p.push(&mdNode{kind: mdText})
+	if last == nil || last.Kind != Text || last.Hard || last.Soft || last.delim || last.opener {
+		last = p.push(&Node{Kind: Text})
 	}
 	if hard {
-		last.hard = true
+		last.Hard = true
 	} else {
-		last.soft = true
+		last.Soft = true
 	}
 }
 
@@ -270,7 +270,7 @@ func (p *mdInlineParser) codeSpan() bool {
 			if len(code) >= 2 && isCodeSpace(code[0]) && isCodeSpace(code[len(code)-1]) && strings.Trim(code, " \n") != "" {
 				code = code[1 : len(code)-1]
 			}
-			p.push(&mdNode{kind: mdCodeSpan, lit: code})
+			p.push(&Node{Kind: CodeSpan, Lit: code})
 			p.pos = i + k
 			p.textStart = p.pos
 			p.afterNode = p.pos
@@ -320,7 +320,7 @@ func (p *mdInlineParser) delimRun(c byte) bool {
 		canClose = right && (!left || aPunct)
 	}
 	p.flushText(start)
-	node := p.push(&mdNode{kind: mdText, lit: p.s[start : start+n], delim: true})
+	node := p.push(&Node{Kind: Text, Lit: p.s[start : start+n], delim: true})
 	if canOpen || canClose {
 		d := &mdDelim{node: node, char: c, count: n, origCount: n, canOpen: canOpen, canClose: canClose, prev: p.delims}
 		if p.delims != nil {
@@ -380,15 +380,15 @@ func (p *mdInlineParser) emphasis(bottom *mdDelim) {
 		}
 		opener.count -= use
 		closer.count -= use
-		opener.node.lit = opener.node.lit[:opener.count]
-		closer.node.lit = closer.node.lit[:closer.count]
-		kind := mdEmph
+		opener.node.Lit = opener.node.Lit[:opener.count]
+		closer.node.Lit = closer.node.Lit[:closer.count]
+		kind := Emph
 		if closer.char == '~' {
-			kind = mdStrike
+			kind = Strike
 		}
 		// The nodes between the two become the emphasis's children.
-		em := &mdNode{kind: kind, level: use}
-		em.children = listed(opener.node.next, closer.node)
+		em := &Node{Kind: kind, Level: use}
+		em.Children = listed(opener.node.next, closer.node)
 		em.prev, em.next = opener.node, closer.node
 		opener.node.next, closer.node.prev = em, em
 		// The delimiters between the two are spent.
@@ -427,13 +427,13 @@ func (p *mdInlineParser) closeBracket() bool {
 		return false
 	}
 	p.flushText(closePos)
-	kind := mdLink
+	kind := Link
 	if br.image {
-		kind = mdImage
+		kind = Image
 	}
-	link := &mdNode{kind: kind, dest: dest}
+	link := &Node{Kind: kind, Dest: dest}
 	p.emphasis(br.delims)
-	link.children = listed(br.node.next, nil)
+	link.Children = listed(br.node.next, nil)
 	br.node.next = nil
 	p.tail = br.node
 	p.unlink(br.node)
@@ -487,7 +487,7 @@ func (p *mdInlineParser) linkTail(i int, text string) (dest string, end int, ok 
 		return "", 0, false
 	}
 	if ref, found := p.refs[normalizeLabel(label)]; found && strings.TrimSpace(label) != "" {
-		return ref.dest, end, true
+		return ref.Dest, end, true
 	}
 	return "", 0, false
 }
@@ -592,7 +592,7 @@ func (p *mdInlineParser) angle() bool {
 		inner := s[1:end]
 		if isURIAutolink(inner) || isEmailAutolink(inner) {
 			p.flushText(p.pos)
-			p.push(&mdNode{kind: mdAutoLink, dest: inner})
+			p.push(&Node{Kind: AutoLink, Dest: inner})
 			p.pos += end + 1
 			p.textStart = p.pos
 			p.afterNode = p.pos
@@ -601,7 +601,7 @@ func (p *mdInlineParser) angle() bool {
 	}
 	if n := htmlInline(s); n > 0 {
 		p.flushText(p.pos)
-		p.push(&mdNode{kind: mdRawHTML, lit: s[:n]})
+		p.push(&Node{Kind: RawHTML, Lit: s[:n]})
 		p.pos += n
 		p.textStart = p.pos
 		p.afterNode = p.pos
@@ -841,7 +841,7 @@ func (p *mdInlineParser) linkify() bool {
 		return false
 	}
 	p.flushText(p.pos)
-	p.push(&mdNode{kind: mdAutoLink, dest: proto + s[:end]})
+	p.push(&Node{Kind: AutoLink, Dest: proto + s[:end]})
 	p.pos += end
 	p.textStart = p.pos
 	p.afterNode = p.pos
@@ -985,9 +985,9 @@ func isCodeSpace(c byte) bool { return c == ' ' || c == '\n' }
 
 func isBoxSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r' }
 
-// resolveText is a text node's source as shown: backslash escapes, numeric character
+// ResolveText is a text node's source as shown: backslash escapes, numeric character
 // references and entity names resolved.
-func resolveText(s string) string {
+func ResolveText(s string) string {
 	if !strings.ContainsAny(s, "\\&") {
 		return s
 	}

@@ -1,78 +1,73 @@
-package chat
+package markdown
 
 import (
 	"strconv"
 	"strings"
 )
 
-// The chat's markdown parser: CommonMark's blocks and inlines with GitHub's tables,
-// strikethrough, task lists and bare links, read into a small tree for markdown.go to lay out.
-// It is the chat's own, not a library's, because every hiloop command pays for the package
-// initialisation of what it links, and a general markdown library's tables (HTML entities,
-// Unicode case folding, the regular expressions of its extensions) cost more at start-up than
-// an exec's round trip. Nothing here is built at start: the parser's state lives in its calls.
+// Kind says what a Node is.
+type Kind uint8
 
-// mdKind says what an mdNode is.
-type mdKind uint8
-
+// The kinds of Node: blocks, then inlines; each names the fields it sets.
 const (
-	mdDocument  mdKind = iota
-	mdParagraph        // children: inlines
-	mdHeading          // level; children: inlines
-	mdCode             // lines: a fenced or indented code block's lines
-	mdHTML             // lines: an HTML block's lines
-	mdList             // ordered, start, marker, tight; children: items
-	mdItem             // children: blocks
-	mdQuote            // children: blocks
-	mdRule             // a thematic break
-	mdTable            // aligns; children: rows, the header first
-	mdRow              // header; children: cells
-	mdCell             // children: inlines
+	Document  Kind = iota
+	Paragraph      // children: inlines
+	Heading        // level; children: inlines
+	CodeBlock      // lines: a fenced or indented code block's lines
+	HTMLBlock      // lines: an HTML block's lines
+	List           // ordered, start, marker, tight; children: items
+	Item           // children: blocks
+	Quote          // children: blocks
+	Rule           // a thematic break
+	Table          // aligns; children: rows, the header first
+	Row            // header; children: cells
+	Cell           // children: inlines
 
-	mdText     // lit: source text, its escapes and references resolved when written; hard, soft
-	mdCodeSpan // lit: the code
-	mdEmph     // level: 1 emphasis, 2 strong
-	mdStrike   // children: inlines
-	mdLink     // dest; children: the link's text
-	mdImage    // dest; children: the description
-	mdAutoLink // dest: the address as shown
-	mdRawHTML  // lit
-	mdTaskBox  // checked
+	Text     // lit: source text, its escapes and references resolved when written; hard, soft
+	CodeSpan // lit: the code
+	Emph     // level: 1 emphasis, 2 strong
+	Strike   // children: inlines
+	Link     // dest; children: the link's text
+	Image    // dest; children: the description
+	AutoLink // dest: the address as shown
+	RawHTML  // lit
+	TaskBox  // checked
 )
 
-// mdAlign is a table column's alignment.
-type mdAlign uint8
+// Align is a table column's alignment.
+type Align uint8
 
 const (
-	alignNone mdAlign = iota
-	alignLeft
-	alignCenter
-	alignRight
+	AlignNone Align = iota
+	AlignLeft
+	AlignCenter
+	AlignRight
 )
 
-// mdNode is a block or an inline of a parsed document.
-type mdNode struct {
-	kind     mdKind
-	children []*mdNode
-	parent   *mdNode
+// Node is a block or an inline of a parsed document. The exported fields are what a renderer
+// reads; the rest is the parsers' state.
+type Node struct {
+	Kind     Kind
+	Children []*Node
+	Parent   *Node
 
-	lit     string
-	dest    string
-	level   int
-	hard    bool // a text followed by a hard line break
-	soft    bool // a text followed by a soft line break
-	checked bool
-	ordered bool
-	tight   bool
-	start   int
-	marker  byte // a list's: - + * for bullets, . or ) for ordered lists
-	aligns  []mdAlign
-	header  bool
+	Lit     string
+	Dest    string
+	Level   int
+	Hard    bool // a text followed by a hard line break
+	Soft    bool // a text followed by a soft line break
+	Checked bool
+	Ordered bool
+	Tight   bool
+	Start   int
+	Marker  byte // a list's: - + * for bullets, . or ) for ordered lists
+	Aligns  []Align
+	Header  bool
 	delim   bool // a text that was a run of delimiters
 	opener  bool // a text that was a link's or an image's opening bracket
 	// the inline parser's list
-	prev, next *mdNode
-	lines      []string // paragraph, heading, code and HTML source lines
+	prev, next *Node
+	Lines      []string // paragraph, heading, code and HTML source lines
 	open       bool
 	fenced     bool
 	fence      string // the opening fence: its character repeated
@@ -84,25 +79,25 @@ type mdNode struct {
 	startLine, endLine int
 }
 
-func (n *mdNode) add(c *mdNode) *mdNode {
-	c.parent = n
-	n.children = append(n.children, c)
+func (n *Node) add(c *Node) *Node {
+	c.Parent = n
+	n.Children = append(n.Children, c)
 	return c
 }
 
-func (n *mdNode) last() *mdNode {
-	if len(n.children) == 0 {
+func (n *Node) last() *Node {
+	if len(n.Children) == 0 {
 		return nil
 	}
-	return n.children[len(n.children)-1]
+	return n.Children[len(n.Children)-1]
 }
 
 // mdSpace is what goldmark took for white space around a paragraph's lines.
 const mdSpace = " \t\n\v\f\r"
 
-// mdParse parses a markdown document.
-func mdParse(src string) *mdNode {
-	p := &mdBlockParser{doc: &mdNode{kind: mdDocument, open: true}, refs: map[string]mdRef{}}
+// Parse parses a markdown document.
+func Parse(src string) *Node {
+	p := &mdBlockParser{doc: &Node{Kind: Document, open: true}, refs: map[string]mdRef{}}
 	p.tip = p.doc
 	src = strings.TrimSuffix(src, "\n")
 	for line := range strings.SplitSeq(src, "\n") {
@@ -117,14 +112,14 @@ func mdParse(src string) *mdNode {
 }
 
 // mdRef is a link reference definition.
-type mdRef struct{ dest string }
+type mdRef struct{ Dest string }
 
 // mdBlockParser follows the CommonMark spec's parsing strategy: each line first continues the
 // open blocks it can, then may open new ones, then is added to the innermost.
 type mdBlockParser struct {
-	doc, tip     *mdNode
-	oldTip       *mdNode
-	lastMatched  *mdNode
+	doc, tip     *Node
+	oldTip       *Node
+	lastMatched  *Node
 	refs         map[string]mdRef
 	line         string
 	offset       int
@@ -201,25 +196,25 @@ func (p *mdBlockParser) rest() string {
 	return p.line[min(p.offset, len(p.line)):]
 }
 
-func acceptsLines(n *mdNode) bool {
-	return n.kind == mdParagraph || n.kind == mdCode || n.kind == mdHTML
+func acceptsLines(n *Node) bool {
+	return n.Kind == Paragraph || n.Kind == CodeBlock || n.Kind == HTMLBlock
 }
 
-func canContain(parent *mdNode, child mdKind) bool {
-	switch parent.kind {
-	case mdDocument, mdQuote, mdItem:
-		return child != mdItem
-	case mdList:
-		return child == mdItem
+func canContain(parent *Node, child Kind) bool {
+	switch parent.Kind {
+	case Document, Quote, Item:
+		return child != Item
+	case List:
+		return child == Item
 	}
 	return false
 }
 
-func (p *mdBlockParser) addChild(kind mdKind) *mdNode {
+func (p *mdBlockParser) addChild(kind Kind) *Node {
 	for !canContain(p.tip, kind) {
 		p.finalize(p.tip, p.lineNo-1)
 	}
-	n := p.tip.add(&mdNode{kind: kind, open: true, startLine: p.lineNo})
+	n := p.tip.add(&Node{Kind: kind, open: true, startLine: p.lineNo})
 	p.tip = n
 	return n
 }
@@ -227,7 +222,7 @@ func (p *mdBlockParser) addChild(kind mdKind) *mdNode {
 func (p *mdBlockParser) closeUnmatched() {
 	if !p.allClosed {
 		for p.oldTip != p.lastMatched {
-			parent := p.oldTip.parent
+			parent := p.oldTip.Parent
 			p.finalize(p.oldTip, p.lineNo-1)
 			p.oldTip = parent
 		}
@@ -237,9 +232,9 @@ func (p *mdBlockParser) closeUnmatched() {
 
 // continues says whether container n goes on with the current line: 0 yes, 1 no, 2 the line
 // was a fence's end and is used up.
-func (p *mdBlockParser) continues(n *mdNode) int {
-	switch n.kind {
-	case mdQuote:
+func (p *mdBlockParser) continues(n *Node) int {
+	switch n.Kind {
+	case Quote:
 		if !p.indented && p.nextNonspace < len(p.line) && p.line[p.nextNonspace] == '>' {
 			p.advanceNextNonspace()
 			p.advance(1, false)
@@ -249,9 +244,9 @@ func (p *mdBlockParser) continues(n *mdNode) int {
 			return 0
 		}
 		return 1
-	case mdItem:
+	case Item:
 		if p.blank {
-			if len(n.children) == 0 {
+			if len(n.Children) == 0 {
 				return 1 // a blank line after an empty item ends it
 			}
 			p.advanceNextNonspace()
@@ -262,9 +257,9 @@ func (p *mdBlockParser) continues(n *mdNode) int {
 			return 0
 		}
 		return 1
-	case mdHeading, mdRule:
+	case Heading, Rule:
 		return 1
-	case mdCode:
+	case CodeBlock:
 		if n.fenced {
 			if !p.indented && p.nextNonspace < len(p.line) && p.line[p.nextNonspace] == n.fence[0] {
 				run := p.line[p.nextNonspace:]
@@ -292,12 +287,12 @@ func (p *mdBlockParser) continues(n *mdNode) int {
 			return 0
 		}
 		return 1
-	case mdHTML:
+	case HTMLBlock:
 		if p.blank && (n.htmlType == 6 || n.htmlType == 7) {
 			return 1
 		}
 		return 0
-	case mdParagraph:
+	case Paragraph:
 		if p.blank {
 			return 1
 		}
@@ -323,7 +318,7 @@ func (p *mdBlockParser) incorporate(line string) {
 		case 0:
 			continue
 		case 1:
-			container = container.parent
+			container = container.Parent
 		case 2:
 			return
 		}
@@ -332,7 +327,7 @@ func (p *mdBlockParser) incorporate(line string) {
 	p.allClosed = container == p.oldTip
 	p.lastMatched = container
 
-	matchedLeaf := container.kind != mdParagraph && acceptsLines(container)
+	matchedLeaf := container.Kind != Paragraph && acceptsLines(container)
 	for !matchedLeaf {
 		p.findNextNonspace()
 		if !p.indented && !mdMaybeSpecial(p.line, p.nextNonspace) {
@@ -343,7 +338,7 @@ func (p *mdBlockParser) incorporate(line string) {
 		if started == 0 {
 			// A paragraph's line keeps its indentation, which tells a table's delimiter row
 			// from an indented line.
-			if p.tip.kind != mdParagraph {
+			if p.tip.Kind != Paragraph {
 				p.advanceNextNonspace()
 			}
 			break
@@ -352,36 +347,36 @@ func (p *mdBlockParser) incorporate(line string) {
 		if started == 2 {
 			break // a leaf
 		}
-		if acceptsLines(container) && container.kind != mdParagraph {
+		if acceptsLines(container) && container.Kind != Paragraph {
 			matchedLeaf = true
 		}
 	}
 
 	// What is left of the line: a lazy paragraph continuation, or the innermost block's.
-	if !p.allClosed && !p.blank && p.tip.kind == mdParagraph {
-		p.tip.lines = append(p.tip.lines, p.rest())
+	if !p.allClosed && !p.blank && p.tip.Kind == Paragraph {
+		p.tip.Lines = append(p.tip.Lines, p.rest())
 		return
 	}
 	p.closeUnmatched()
 
 	switch {
 	case acceptsLines(container):
-		if container.kind == mdHTML {
-			container.lines = append(container.lines, p.rest())
+		if container.Kind == HTMLBlock {
+			container.Lines = append(container.Lines, p.rest())
 			if htmlBlockEnds(container.htmlType, p.line[min(p.offset, len(p.line)):]) {
 				p.finalize(container, p.lineNo)
 			}
 			return
 		}
-		if container.kind == mdParagraph {
-			container.lines = append(container.lines, p.rest())
+		if container.Kind == Paragraph {
+			container.Lines = append(container.Lines, p.rest())
 			return
 		}
-		container.lines = append(container.lines, p.rest())
+		container.Lines = append(container.Lines, p.rest())
 	case p.offset < len(p.line) && !p.blank:
-		n := p.addChild(mdParagraph)
+		n := p.addChild(Paragraph)
 		p.advanceNextNonspace()
-		n.lines = append(n.lines, p.rest())
+		n.Lines = append(n.Lines, p.rest())
 	}
 }
 
@@ -400,12 +395,12 @@ func mdMaybeSpecial(line string, i int) bool {
 }
 
 // blockStart opens the block the line begins, if any: 0 none, 1 a container, 2 a leaf.
-func (p *mdBlockParser) blockStart(container *mdNode) int {
+func (p *mdBlockParser) blockStart(container *Node) int {
 	if p.indented {
-		if p.tip.kind != mdParagraph && !p.blank {
+		if p.tip.Kind != Paragraph && !p.blank {
 			p.advance(4, true)
 			p.closeUnmatched()
-			p.addChild(mdCode)
+			p.addChild(CodeBlock)
 			return 2
 		}
 		return 0
@@ -420,7 +415,7 @@ func (p *mdBlockParser) blockStart(container *mdNode) int {
 			p.advance(1, true)
 		}
 		p.closeUnmatched()
-		p.addChild(mdQuote)
+		p.addChild(Quote)
 		return 1
 	}
 	// ATX heading
@@ -433,9 +428,9 @@ func (p *mdBlockParser) blockStart(container *mdNode) int {
 			p.advanceNextNonspace()
 			p.advance(k, false)
 			p.closeUnmatched()
-			h := p.addChild(mdHeading)
-			h.level = k
-			h.lines = []string{atxContent(p.line[p.offset:])}
+			h := p.addChild(Heading)
+			h.Level = k
+			h.Lines = []string{atxContent(p.line[p.offset:])}
 			p.advance(len(p.line)-p.offset, false)
 			p.finalize(h, p.lineNo)
 			return 2
@@ -449,7 +444,7 @@ func (p *mdBlockParser) blockStart(container *mdNode) int {
 		}
 		if k >= 3 && (c == '~' || !strings.Contains(rest[k:], "`")) {
 			p.closeUnmatched()
-			n := p.addChild(mdCode)
+			n := p.addChild(CodeBlock)
 			n.fenced, n.fence, n.fenceInd = true, rest[:k], p.indent
 			p.advanceNextNonspace()
 			p.advance(k, false)
@@ -460,42 +455,42 @@ func (p *mdBlockParser) blockStart(container *mdNode) int {
 	// HTML block
 	if c == '<' {
 		for t := 1; t <= 7; t++ {
-			if htmlBlockStarts(t, rest) && (t < 7 || (container.kind != mdParagraph && !(!p.allClosed && !p.blank && p.tip.kind == mdParagraph))) {
+			if htmlBlockStarts(t, rest) && (t < 7 || (container.Kind != Paragraph && !(!p.allClosed && !p.blank && p.tip.Kind == Paragraph))) {
 				p.closeUnmatched()
-				n := p.addChild(mdHTML)
+				n := p.addChild(HTMLBlock)
 				n.htmlType = t
 				return 2
 			}
 		}
 	}
 	// setext heading underline
-	if (c == '=' || c == '-') && container.kind == mdParagraph {
+	if (c == '=' || c == '-') && container.Kind == Paragraph {
 		if lvl := setextLevel(rest); lvl > 0 {
 			p.closeUnmatched()
 			// Link reference definitions at its start are not the heading's.
-			lines := p.takeRefs(container.lines)
+			lines := p.takeRefs(container.Lines)
 			if len(lines) > 0 {
-				h := &mdNode{kind: mdHeading, level: lvl, lines: []string{strings.TrimRight(strings.Join(lines, "\n"), " \t")},
+				h := &Node{Kind: Heading, Level: lvl, Lines: []string{strings.TrimRight(strings.Join(lines, "\n"), " \t")},
 					startLine: container.startLine}
-				parent := container.parent
-				parent.children[len(parent.children)-1] = h
-				h.parent = parent
+				parent := container.Parent
+				parent.Children[len(parent.Children)-1] = h
+				h.Parent = parent
 				p.tip = h
 				p.advance(len(p.line)-p.offset, false)
 				p.finalize(h, p.lineNo)
 				return 2
 			}
-			container.lines = nil
+			container.Lines = nil
 			container.open = false
-			parent := container.parent
-			parent.children = parent.children[:len(parent.children)-1]
+			parent := container.Parent
+			parent.Children = parent.Children[:len(parent.Children)-1]
 			p.tip = parent
 		}
 	}
 	// thematic break
 	if isRule(rest) {
 		p.closeUnmatched()
-		p.addChild(mdRule)
+		p.addChild(Rule)
 		p.advance(len(p.line)-p.offset, false)
 		p.finalize(p.tip, p.lineNo)
 		return 2
@@ -510,9 +505,9 @@ func (p *mdBlockParser) blockStart(container *mdNode) int {
 }
 
 // listItem opens a list item (and its list) if the line begins one.
-func (p *mdBlockParser) listItem(container *mdNode) bool {
+func (p *mdBlockParser) listItem(container *Node) bool {
 	rest := p.line[p.nextNonspace:]
-	item := &mdNode{kind: mdItem, open: true, markerCol: p.indent}
+	item := &Node{Kind: Item, open: true, markerCol: p.indent}
 	var width int
 	var ordered bool
 	var start int
@@ -528,7 +523,7 @@ func (p *mdBlockParser) listItem(container *mdNode) bool {
 			return false
 		}
 		start, _ = strconv.Atoi(rest[:k])
-		if container.kind == mdParagraph && start != 1 {
+		if container.Kind == Paragraph && start != 1 {
 			return false
 		}
 		ordered, marker, width = true, rest[k], k+1
@@ -538,7 +533,7 @@ func (p *mdBlockParser) listItem(container *mdNode) bool {
 		return false
 	}
 	// An empty item cannot interrupt a paragraph.
-	if container.kind == mdParagraph && strings.Trim(rest[width:], " \t") == "" {
+	if container.Kind == Paragraph && strings.Trim(rest[width:], " \t") == "" {
 		return false
 	}
 	p.advanceNextNonspace()
@@ -569,9 +564,9 @@ func (p *mdBlockParser) listItem(container *mdNode) bool {
 	}
 	p.closeUnmatched()
 	// A new list, unless this item continues the open one.
-	if p.tip.kind != mdList || !sameList(p.tip, ordered, marker) {
-		l := p.addChild(mdList)
-		l.ordered, l.start, l.marker = ordered, start, marker
+	if p.tip.Kind != List || !sameList(p.tip, ordered, marker) {
+		l := p.addChild(List)
+		l.Ordered, l.Start, l.Marker = ordered, start, marker
 	}
 	item.startLine = p.lineNo
 	p.tip.add(item)
@@ -579,8 +574,8 @@ func (p *mdBlockParser) listItem(container *mdNode) bool {
 	return true
 }
 
-func sameList(l *mdNode, ordered bool, marker byte) bool {
-	return l.ordered == ordered && l.marker == marker
+func sameList(l *Node, ordered bool, marker byte) bool {
+	return l.Ordered == ordered && l.Marker == marker
 }
 
 // atxContent is an ATX heading's text without its closing sequence.
@@ -700,51 +695,51 @@ func htmlBlockEnds(t int, line string) bool {
 
 // finalize closes block n; a paragraph then gives up its link reference definitions and may
 // turn out to be a table.
-func (p *mdBlockParser) finalize(n *mdNode, line int) {
-	above := n.parent
+func (p *mdBlockParser) finalize(n *Node, line int) {
+	above := n.Parent
 	n.open = false
 	n.endLine = line
-	switch n.kind {
-	case mdParagraph:
-		n.lines = p.takeRefs(n.lines)
-		if len(n.lines) == 0 {
-			above.children = above.children[:len(above.children)-1]
+	switch n.Kind {
+	case Paragraph:
+		n.Lines = p.takeRefs(n.Lines)
+		if len(n.Lines) == 0 {
+			above.Children = above.Children[:len(above.Children)-1]
 		} else {
 			p.table(n)
 		}
-	case mdCode:
+	case CodeBlock:
 		// Blank lines at the end of a code block that ends without its fence, or of an indented
 		// one, do not make a list loose: as goldmark saw it, they are between blocks.
 		trailing := 0
-		for trailing < len(n.lines) && strings.Trim(n.lines[len(n.lines)-1-trailing], " \t") == "" {
+		for trailing < len(n.Lines) && strings.Trim(n.Lines[len(n.Lines)-1-trailing], " \t") == "" {
 			trailing++
 		}
 		if n.fenced {
 			if line != p.lineNo || n.startLine == p.lineNo {
 				n.endLine = max(n.startLine, n.endLine-trailing)
 			}
-			n.lines = n.lines[min(1, len(n.lines)):] // the info string's line
+			n.Lines = n.Lines[min(1, len(n.Lines)):] // the info string's line
 		} else {
 			n.endLine = max(n.startLine, n.endLine-trailing)
-			n.lines = n.lines[:len(n.lines)-trailing]
+			n.Lines = n.Lines[:len(n.Lines)-trailing]
 		}
-	case mdItem:
+	case Item:
 		if last := n.last(); last != nil {
 			n.endLine = last.endLine
 		} else {
 			n.endLine = n.startLine
 		}
-	case mdList:
+	case List:
 		n.endLine = n.last().endLine
 		// Loose when a blank line separates two of its items or two blocks of an item.
-		n.tight = true
-		for i, item := range n.children {
-			if i+1 < len(n.children) && item.endLine < n.children[i+1].startLine-1 {
-				n.tight = false
+		n.Tight = true
+		for i, item := range n.Children {
+			if i+1 < len(n.Children) && item.endLine < n.Children[i+1].startLine-1 {
+				n.Tight = false
 			}
-			for j := 0; j+1 < len(item.children); j++ {
-				if item.children[j].endLine < item.children[j+1].startLine-1 {
-					n.tight = false
+			for j := 0; j+1 < len(item.Children); j++ {
+				if item.Children[j].endLine < item.Children[j+1].startLine-1 {
+					n.Tight = false
 				}
 			}
 		}
@@ -753,68 +748,68 @@ func (p *mdBlockParser) finalize(n *mdNode, line int) {
 }
 
 // inlines parses the inline content of every paragraph, heading and table cell under n.
-func (p *mdBlockParser) inlines(n *mdNode) {
-	switch n.kind {
-	case mdParagraph, mdHeading, mdCell:
-		lines := n.lines
-		if n.kind == mdParagraph {
+func (p *mdBlockParser) inlines(n *Node) {
+	switch n.Kind {
+	case Paragraph, Heading, Cell:
+		lines := n.Lines
+		if n.Kind == Paragraph {
 			for i, l := range lines {
 				lines[i] = strings.TrimLeft(l, mdSpace)
 			}
 		}
 		text := strings.Join(lines, "\n")
-		if n.kind == mdParagraph {
+		if n.Kind == Paragraph {
 			text = strings.TrimRight(text, " \t")
 		}
-		n.lines = nil
-		(&mdInlineParser{refs: p.refs, taskList: n.kind == mdParagraph && isFirstInItem(n)}).parse(n, text)
+		n.Lines = nil
+		(&mdInlineParser{refs: p.refs, taskList: n.Kind == Paragraph && isFirstInItem(n)}).parse(n, text)
 		return
 	}
-	for _, c := range n.children {
+	for _, c := range n.Children {
 		p.inlines(c)
 	}
 }
 
-func isFirstInItem(n *mdNode) bool {
-	return n.parent != nil && n.parent.kind == mdItem && n.parent.children[0] == n
+func isFirstInItem(n *Node) bool {
+	return n.Parent != nil && n.Parent.Kind == Item && n.Parent.Children[0] == n
 }
 
 // table turns paragraph n into a table where one of its lines is a delimiter row under a
 // header of as many cells: the lines before the header stay the paragraph's, the lines after
 // the delimiter row are the table's rows.
-func (p *mdBlockParser) table(n *mdNode) {
-	for i := 1; i < len(n.lines); i++ {
-		aligns := tableDelims(n.lines[i])
+func (p *mdBlockParser) table(n *Node) {
+	for i := 1; i < len(n.Lines); i++ {
+		aligns := tableDelims(n.Lines[i])
 		if aligns == nil {
 			continue
 		}
-		header := tableRow(n.lines[i-1], aligns, true)
-		if len(header.children) != len(aligns) {
+		header := tableRow(n.Lines[i-1], aligns, true)
+		if len(header.Children) != len(aligns) {
 			return
 		}
-		t := &mdNode{kind: mdTable, aligns: aligns}
+		t := &Node{Kind: Table, Aligns: aligns}
 		t.add(header)
-		for _, l := range n.lines[i+1:] {
+		for _, l := range n.Lines[i+1:] {
 			t.add(tableRow(l, aligns, false))
 		}
-		parent := n.parent
+		parent := n.Parent
 		at := 0
-		for at < len(parent.children) && parent.children[at] != n {
+		for at < len(parent.Children) && parent.Children[at] != n {
 			at++
 		}
-		n.lines = n.lines[:i-1]
-		if len(n.lines) == 0 {
-			parent.children[at] = t
-			t.parent = parent
+		n.Lines = n.Lines[:i-1]
+		if len(n.Lines) == 0 {
+			parent.Children[at] = t
+			t.Parent = parent
 		} else {
-			parent.children = append(parent.children[:at+1], append([]*mdNode{t}, parent.children[at+1:]...)...)
-			t.parent = parent
+			parent.Children = append(parent.Children[:at+1], append([]*Node{t}, parent.Children[at+1:]...)...)
+			t.Parent = parent
 		}
 		return
 	}
 }
 
-func tableDelims(line string) []mdAlign {
+func tableDelims(line string) []Align {
 	if indentWidth(line) > 3 {
 		return nil
 	}
@@ -829,7 +824,7 @@ func tableDelims(line string) []mdAlign {
 	if len(cols) > 0 && strings.Trim(cols[len(cols)-1], " \t") == "" {
 		cols = cols[:len(cols)-1]
 	}
-	var aligns []mdAlign
+	var aligns []Align
 	for _, c := range cols {
 		c = strings.Trim(c, " \t")
 		left, right := strings.HasPrefix(c, ":"), strings.HasSuffix(c, ":")
@@ -839,13 +834,13 @@ func tableDelims(line string) []mdAlign {
 		}
 		switch {
 		case left && right:
-			aligns = append(aligns, alignCenter)
+			aligns = append(aligns, AlignCenter)
 		case left:
-			aligns = append(aligns, alignLeft)
+			aligns = append(aligns, AlignLeft)
 		case right:
-			aligns = append(aligns, alignRight)
+			aligns = append(aligns, AlignRight)
 		default:
-			aligns = append(aligns, alignNone)
+			aligns = append(aligns, AlignNone)
 		}
 	}
 	return aligns
@@ -869,8 +864,8 @@ func indentWidth(line string) int {
 
 // tableRow splits a row into cells at its unescaped pipes: a header keeps every cell, a body
 // row as many as the header has, padded with empty ones.
-func tableRow(line string, aligns []mdAlign, header bool) *mdNode {
-	row := &mdNode{kind: mdRow, header: header}
+func tableRow(line string, aligns []Align, header bool) *Node {
+	row := &Node{Kind: Row, Header: header}
 	s := strings.Trim(line, " \t")
 	pos, limit := 0, len(s)
 	if limit > 0 && s[0] == '|' {
@@ -890,11 +885,11 @@ func tableRow(line string, aligns []mdAlign, header bool) *mdNode {
 		}
 		cell := strings.Trim(s[pos:end], " \t")
 		// A pipe escaped inside a code span is the code's.
-		row.add(&mdNode{kind: mdCell, lines: []string{cell}})
+		row.add(&Node{Kind: Cell, Lines: []string{cell}})
 		pos = end + 1
 	}
 	for ; i < len(aligns); i++ {
-		row.add(&mdNode{kind: mdCell})
+		row.add(&Node{Kind: Cell})
 	}
 	return row
 }
@@ -911,7 +906,7 @@ func (p *mdBlockParser) takeRefs(lines []string) []string {
 		}
 		if key := normalizeLabel(label); key != "" {
 			if _, dup := p.refs[key]; !dup {
-				p.refs[key] = mdRef{dest: dest}
+				p.refs[key] = mdRef{Dest: dest}
 			}
 		}
 		consumed += n
