@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -288,7 +289,7 @@ func runTUI(f *Factory, p *tea.Program, q *tui.Quitter) (tea.Model, error) {
 		if restore != nil {
 			restore()
 		}
-		_, _ = io.WriteString(f.IO.Out, "\x1b[?1049l\x1b[?25h")
+		_, _ = io.WriteString(f.IO.Out, ansi.ResetModeAltScreenSaveCursor+ansi.SetModeTextCursorEnable) // leave the alternate screen, show the cursor
 		return m, nil
 	}
 	return m, err

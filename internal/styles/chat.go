@@ -11,6 +11,10 @@ import (
 type Chat struct {
 	Colour bool
 
+	// Plain has no attributes: what the markdown's inline styles build on, and the style of
+	// text that comes styled already.
+	Plain lipgloss.Style
+
 	PromptMark lipgloss.Style // the "›" before a prompt
 	Prompt     lipgloss.Style // a prompt's text
 	Message    lipgloss.Style // agent text that is not markdown-rendered yet (the streaming tail)
@@ -60,7 +64,7 @@ func NewChat(colour bool) Chat {
 	plain := lipgloss.NewStyle()
 	if !colour {
 		return Chat{
-			PromptMark: plain, Prompt: plain, Message: plain, Thought: plain, ToolTitle: plain,
+			Plain: plain, PromptMark: plain, Prompt: plain, Message: plain, Thought: plain, ToolTitle: plain,
 			ToolKind: plain, ToolOutput: plain, Running: plain, Done: plain, Failed: plain,
 			DiffAdd: plain, DiffDel: plain, DiffHunk: plain, DiffCtx: plain, DiffPath: plain,
 			PlanDone: plain, PlanActive: plain, PlanTodo: plain, Notice: plain, Error: plain,
@@ -73,6 +77,7 @@ func NewChat(colour bool) Chat {
 	fg := func(c color.Color) lipgloss.Style { return plain.Foreground(c) }
 	return Chat{
 		Colour:     true,
+		Plain:      plain,
 		PromptMark: fg(ColorAccent).Bold(true),
 		Prompt:     fg(ColorAccent),
 		Message:    plain,

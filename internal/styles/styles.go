@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -148,4 +149,37 @@ func RenderText(st lipgloss.Style, s string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// StandAlone makes each of lines, wrapped from one styled text, stand alone on a screen:
+// wrapping may break a style's span (a word longer than a line), so a line that leaves a style
+// open closes it, and the next line opens it again.
+func StandAlone(lines []string) []string {
+	open := ""
+	for i, l := range lines {
+		l, open = open+l, ""
+		if sgr := lastSGR(l); sgr != "" && sgr != ansi.ResetStyle && sgr != csi+"0m" {
+			open, l = sgr, l+ansi.ResetStyle
+		}
+		lines[i] = l
+	}
+	return lines
+}
+
+// csi starts a control sequence.
+const csi = string(rune(ansi.ESC)) + "["
+
+// lastSGR is the last select-graphic-rendition sequence in l, or "".
+func lastSGR(l string) string {
+	for j := len(l); j > 0; {
+		j = strings.LastIndex(l[:j], csi)
+		if j < 0 {
+			break
+		}
+		k := strings.IndexFunc(l[j+len(csi):], func(r rune) bool { return (r < '0' || r > '9') && r != ';' })
+		if k >= 0 && l[j+len(csi)+k] == 'm' {
+			return l[j : j+len(csi)+k+1]
+		}
+	}
+	return ""
 }

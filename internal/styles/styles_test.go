@@ -82,3 +82,14 @@ func TestRenderTextKeepsText(t *testing.T) {
 		t.Errorf("coloured RenderText = %q, want %q with escapes around its lines", got, in)
 	}
 }
+
+// A style left open at a line's end is closed there and opened again on the next line; a
+// reset, or no style at all, is left alone.
+func TestStandAlone(t *testing.T) {
+	bold, red := "\x1b[1m", "\x1b[31;1m"
+	got := StandAlone([]string{"a " + bold + "long", "word" + "\x1b[m b", red + "c", "d", "plain", "e\x1b[0m"})
+	want := []string{"a " + bold + "long\x1b[m", bold + "word\x1b[m b", red + "c\x1b[m", red + "d\x1b[m", red + "plain\x1b[m", red + "e\x1b[0m"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("StandAlone =\n%q\nwant\n%q", got, want)
+	}
+}

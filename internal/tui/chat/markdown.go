@@ -58,7 +58,7 @@ func (m *mdWriter) blocks(n *markdown.Node, w int) []string {
 func (m *mdWriter) block(n *markdown.Node, w int) []string {
 	switch n.Kind {
 	case markdown.Paragraph:
-		return m.wrap(m.inline(n, lipgloss.NewStyle()), w)
+		return m.wrap(m.inline(n, m.st.Plain), w)
 	case markdown.Heading:
 		return m.wrap(m.paint(m.st.Heading, strings.Repeat("#", n.Level))+" "+m.inline(n, m.st.Heading), w)
 	case markdown.CodeBlock:
@@ -148,7 +148,7 @@ func (m *mdWriter) table(t *markdown.Node, w int) []string {
 	var rows [][]string
 	widths := make([]int, n)
 	for _, r := range t.Children {
-		st := lipgloss.NewStyle()
+		st := m.st.Plain
 		if r.Header {
 			st = m.st.Strong
 		}
@@ -308,38 +308,13 @@ func (m *mdWriter) plain(n *markdown.Node) string {
 	return b.String()
 }
 
-// wrap word-wraps styled text. Wrapping breaks a word longer than a line inside its style's
-// span, so with colour on a line that leaves a style open closes it, and the next line opens it
-// again: each line must stand alone on the screen.
+// wrap word-wraps styled text; each line stands alone on the screen (styles.StandAlone).
 func (m *mdWriter) wrap(s string, w int) []string {
 	lines := wrap(s, w)
 	if !m.st.Colour {
 		return lines
 	}
-	open := ""
-	for i, l := range lines {
-		l, open = open+l, ""
-		if sgr := lastSGR(l); sgr != "" && sgr != "\x1b[m" && sgr != "\x1b[0m" {
-			open, l = sgr, l+"\x1b[m"
-		}
-		lines[i] = l
-	}
-	return lines
-}
-
-// lastSGR is the last select-graphic-rendition sequence in l, or "".
-func lastSGR(l string) string {
-	for j := len(l); j > 0; {
-		j = strings.LastIndex(l[:j], "\x1b[")
-		if j < 0 {
-			break
-		}
-		k := strings.IndexFunc(l[j+2:], func(r rune) bool { return (r < '0' || r > '9') && r != ';' })
-		if k >= 0 && l[j+2+k] == 'm' {
-			return l[j : j+2+k+1]
-		}
-	}
-	return ""
+	return styles.StandAlone(lines)
 }
 
 // paint renders s in st, or leaves it alone with colour off.

@@ -68,7 +68,7 @@ func TestMarkdownColourLinesStandAlone(t *testing.T) {
 		t.Errorf("colour on, yet emphasis keeps its delimiters:\n%s", ansi.Strip(joined))
 	}
 	for _, l := range lines {
-		if sgr := lastSGR(l); sgr != "" && sgr != "\x1b[m" {
+		if sgr := gmLastSGR(l); sgr != "" && sgr != "\x1b[m" {
 			t.Errorf("line %q leaves a style open", l)
 		}
 		if w := ansi.StringWidth(l); w > 24 {

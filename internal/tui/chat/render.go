@@ -188,7 +188,7 @@ func (r *renderer) tool(e *entry, w int) []string {
 			headLines[last] += st.ToolKind.Render(suffix)
 		}
 	}
-	lines := prefixed(headLines, toolIcon(st, tc.status)+" ", "  ", lipgloss.NewStyle())
+	lines := prefixed(headLines, toolIcon(st, tc.status)+" ", "  ", st.Plain)
 
 	var body []string
 	for _, c := range tc.content {
