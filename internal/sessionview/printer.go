@@ -61,10 +61,7 @@ func (p *Printer) Finish() {
 		io.WriteString(p.out, "\n")
 		p.outMid = false
 	}
-	if p.errMid {
-		io.WriteString(p.errOut, "\n")
-		p.errMid = false
-	}
+	p.endErrLine()
 }
 
 // Show renders one event for people: the agent's text to stdout, the rest to stderr. Events
@@ -161,9 +158,8 @@ func (p *Printer) writeOut(s string) {
 	if s == "" {
 		return
 	}
-	if p.shared && p.errMid {
-		io.WriteString(p.errOut, "\n")
-		p.errMid = false
+	if p.shared {
+		p.endErrLine()
 	}
 	if p.cut && p.outMid && !p.shared {
 		io.WriteString(p.out, "\n")
@@ -189,11 +185,16 @@ func (p *Printer) writeErr(s string) {
 // line writes a whole line to stderr, on a line of its own.
 func (p *Printer) line(s string) {
 	p.cut = true
+	p.endErrLine()
+	p.writeErr(s + "\n")
+}
+
+// endErrLine ends the line stderr left unfinished, if it did.
+func (p *Printer) endErrLine() {
 	if p.errMid {
 		io.WriteString(p.errOut, "\n")
 		p.errMid = false
 	}
-	p.writeErr(s + "\n")
 }
 
 // toolCallLine is "TITLE (kind) [ID]".
@@ -268,33 +269,9 @@ func Summary(ev api.SessionEvent) string {
 			return snippet(d.Text)
 		}
 	case api.EventUpdate:
-		u, err := acpview.Decode(ev.Data)
-		if err != nil {
-			break
+		if u, err := acpview.Decode(ev.Data); err == nil {
+			return updateSummary(u)
 		}
-		switch u.Kind {
-		case acpview.KindToolCall:
-			s := string(u.Kind) + " " + toolCallLine(u)
-			if u.Status != nil {
-				s += " " + *u.Status
-			}
-			return s
-		case acpview.KindToolCallUpdate:
-			s := string(u.Kind) + " [" + u.ToolCallID + "]"
-			if t := u.TitleOr(); t != "" {
-				s += " " + t
-			}
-			if u.Status != nil {
-				s += " " + *u.Status
-			}
-			return s
-		case acpview.KindPlan:
-			return fmt.Sprintf("plan: %d entries", len(u.Entries))
-		}
-		if text, ok := u.Text(); ok {
-			return string(u.Kind) + " " + snippet(text)
-		}
-		return string(u.Kind)
 	case api.EventPermission:
 		var d api.PermissionData
 		if json.Unmarshal(ev.Data, &d) == nil {
@@ -326,6 +303,33 @@ func Summary(ev api.SessionEvent) string {
 		}
 	}
 	return snippet(string(ev.Data))
+}
+
+// updateSummary is Summary's line of an ACP update: its kind, and what says most about it.
+func updateSummary(u acpview.Update) string {
+	switch u.Kind {
+	case acpview.KindToolCall:
+		s := string(u.Kind) + " " + toolCallLine(u)
+		if u.Status != nil {
+			s += " " + *u.Status
+		}
+		return s
+	case acpview.KindToolCallUpdate:
+		s := string(u.Kind) + " [" + u.ToolCallID + "]"
+		if t := u.TitleOr(); t != "" {
+			s += " " + t
+		}
+		if u.Status != nil {
+			s += " " + *u.Status
+		}
+		return s
+	case acpview.KindPlan:
+		return fmt.Sprintf("plan: %d entries", len(u.Entries))
+	}
+	if text, ok := u.Text(); ok {
+		return string(u.Kind) + " " + snippet(text)
+	}
+	return string(u.Kind)
 }
 
 // snippet quotes the start of s, cut to a line's worth of runes.
