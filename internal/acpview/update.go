@@ -5,7 +5,7 @@
 // kind strings from here, so what it emits and what is decoded cannot drift apart.
 //
 // It is a leaf: encoding/json only, no styles, no terminals, so that the daemon may read
-// updates with it without importing a renderer (internal/acpview/term renders for people).
+// updates with it without importing a renderer (internal/sessionview renders for people).
 package acpview
 
 import (
@@ -81,8 +81,8 @@ type PlanEntry struct {
 	Status  string `json:"status"`
 }
 
-// TitleOr returns the tool call's title, or "" where the update has none.
-func (u Update) TitleOr() string { return deref(u.Title) }
+// TitleText returns the tool call's title, or "" where the update has none.
+func (u Update) TitleText() string { return deref(u.Title) }
 
 // Text returns a chunk's text, if it is a text chunk.
 func (u Update) Text() (string, bool) {

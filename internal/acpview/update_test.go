@@ -68,14 +68,14 @@ func TestDecodeFromSDK(t *testing.T) {
 		t.Errorf("message chunk text = %q, %v", got, ok)
 	}
 	tc := decode(KindToolCall)
-	if tc.ToolCallID != "call-1" || tc.TitleOr() != "Read file" || deref(tc.ToolKind) != "read" ||
+	if tc.ToolCallID != "call-1" || tc.TitleText() != "Read file" || deref(tc.ToolKind) != "read" ||
 		deref(tc.Status) != "pending" || !reflect.DeepEqual(tc.Locations, []Location{{Path: "/a"}}) || tc.HasContent {
 		t.Errorf("tool call = %+v", tc)
 	}
 	up := decode(KindToolCallUpdate)
 	old := "old"
 	want := []ToolContent{{Type: "content", Text: "out"}, {Type: "diff", Path: "/a", OldText: &old, NewText: "new"}}
-	if up.ToolKind != nil || deref(up.Status) != "completed" || up.TitleOr() != "new title" || !up.HasContent || !reflect.DeepEqual(up.Content, want) {
+	if up.ToolKind != nil || deref(up.Status) != "completed" || up.TitleText() != "new title" || !up.HasContent || !reflect.DeepEqual(up.Content, want) {
 		t.Errorf("tool call update = %+v, content %+v", up, up.Content)
 	}
 	if p := decode(KindPlan); !reflect.DeepEqual(p.Entries, []PlanEntry{{Content: "step", Status: "pending"}}) {

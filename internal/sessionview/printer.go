@@ -83,10 +83,10 @@ func (p *Printer) Show(ev api.SessionEvent) {
 				p.writeErr(text)
 			}
 		case acpview.KindToolCall:
-			p.titles[u.ToolCallID] = u.TitleOr()
+			p.titles[u.ToolCallID] = u.TitleText()
 			p.line("▸ tool " + toolCallLine(u))
 		case acpview.KindToolCallUpdate:
-			if t := u.TitleOr(); t != "" {
+			if t := u.TitleText(); t != "" {
 				p.titles[u.ToolCallID] = t
 			}
 			if u.Status != nil && *u.Status != "" {
@@ -199,7 +199,7 @@ func (p *Printer) endErrLine() {
 
 // toolCallLine is "TITLE (kind) [ID]".
 func toolCallLine(u acpview.Update) string {
-	s := orUnnamed(u.TitleOr())
+	s := orUnnamed(u.TitleText())
 	if u.ToolKind != nil && *u.ToolKind != "" {
 		s += " (" + *u.ToolKind + ")"
 	}
@@ -316,7 +316,7 @@ func updateSummary(u acpview.Update) string {
 		return s
 	case acpview.KindToolCallUpdate:
 		s := string(u.Kind) + " [" + u.ToolCallID + "]"
-		if t := u.TitleOr(); t != "" {
+		if t := u.TitleText(); t != "" {
 			s += " " + t
 		}
 		if u.Status != nil {
