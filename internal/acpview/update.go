@@ -161,10 +161,13 @@ func decodeFull(data []byte) (Update, error) {
 		if len(w.Content) > 0 && !bytes.Equal(w.Content, []byte("null")) {
 			u.Content, u.HasContent = decodeToolContent(w.Content), true
 		}
-	case len(w.Content) > 0:
+	case len(w.Content) > 0 && w.Content[0] == '{':
 		// A chunk's block, or the content of a kind this package does not know, which may
-		// well be a block too: what it reads of it, as the fast path would.
-		_ = json.Unmarshal(w.Content, &u.Block)
+		// well be a block too: what it reads of it, as the fast path would. (Only an object
+		// can be one: a tool call's list, as in a permission request's, costs nothing here.)
+		var b ContentBlock // not &u.Block, which would put every u on the heap
+		_ = json.Unmarshal(w.Content, &b)
+		u.Block = b
 	}
 	return u, nil
 }
