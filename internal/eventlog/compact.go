@@ -9,6 +9,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/internal/atomicfile"
 )
 
 // bbolt never shrinks its file: pages a delete frees are reused by later writes, never given
@@ -82,7 +84,7 @@ func (l *Log) compact() error {
 		os.Remove(tmp)
 		return err
 	}
-	if err := syncDir(filepath.Dir(l.path)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(l.path)); err != nil {
 		l.cfg.Logger.Warn("event log: sync the data dir after a compaction", "err", err)
 	}
 	old := l.db
@@ -174,15 +176,6 @@ func bucketAt(tx *bolt.Tx, path [][]byte) (*bolt.Bucket, error) {
 	return b, err
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // isEventBucket says whether a top-level bucket of sandboxd.db is one an older daemon kept the
 // event log in.
 func isEventBucket(name []byte) bool {
@@ -244,5 +237,5 @@ func copyInto(path string, src *bolt.DB, keep func(name []byte) bool) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return atomicfile.SyncDir(filepath.Dir(path))
 }
