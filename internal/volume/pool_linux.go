@@ -135,7 +135,11 @@ func (x *XFS) makePool(img string) error {
 		return fmt.Errorf("pool: %w", err)
 	}
 	ok = true
-	syncDir(filepath.Dir(img))
+	// A pool whose name a crash undid would be made afresh, empty, at the next start, with
+	// every volume made in this one inside the lost image.
+	if err := syncDir(filepath.Dir(img)); err != nil {
+		return fmt.Errorf("pool: %w", err)
+	}
 	return nil
 }
 

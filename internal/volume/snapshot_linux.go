@@ -112,7 +112,9 @@ func (x *XFS) Snapshot(ctx context.Context, id, snapID string, progress Progress
 		return SnapshotInfo{}, fmt.Errorf("volume %s: snapshot %s: %w", id, snapID, err)
 	}
 	ok = true
-	syncDir(x.snapshotsDir())
+	if err := syncDir(x.snapshotsDir()); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("volume %s: snapshot %s: %w", id, snapID, err)
+	}
 	return x.snapshotInfo(snapID)
 }
 
@@ -154,7 +156,9 @@ func (x *XFS) DeleteSnapshot(ctx context.Context, snapID string) error {
 			return fmt.Errorf("snapshot %s: %w", snapID, err)
 		}
 	}
-	syncDir(x.snapshotsDir())
+	if err := syncDir(x.snapshotsDir()); err != nil {
+		return fmt.Errorf("snapshot %s: %w", snapID, err)
+	}
 	return nil
 }
 
@@ -243,7 +247,9 @@ func (x *XFS) CreateFromSnapshot(ctx context.Context, id, snapID string, progres
 		os.Remove(tmp)
 		return Info{}, fmt.Errorf("volume %s: %w", id, err)
 	}
-	syncDir(x.dir)
+	if err := syncDir(x.dir); err != nil {
+		return Info{}, fmt.Errorf("volume %s: %w", id, err)
+	}
 	return x.info(id)
 }
 
@@ -310,7 +316,9 @@ func (x *XFS) Restore(ctx context.Context, id, snapID string, progress Progress)
 		return Info{}, fmt.Errorf("volume %s: %w", id, err)
 	}
 	ok = true
-	syncDir(x.dir)
+	if err := syncDir(x.dir); err != nil {
+		return Info{}, fmt.Errorf("volume %s: restore snapshot %s: %w", id, snapID, err)
+	}
 	return Info{ID: id, CapacityBytes: capacity, Resizable: true}, nil
 }
 

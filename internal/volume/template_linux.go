@@ -45,7 +45,8 @@ func (x *XFS) template(ctx context.Context, name string, sizeGiB int, format fun
 		os.Remove(tmp)
 		return "", fmt.Errorf("template %s of %d GiB: %w", name, sizeGiB, err)
 	}
-	syncDir(dir)
+	// A template is a cache: one a crash loses is made again, so its name need not last yet.
+	_ = syncDir(dir)
 	return path, nil
 }
 

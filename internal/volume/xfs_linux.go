@@ -157,7 +157,8 @@ func (x *XFS) cleanCreating() {
 		}
 		_ = removeImage(f)
 	}
-	syncDir(x.dir)
+	// Best effort, as the removals are: what a crash brings back, the next start removes.
+	_ = syncDir(x.dir)
 }
 
 // makeShared makes dir a mount point of its own in a shared peer group (as Docker does for its
@@ -289,7 +290,9 @@ func (x *XFS) Create(ctx context.Context, id string, sizeGiB int, uid, gid int) 
 		os.Remove(tmp)
 		return Info{}, fmt.Errorf("volume %s: %w", id, err)
 	}
-	syncDir(x.dir)
+	if err := syncDir(x.dir); err != nil {
+		return Info{}, fmt.Errorf("volume %s: %w", id, err)
+	}
 	return x.info(id)
 }
 
@@ -567,7 +570,9 @@ func (x *XFS) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("volume %s: %w", id, err)
 		}
 	}
-	syncDir(x.dir)
+	if err := syncDir(x.dir); err != nil {
+		return fmt.Errorf("volume %s: %w", id, err)
+	}
 	return nil
 }
 
@@ -721,8 +726,21 @@ func (x *XFS) growfs(ctx context.Context, dev, mnt string) error {
 	return nil
 }
 
-// syncDir makes a rename or unlink in dir durable; failure only weakens crash safety.
-func syncDir(dir string) { _ = atomicfile.SyncDir(dir) }
+// syncDirectory is atomicfile.SyncDir; tests replace it, since a failing fsync of a directory
+// cannot be provoked on an ordinary filesystem.
+var syncDirectory = atomicfile.SyncDir
+
+// syncDir makes a rename or unlink in dir last through a crash. Its error wraps
+// atomicfile.ErrNotDurable: every reader sees the change already, but a crash may undo it (a
+// volume's image back under its .creating name, a deleted image back), so the operation
+// reports a failure, which its caller handles as it does any other (a sandbox whose create
+// failed is deleted; Delete, run again, syncs again) instead of recording it as done.
+func syncDir(dir string) error {
+	if err := syncDirectory(dir); err != nil {
+		return fmt.Errorf("%s: %w: %w", dir, atomicfile.ErrNotDurable, err)
+	}
+	return nil
+}
 
 // holders names processes whose mount namespace still mounts one of devs, for the busy error.
 func holders(devs []string) string {

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hiloop/hiloop/internal/atomicfile"
 	"github.com/hiloop/hiloop/internal/mountinfo"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
@@ -828,5 +829,28 @@ func TestXFSDeletedDataFreesHostSpace(t *testing.T) {
 				allocated(t, img), full, allocated(t, x.Pool()), pool)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// A failed fsync of the volumes' directory fails the operation that renamed or removed in it,
+// naming what is not durable, rather than reporting it done.
+func TestXFSFailedDirSyncFails(t *testing.T) {
+	ctx := context.Background()
+	x := newTestXFS(t)
+	eio := errors.New("sync: input/output error")
+	syncDirectory = func(string) error { return eio }
+	defer func() { syncDirectory = atomicfile.SyncDir }()
+
+	const id = "sb-unsynced"
+	if _, err := x.Create(ctx, id, 1, 0, 0); !errors.Is(err, atomicfile.ErrNotDurable) || !errors.Is(err, eio) {
+		t.Errorf("Create with a failing dir sync: %v, want ErrNotDurable and the cause", err)
+	}
+	if err := x.Delete(ctx, id); !errors.Is(err, atomicfile.ErrNotDurable) || !errors.Is(err, eio) {
+		t.Errorf("Delete with a failing dir sync: %v, want ErrNotDurable and the cause", err)
+	}
+	syncDirectory = atomicfile.SyncDir
+	// Run again, Delete finds nothing to remove and syncs.
+	if err := x.Delete(ctx, id); err != nil {
+		t.Errorf("Delete again: %v", err)
 	}
 }
