@@ -33,6 +33,7 @@ import (
 	"github.com/hiloop/hiloop/internal/atomicfile"
 	"github.com/hiloop/hiloop/internal/harness"
 	"github.com/hiloop/hiloop/internal/harness/adapter"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // definitions holds every image definition; a new definition directory is added here too.
@@ -45,6 +46,18 @@ var ErrUnknown = errors.New("unknown image")
 
 // ErrNotBuilt is returned for an image that has a definition but has not been built.
 var ErrNotBuilt = errors.New("image not built")
+
+// NotFoundError returns the API's image_not_found error for the image name when err is
+// ErrNotBuilt or ErrUnknown, saying what to run next; nil for any other error.
+func NotFoundError(name string, err error) error {
+	switch {
+	case errors.Is(err, ErrNotBuilt):
+		return api.Errorf(api.CodeImageNotFound, "image %q is not built: run `hiloop image build %s`", name, name)
+	case errors.Is(err, ErrUnknown):
+		return api.Errorf(api.CodeImageNotFound, "image %q not found: `hiloop image list` shows the images", name)
+	}
+	return nil
+}
 
 // ErrDefinitionName is returned when a derived, imported or pulled image would take the name of a
 // definition: that name belongs to the image its definition builds.

@@ -1,6 +1,8 @@
 package images
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"testing/fstest"
 
 	"github.com/hiloop/hiloop/internal/harness/adapter"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 func TestNames(t *testing.T) {
@@ -246,5 +249,29 @@ func TestDebianMirror(t *testing.T) {
 	}
 	if m := HostMirror(); !strings.Contains(m, "://") {
 		t.Errorf("HostMirror() = %q", m)
+	}
+}
+
+func TestNotFoundError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string // "" for no error
+	}{
+		{fmt.Errorf("image x: %w", ErrNotBuilt), "image \"x\" is not built: run `hiloop image build x`"},
+		{fmt.Errorf("image x: %w", ErrUnknown), "image \"x\" not found: `hiloop image list` shows the images"},
+		{errors.New("disk on fire"), ""},
+		{nil, ""},
+	} {
+		got := NotFoundError("x", tc.err)
+		if tc.want == "" {
+			if got != nil {
+				t.Errorf("NotFoundError(%v) = %v, want nil", tc.err, got)
+			}
+			continue
+		}
+		var apiErr *api.Error
+		if !errors.As(got, &apiErr) || apiErr.Code != api.CodeImageNotFound || apiErr.Message != tc.want {
+			t.Errorf("NotFoundError(%v) = %#v, want %s: %q", tc.err, got, api.CodeImageNotFound, tc.want)
+		}
 	}
 }

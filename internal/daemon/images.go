@@ -85,13 +85,13 @@ func imageView(img images.Image) api.Image {
 // imageError turns the images package's errors into the API's.
 func imageError(name string, err error) error {
 	var apiErr *api.Error
-	switch {
-	case errors.As(err, &apiErr):
+	if errors.As(err, &apiErr) {
 		return apiErr
-	case errors.Is(err, images.ErrNotBuilt):
-		return api.Errorf(api.CodeImageNotFound, "image %q is not built: run `hiloop image build %s`", name, name)
-	case errors.Is(err, images.ErrUnknown):
-		return api.Errorf(api.CodeImageNotFound, "image %q not found: `hiloop image list` shows the images", name)
+	}
+	if nf := images.NotFoundError(name, err); nf != nil {
+		return nf
+	}
+	switch {
 	case errors.Is(err, images.ErrDefinitionName):
 		return api.Errorf(api.CodeImageExists, "image %q is the name of an image definition: choose another name", name)
 	case errors.Is(err, images.ErrStepFailed):

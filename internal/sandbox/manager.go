@@ -779,16 +779,10 @@ func (m *Manager) record(name string) (store.Sandbox, error) {
 
 func (m *Manager) image(name string) (images.Image, error) {
 	img, err := m.images.Get(name)
-	if err != nil {
-		if errors.Is(err, images.ErrNotBuilt) {
-			return img, api.Errorf(api.CodeImageNotFound, "image %q is not built: run `hiloop image build %s`", name, name)
-		}
-		if errors.Is(err, images.ErrUnknown) {
-			return img, api.Errorf(api.CodeImageNotFound, "image %q not found: `hiloop image list` shows the images", name)
-		}
-		return img, err
+	if nf := images.NotFoundError(name, err); nf != nil {
+		return img, nf
 	}
-	return img, nil
+	return img, err
 }
 
 // setState moves rec to state along an edge of the state machine and records it.
