@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hiloop/hiloop/internal/iostreams"
+	"github.com/hiloop/hiloop/internal/lockedwriter"
 	"github.com/hiloop/hiloop/internal/sessionview"
 	"github.com/hiloop/hiloop/internal/yamlout"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -326,7 +327,8 @@ func sessionPromptRun(ctx context.Context, f *Factory, opts *SessionPromptOption
 		defer signal.Stop(sig)
 		interrupts = sig
 	}
-	errOut := &lockedWriter{w: f.IO.ErrOut}
+	// The stream and the Ctrl-C handler both write to stderr.
+	errOut := lockedwriter.New(f.IO.ErrOut)
 	tp := newTurnPrinter(f.IO, errOut, opts)
 	after := accepted.Seq
 	if tp.format != "table" {
@@ -382,18 +384,6 @@ func busyHint(err error, session string) error {
 			session, session, session)}
 	}
 	return err
-}
-
-// lockedWriter serializes writes from the stream and from the Ctrl-C handler.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // turnPrinter follows one turn: it shows its events (for people through sessionview, else as

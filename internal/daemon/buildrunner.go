@@ -9,6 +9,7 @@ import (
 
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/lockedwriter"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -42,7 +43,7 @@ func (s buildSession) Run(ctx context.Context, script string, env []string, out 
 	stop := context.AfterFunc(ctx, func() { _ = p.Kill() })
 	defer stop()
 	// stdout and stderr arrive concurrently; out takes one write at a time.
-	w := &lockedWriter{w: out}
+	w := lockedwriter.New(out)
 	var wg sync.WaitGroup
 	for _, r := range []io.Reader{p.Stdout(), p.Stderr()} {
 		wg.Go(func() { _, _ = io.Copy(w, r) })
@@ -59,17 +60,6 @@ func (s buildSession) Run(ctx context.Context, script string, env []string, out 
 }
 
 func (s buildSession) Close(ctx context.Context) error { return s.b.Close(ctx) }
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
 
 // buildEgressAudit puts the gateway's decisions about a build sandbox's traffic in the
 // daemon's audit log (`hiloop audit`): a build sandbox has no name to ask its egress log by
