@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
 
@@ -108,14 +109,24 @@ var flagListers = map[string]lister{
 	"secret":        secretNames,
 }
 
-// fixedFlagValues complete flags whose values are a fixed set.
+// fixedFlagValues complete flags whose values are a fixed set, each taken from where pkg/api
+// declares it.
 var fixedFlagValues = map[string][]string{
 	"output":            {"table", "json", "yaml"},
-	"harness":           {"claude-code", "codex", "opencode", "fake"},
-	"policy":            {"auto-approve", "ask"},
-	"permission-policy": {"auto-approve", "ask"},
-	"storage-class":     {"durable", "ephemeral"},
-	"egress":            {"open", "closed"},
+	"harness":           api.Harnesses(),
+	"policy":            strs(api.PermissionPolicies()),
+	"permission-policy": strs(api.PermissionPolicies()),
+	"storage-class":     strs(api.StorageClasses()),
+	"egress":            strs(api.EgressModes()),
+}
+
+// strs turns a list of pkg/api's string types into the strings a shell completes.
+func strs[T ~string](list []T) []string {
+	out := make([]string, len(list))
+	for i, v := range list {
+		out[i] = string(v)
+	}
+	return out
 }
 
 // addCompletions gives every command of the tree its argument and flag completions: names the

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // Every command the completion table names exists, so the table cannot drift from the tree.
@@ -53,6 +55,28 @@ func TestCompletion(t *testing.T) {
 	}
 	if got := out.String(); got != ":4\n" {
 		t.Errorf("session prompt s1 <Tab> = %q, want nothing and no files", got)
+	}
+}
+
+// Flags whose values pkg/api declares complete to those values, from its lists.
+func TestFixedCompletionsFollowTheAPI(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"session", "new", "web", "--harness", ""}, api.Harnesses()},
+		{[]string{"session", "new", "web", "--policy", ""}, strs(api.PermissionPolicies())},
+		{[]string{"sandbox", "create", "web", "--permission-policy", ""}, strs(api.PermissionPolicies())},
+		{[]string{"sandbox", "create", "web", "--storage-class", ""}, strs(api.StorageClasses())},
+		{[]string{"sandbox", "create", "web", "--egress", ""}, strs(api.EgressModes())},
+	} {
+		_, f, out, _ := newFakeSessions(t, nil)
+		if code := run(f, append([]string{cobra.ShellCompRequestCmd}, tc.args...)...); code != 0 {
+			t.Fatalf("%q: exit %d", tc.args, code)
+		}
+		if got, want := out.String(), strings.Join(tc.want, "\n")+"\n:4\n"; got != want {
+			t.Errorf("%q <Tab> = %q, want %q", tc.args, got, want)
+		}
 	}
 }
 

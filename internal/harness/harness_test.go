@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hiloop/hiloop/internal/harness/adapter"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 const gateway = "http://10.0.0.1:8080/"
@@ -19,6 +20,13 @@ var secretLooking = regexp.MustCompile(`sk-[A-Za-z0-9_-]{8,}|sk-ant-|eyJ[A-Za-z0
 
 // credentialName matches variables whose value must be a placeholder.
 var credentialName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSWORD)`)
+
+// The registry serves exactly the harnesses pkg/api names, the list the CLI completes from.
+func TestNamesAreTheAPIsHarnesses(t *testing.T) {
+	if got, want := Names(), api.Harnesses(); !slices.Equal(got, want) {
+		t.Errorf("Names() = %q, api.Harnesses() = %q", got, want)
+	}
+}
 
 func TestEveryNameResolves(t *testing.T) {
 	for _, name := range Names() {

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,6 +18,11 @@ const (
 	// EgressClosed lets a sandbox reach only what is allowed.
 	EgressClosed EgressMode = "closed"
 )
+
+var egressModes = [...]EgressMode{EgressOpen, EgressClosed}
+
+// EgressModes returns every egress mode.
+func EgressModes() []EgressMode { return slices.Clone(egressModes[:]) }
 
 // Limits of an egress policy.
 const (

@@ -55,6 +55,11 @@ const (
 	StorageEphemeral StorageClass = "ephemeral"
 )
 
+var storageClasses = [...]StorageClass{StorageDurable, StorageEphemeral}
+
+// StorageClasses returns every storage class.
+func StorageClasses() []StorageClass { return slices.Clone(storageClasses[:]) }
+
 // Defaults and limits of sandbox resources.
 const (
 	DefaultImage        = "base"

@@ -21,6 +21,27 @@ const (
 	PolicyAsk PermissionPolicy = "ask"
 )
 
+var permissionPolicies = [...]PermissionPolicy{PolicyAutoApprove, PolicyAsk}
+
+// PermissionPolicies returns every permission policy.
+func PermissionPolicies() []PermissionPolicy { return slices.Clone(permissionPolicies[:]) }
+
+// The harness adapters sandboxd has, by the name a session asks for (SessionsPost.Harness).
+// The CLI completes them from here; the daemon's registry (internal/harness) serves exactly
+// these, which a test there checks.
+const (
+	HarnessClaudeCode = "claude-code"
+	HarnessCodex      = "codex"
+	HarnessOpenCode   = "opencode"
+	// HarnessFake is the scripted agent the tests run (cmd/hiloop-fake-agent).
+	HarnessFake = "fake"
+)
+
+var harnesses = [...]string{HarnessClaudeCode, HarnessCodex, HarnessOpenCode, HarnessFake}
+
+// Harnesses returns the name of every harness adapter, in the order help texts show them.
+func Harnesses() []string { return slices.Clone(harnesses[:]) }
+
 // ValidatePolicy checks a policy named in a request; empty is allowed (inherit the default).
 func ValidatePolicy(field string, p PermissionPolicy) error {
 	switch p {

@@ -2,9 +2,11 @@ package api
 
 import (
 	"errors"
+	"go/token"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -53,6 +55,38 @@ func TestEventTypeValid(t *testing.T) {
 // at run time.
 func TestEventTypesListsEveryDeclaredType(t *testing.T) {
 	wantAllDeclared(t, "EventTypes()", EventTypes())
+}
+
+// The lists the CLI completes flags from hold every declared value.
+func TestValueListsHoldEveryDeclaredValue(t *testing.T) {
+	wantAllDeclared(t, "PermissionPolicies()", PermissionPolicies())
+	wantAllDeclared(t, "StorageClasses()", StorageClasses())
+	wantAllDeclared(t, "EgressModes()", EgressModes())
+}
+
+// Harnesses holds every Harness* constant, once; the constants are untyped, so they are found
+// by name.
+func TestHarnessesListsEveryDeclaredHarness(t *testing.T) {
+	var want []string
+	for _, c := range packageConsts(t) {
+		if !strings.HasPrefix(c.name, "Harness") {
+			continue
+		}
+		if c.value == nil || c.value.Kind != token.STRING {
+			t.Fatalf("%s: write its value as a string literal for this test to read it", c.name)
+		}
+		v, err := strconv.Unquote(c.value.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, v)
+	}
+	got := Harnesses()
+	slices.Sort(want)
+	slices.Sort(got)
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Errorf("Harnesses() = %q, the Harness constants declare %q", got, want)
+	}
 }
 
 func TestPermissionAnswerValidate(t *testing.T) {

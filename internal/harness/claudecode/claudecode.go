@@ -7,10 +7,11 @@ import (
 	"strings"
 
 	"github.com/hiloop/hiloop/internal/harness/adapter"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // Name is the harness name sessions use.
-const Name = "claude-code"
+const Name = api.HarnessClaudeCode
 
 // Package is the npm package of the ACP adapter.
 const Package = "@agentclientprotocol/claude-agent-acp"

@@ -13,10 +13,11 @@ import (
 
 	"github.com/hiloop/hiloop/internal/harness/adapter"
 	"github.com/hiloop/hiloop/internal/modelroute"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // Name is the harness name sessions use.
-const Name = "codex"
+const Name = api.HarnessCodex
 
 // Package is the npm package of the ACP adapter.
 const Package = "@agentclientprotocol/codex-acp"

@@ -1,9 +1,12 @@
 package fake
 
-import "github.com/hiloop/hiloop/internal/harness/adapter"
+import (
+	"github.com/hiloop/hiloop/internal/harness/adapter"
+	"github.com/hiloop/hiloop/pkg/api"
+)
 
 // Name is the harness name sessions use.
-const Name = "fake"
+const Name = api.HarnessFake
 
 // Path is where the daemon bind-mounts the hiloop-fake-agent binary inside a sandbox.
 const Path = "/.hiloop/bin/hiloop-fake-agent"

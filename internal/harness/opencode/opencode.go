@@ -9,10 +9,11 @@ import (
 	"strings"
 
 	"github.com/hiloop/hiloop/internal/harness/adapter"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // Name is the harness name sessions use.
-const Name = "opencode"
+const Name = api.HarnessOpenCode
 
 // Package is the npm package of OpenCode.
 const Package = "opencode-ai"
