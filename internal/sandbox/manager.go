@@ -543,15 +543,21 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 		// Beside the wait for the init, and before the sandbox is reported running: its first
 		// exec already has its way out. Until then it has no route at all, so nothing leaves
 		// it uncaptured.
-		policy := EgressOf(*rec)
-		spec.Network = func(ctx context.Context) error {
-			if err := m.egress.Attach(ctx, rec.ID, rec.Name, policy); err != nil {
-				return fmt.Errorf("egress: %w", err)
-			}
-			return nil
-		}
+		spec.Network = m.attachEgress(rec)
 	}
 	return m.runtime.Start(ctx, spec)
+}
+
+// attachEgress returns what a start or a spare's adoption runs to give rec's sandbox its way
+// out under the egress policy rec has now. m.egress must not be nil.
+func (m *Manager) attachEgress(rec *store.Sandbox) func(ctx context.Context) error {
+	policy := EgressOf(*rec)
+	return func(ctx context.Context) error {
+		if err := m.egress.Attach(ctx, rec.ID, rec.Name, policy); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		return nil
+	}
 }
 
 // workspace makes (if ephemeral) and mounts rec's workspace and returns its host directory.

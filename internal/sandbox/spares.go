@@ -475,13 +475,7 @@ func (m *Manager) adoptSpare(ctx context.Context, rec *store.Sandbox, sp spare, 
 		},
 	}
 	if m.egress != nil {
-		policy := EgressOf(*rec)
-		spec.Network = func(ctx context.Context) error {
-			if err := m.egress.Attach(ctx, rec.ID, rec.Name, policy); err != nil {
-				return fmt.Errorf("egress: %w", err)
-			}
-			return nil
-		}
+		spec.Network = m.attachEgress(rec)
 	}
 	err := m.runtime.Adopt(ctx, rec.ID, spec)
 	if errors.Is(err, runtime.ErrNotRunning) && !workspaceMade {
