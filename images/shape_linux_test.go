@@ -7,9 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -350,41 +348,12 @@ func TestDerive(t *testing.T) {
 func startRegistry(t *testing.T) string {
 	t.Helper()
 	bin := testenv.RequireTool(t, "docker-registry") // Debian's package docker-registry
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := testenv.StartRegistry(bin, t.TempDir(), "", testenv.Deadline(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.yml")
-	conf := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
-	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "serve", cfg)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	deadline := testenv.Deadline(t)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("docker-registry did not listen on %s: %s", addr, &out)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	t.Cleanup(r.Stop)
+	return r.Addr
 }
 
 func TestPullFromLocalRegistry(t *testing.T) {

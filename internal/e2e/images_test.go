@@ -6,10 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,9 +25,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/rogpeppe/go-internal/testscript"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/testenv"
 )
 
 // The container image ociimage makes: the test image's root filesystem, then a layer that takes
@@ -272,52 +270,17 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	if err != nil {
 		ts.Fatalf("this script needs docker-registry (Debian package docker-registry, in the Makefile's DEB_PACKAGES): %v", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	ts.Check(err)
-	addr := l.Addr().String()
-	l.Close()
-	dir := ts.MkAbs(".registry")
-	ts.Check(os.MkdirAll(dir, 0o755))
-	cfg := filepath.Join(dir, "config.yml")
-	conf := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
+	if len(args) == 2 && !strings.Contains(args[1], ":") {
+		ts.Fatalf("usage: registry start [USER:PASSWORD]")
+	}
 	login := ""
 	if len(args) == 2 {
-		// A registry that wants a login: htpasswd with one user (bcrypt, the only hash it takes).
 		login = args[1]
-		user, pass, ok := strings.Cut(login, ":")
-		if !ok {
-			ts.Fatalf("usage: registry start [USER:PASSWORD]")
-		}
-		hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
-		ts.Check(err)
-		htpasswd := filepath.Join(dir, "htpasswd")
-		ts.Check(os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600))
-		conf += fmt.Sprintf("auth:\n  htpasswd:\n    realm: hiloop-test\n    path: %s\n", htpasswd)
 	}
-	ts.Check(os.WriteFile(cfg, []byte(conf), 0o644))
-	logf, err := os.Create(filepath.Join(dir, "log"))
+	r, err := testenv.StartRegistry(bin, ts.MkAbs(".registry"), login, time.After(30*time.Second))
 	ts.Check(err)
-	cmd := exec.Command(bin, "serve", cfg)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	ts.Check(cmd.Start())
-	ts.Defer(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "log"))
-			ts.Fatalf("docker-registry did not listen on %s: %s", addr, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	ts.Defer(r.Stop)
+	addr := r.Addr
 	ts.Setenv("REGISTRY", addr)
 	ts.Setenv("REGISTRY_LOGIN", login)
 }
