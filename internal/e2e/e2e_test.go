@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -33,7 +32,7 @@ import (
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/cli"
 	"github.com/hiloop/hiloop/internal/daemon"
-	"github.com/hiloop/hiloop/internal/mountinfo"
+	"github.com/hiloop/hiloop/internal/hostleaks"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -275,7 +274,12 @@ func setupScript(env *testscript.Env) error {
 			cancel()
 		}
 		d.stop(syscall.SIGTERM)
-		leaks := findLeaks(d.dataDir)
+		leaks := hostleaks.Find(d.dataDir)
+		// A killed sandbox's last processes may still be on their way out (zombies until reaped).
+		for deadline := time.Now().Add(5 * time.Second); len(leaks) > 0 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			leaks = hostleaks.Find(d.dataDir)
+		}
 		// A script may mount a small filesystem on the data dir; a failed one leaves it.
 		_ = syscall.Unmount(d.dataDir, 0)
 		if len(leaks) > 0 {
@@ -863,7 +867,7 @@ func cmdLeakcheck(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// leaks lists what findLeaks finds of the daemon's that no running sandbox, none of its ready
+// leaks lists what hostleaks.Find finds of the daemon's that no running sandbox, none of its ready
 // spares and none of its pools explains.
 func (d *scriptDaemon) leaks(ts *testscript.TestScript) []string {
 	var running []string
@@ -887,45 +891,10 @@ func (d *scriptDaemon) leaks(ts *testscript.TestScript) []string {
 		}
 	}
 	var leaks []string
-	for _, l := range findLeaks(d.dataDir) {
+	for _, l := range hostleaks.Find(d.dataDir) {
 		if !slices.ContainsFunc(running, func(id string) bool { return strings.Contains(l+"\n", id) }) {
 			leaks = append(leaks, l)
 		}
-	}
-	return leaks
-}
-
-// findLeaks lists mounts under dataDir, loop devices backed by files under it, and cgroups
-// named after its sandboxes.
-func findLeaks(dataDir string) []string {
-	var leaks []string
-	mounts, _ := mountinfo.Under(dataDir)
-	for _, t := range mounts {
-		if t != dataDir {
-			leaks = append(leaks, "mount "+t)
-		}
-	}
-	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, b := range backing {
-		data, err := os.ReadFile(b)
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(data)), dataDir+"/") {
-			leaks = append(leaks, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(b)))+" → "+strings.TrimSpace(string(data)))
-		}
-	}
-	prefix := runtime.CgroupPrefix(filepath.Join(dataDir, "runtime"))
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), prefix) {
-			leaks = append(leaks, "cgroup "+p)
-			return fs.SkipDir
-		}
-		return nil
-	})
-	if entries, err := os.ReadDir(filepath.Join(dataDir, "runtime")); err == nil {
-		for _, e := range entries {
-			leaks = append(leaks, "container state "+e.Name())
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		leaks = append(leaks, "read runtime state: "+err.Error())
 	}
 	return leaks
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/hostleaks"
 	"github.com/hiloop/hiloop/pkg/api"
 	"github.com/hiloop/hiloop/pkg/client"
 )
@@ -199,7 +200,7 @@ func stillOpen(conn net.Conn) bool {
 // rss is a process's resident memory in kB (0 if it cannot be read).
 func rss(pid int) int64 {
 	status, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	kb, _ := strconv.ParseInt(strings.TrimSuffix(statusField(string(status), "VmRSS"), " kB"), 10, 64)
+	kb, _ := strconv.ParseInt(strings.TrimSuffix(hostleaks.StatusField(string(status), "VmRSS"), " kB"), 10, 64)
 	return kb
 }
 

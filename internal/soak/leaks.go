@@ -2,17 +2,13 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/hiloop/hiloop/internal/mountinfo"
-	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/internal/hostleaks"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -76,71 +72,12 @@ func (s *soak) finish(ctx context.Context) {
 	}
 	s.cfg.Daemon.Stop()
 	// A killed sandbox's last processes may still be on their way out (zombies until reaped).
-	leaks := Leaks(data)
+	leaks := hostleaks.Find(data)
 	for i := 0; len(leaks) > 0 && i < 100; i++ {
 		time.Sleep(100 * time.Millisecond)
-		leaks = Leaks(data)
+		leaks = hostleaks.Find(data)
 	}
 	for _, l := range leaks {
 		s.violate("leak", "%s", l)
 	}
-}
-
-// Leaks lists what a stopped daemon with data dir dataDir left on the host: mounts under it,
-// loop devices backed by files in it, its sandboxes' cgroups and processes, and container state.
-func Leaks(dataDir string) []string {
-	var leaks []string
-	mounts, err := mountinfo.Under(dataDir)
-	if err != nil {
-		leaks = append(leaks, "read mounts: "+err.Error())
-	}
-	for _, t := range mounts {
-		if t != dataDir {
-			leaks = append(leaks, "mount "+t)
-		}
-	}
-	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, b := range backing {
-		data, err := os.ReadFile(b)
-		if f := strings.TrimSpace(string(data)); err == nil && strings.HasPrefix(f, dataDir+"/") {
-			leaks = append(leaks, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(b)))+" backed by "+f)
-		}
-	}
-	// Sandbox cgroups are named after the runtime's state dir; so are its processes' cgroups.
-	prefix := runtime.CgroupPrefix(filepath.Join(dataDir, "runtime"))
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), prefix) {
-			leaks = append(leaks, "cgroup "+p)
-			return fs.SkipDir
-		}
-		return nil
-	})
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range procs {
-		cg, _ := os.ReadFile(filepath.Join(p, "cgroup"))
-		root, _ := os.Readlink(filepath.Join(p, "root"))
-		if strings.Contains(string(cg), "/"+prefix) || strings.HasPrefix(root, dataDir+"/") {
-			status, _ := os.ReadFile(filepath.Join(p, "status"))
-			name, state := statusField(string(status), "Name"), statusField(string(status), "State")
-			leaks = append(leaks, fmt.Sprintf("process %s (%s, %s)", filepath.Base(p), name, state))
-		}
-	}
-	if entries, err := os.ReadDir(filepath.Join(dataDir, "runtime")); err == nil {
-		for _, e := range entries {
-			leaks = append(leaks, "container state "+e.Name())
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		leaks = append(leaks, "read runtime state: "+err.Error())
-	}
-	return leaks
-}
-
-// statusField is one field of /proc/PID/status ("" if it has none).
-func statusField(status, name string) string {
-	for line := range strings.Lines(status) {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/daemon"
+	"github.com/hiloop/hiloop/internal/hostleaks"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/testenv"
 )
@@ -84,7 +85,7 @@ func newDaemon(t *testing.T) *Daemon {
 		InitPath: filepath.Join(bin, "hiloop-init")}
 	t.Cleanup(func() {
 		d.Kill()
-		if leaks := Leaks(d.DataDir()); len(leaks) > 0 || t.Failed() {
+		if leaks := hostleaks.Find(d.DataDir()); len(leaks) > 0 || t.Failed() {
 			t.Logf("kept %s (daemon log %s)", dir, d.LogPath())
 			return
 		}
