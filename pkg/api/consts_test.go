@@ -72,23 +72,28 @@ func packageConsts(t *testing.T) []constDecl {
 	return consts
 }
 
+// stringValue is the constant's value, which must be written as a string literal.
+func (c constDecl) stringValue(t *testing.T) string {
+	t.Helper()
+	if c.value == nil || c.value.Kind != token.STRING {
+		t.Fatalf("%s: write its value as a string literal for this test to read it", c.name)
+	}
+	v, err := strconv.Unquote(c.value.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // declared returns every constant the source declares of the string type T, name → value.
 func declared[T ~string](t *testing.T) map[string]T {
 	t.Helper()
 	typ := reflect.TypeFor[T]().Name()
 	values := map[string]T{}
 	for _, c := range packageConsts(t) {
-		if c.typ != typ {
-			continue
+		if c.typ == typ {
+			values[c.name] = T(c.stringValue(t))
 		}
-		if c.value == nil || c.value.Kind != token.STRING {
-			t.Fatalf("%s: write its value as a string literal for this test to read it", c.name)
-		}
-		v, err := strconv.Unquote(c.value.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		values[c.name] = T(v)
 	}
 	if len(values) == 0 {
 		t.Fatalf("found no %s constants", typ)
