@@ -243,14 +243,7 @@ func (x *XFS) CreateFromSnapshot(ctx context.Context, id, snapID string, progres
 	if _, err := x.copyImage(ctx, x.snapshotImage(snapID), tmp, "", progress); err != nil {
 		return Info{}, fmt.Errorf("volume %s from snapshot %s: %w", id, snapID, err)
 	}
-	if err := os.Rename(tmp, img); err != nil {
-		os.Remove(tmp)
-		return Info{}, fmt.Errorf("volume %s: %w", id, err)
-	}
-	if err := syncDir(x.dir); err != nil {
-		return Info{}, fmt.Errorf("volume %s: %w", id, err)
-	}
-	return x.info(id)
+	return x.publish(id, tmp)
 }
 
 // Restore replaces the content of the unmounted volume id with snapshot snapID's (see

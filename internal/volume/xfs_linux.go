@@ -286,7 +286,13 @@ func (x *XFS) Create(ctx context.Context, id string, sizeGiB int, uid, gid int) 
 			return Info{}, fmt.Errorf("volume %s: %w", id, err)
 		}
 	}
-	if err := os.Rename(tmp, img); err != nil {
+	return x.publish(id, tmp)
+}
+
+// publish gives the image made at tmp volume id's name, for good, and reports the volume; a
+// failed rename removes tmp.
+func (x *XFS) publish(id, tmp string) (Info, error) {
+	if err := os.Rename(tmp, x.image(id)); err != nil {
 		os.Remove(tmp)
 		return Info{}, fmt.Errorf("volume %s: %w", id, err)
 	}
