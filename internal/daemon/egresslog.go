@@ -79,9 +79,6 @@ func (d *Daemon) sandboxEgressLog(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if recs == nil {
-		recs = []api.EgressRecord{} // "records": [], never null
-	}
 	return writeJSON(w, http.StatusOK, api.EgressRecordList{Records: recs})
 }
 

@@ -8,12 +8,13 @@
 // is queued in batches, a fair share of every sandbox's. The queues share one bound; when it is
 // reached the sandbox with the most records waiting loses its newest, so a sandbox that floods
 // the log loses only its own records. A run of lost records is stored as one record of kind
-// dropped saying how many, where they were lost; nothing is lost without a trace.
+// dropped saying how many, where they were lost; nothing is lost without a trace. Keys, paging,
+// trimming and the long poll are internal/seqlog's; this package keeps the record, the fair
+// queues and the per-sandbox bound.
 package egresslog
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/hiloop/hiloop/internal/seqlog"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -63,12 +65,13 @@ type Log struct {
 	quit chan struct{}   // closed by Close
 	done chan struct{}   // closed when the writer has exited
 
-	mu      sync.Mutex
-	closed  bool
-	queues  map[string]*queue        // sandbox id → what waits for the writer
-	queued  int                      // entries in queues, all sandboxes together
-	gone    map[string]bool          // deleted sandboxes: whatever still comes for them is not stored
-	changed map[string]chan struct{} // sandbox id → closed at its next commit (see Changed)
+	changed seqlog.Notifier // by sandbox id: woken at a commit that stores or deletes its records
+
+	mu     sync.Mutex
+	closed bool
+	queues map[string]*queue // sandbox id → what waits for the writer
+	queued int               // entries in queues, all sandboxes together
+	gone   map[string]bool   // deleted sandboxes: whatever still comes for them is not stored
 }
 
 // queue is what of one sandbox waits for the writer: records and notes of drops, in order, and
@@ -115,17 +118,16 @@ func Open(db *bolt.DB, cfg Config) (*Log, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Log{
-		db:      db,
-		max:     uint64(cfg.MaxRecords),
-		size:    cfg.QueueSize,
-		lg:      cfg.Logger,
-		del:     make(chan *deleteReq),
-		kick:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
-		queues:  map[string]*queue{},
-		gone:    map[string]bool{},
-		changed: map[string]chan struct{}{},
+		db:     db,
+		max:    uint64(cfg.MaxRecords),
+		size:   cfg.QueueSize,
+		lg:     cfg.Logger,
+		del:    make(chan *deleteReq),
+		kick:   make(chan struct{}, 1),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+		queues: map[string]*queue{},
+		gone:   map[string]bool{},
 	}
 	go l.write()
 	return l, nil
@@ -195,12 +197,7 @@ func (l *Log) Close() {
 	l.mu.Unlock()
 	close(l.quit)
 	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for id, c := range l.changed {
-		close(c)
-		delete(l.changed, id)
-	}
+	l.changed.Close()
 }
 
 // DeleteSandbox removes every record of the sandbox id, also those still queued, and stores none
@@ -335,9 +332,7 @@ func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) 
 			}
 			seq, ok := next[id]
 			if !ok {
-				if k, _ := b.Cursor().Last(); k != nil {
-					seq = binary.BigEndian.Uint64(k)
-				}
+				seq = seqlog.Last(b)
 			}
 			seq++
 			next[id] = seq
@@ -347,7 +342,7 @@ func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) 
 				return err
 			}
 			touched[id] = true
-			return b.Put(seqKey(seq), v)
+			return b.Put(seqlog.Key(seq), v)
 		}
 		for _, q := range batch {
 			if gone[q.id] {
@@ -362,7 +357,7 @@ func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) 
 			}
 		}
 		for id := range touched {
-			if err := trim(root.Bucket([]byte(id)), next[id], l.max); err != nil {
+			if err := seqlog.Trim(root.Bucket([]byte(id)), next[id], l.max); err != nil {
 				return err
 			}
 		}
@@ -408,14 +403,9 @@ func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) 
 	for _, d := range dels {
 		close(d.done)
 	}
-	l.mu.Lock()
 	for id := range touched {
-		if c := l.changed[id]; c != nil {
-			close(c)
-			delete(l.changed, id)
-		}
+		l.changed.Notify(id)
 	}
-	l.mu.Unlock()
 }
 
 func droppedRecord(n uint64, now time.Time) api.EgressRecord {
@@ -423,40 +413,14 @@ func droppedRecord(n uint64, now time.Time) api.EgressRecord {
 		Error: fmt.Sprintf("%d records dropped: the daemon could not store them as fast as they came", n)}
 }
 
-// trim deletes the oldest records of b until it holds at most max. Seqs in a bucket have no
-// holes (only the oldest are ever deleted), so the count is last-first+1.
-func trim(b *bolt.Bucket, last, max uint64) error {
-	k, _ := b.Cursor().First()
-	if k == nil {
-		return nil
-	}
-	first := binary.BigEndian.Uint64(k)
-	for seq := first; last-seq+1 > max; seq++ {
-		if err := b.Delete(seqKey(seq)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Since returns up to limit stored records of the sandbox id with Seq > after, in order. A limit
 // of 0 or less means no limit. A sandbox with no records has none.
 func (l *Log) Since(id string, after uint64, limit int) ([]api.EgressRecord, error) {
 	var out []api.EgressRecord
 	err := l.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketEgress).Bucket([]byte(id))
-		if b == nil {
-			return nil
-		}
-		c := b.Cursor()
-		for k, v := c.Seek(seqKey(after + 1)); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
-			var rec api.EgressRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("decode record %d: %w", binary.BigEndian.Uint64(k), err)
-			}
-			out = append(out, rec)
-		}
-		return nil
+		var err error
+		out, err = seqlog.Read(tx.Bucket(bucketEgress).Bucket([]byte(id)), after, limit, decode)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the egress log of sandbox %s: %w", id, err)
@@ -464,57 +428,25 @@ func (l *Log) Since(id string, after uint64, limit int) ([]api.EgressRecord, err
 	return out, nil
 }
 
+func decode(v []byte) (api.EgressRecord, error) {
+	var rec api.EgressRecord
+	err := json.Unmarshal(v, &rec)
+	return rec, err
+}
+
 // Changed returns a channel closed at the next commit that stores records for the sandbox id or
 // deletes them, or when the log closes. Take it before reading with Since, so that nothing stored
 // in between is missed.
-func (l *Log) Changed(id string) <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c := l.changed[id]
-	if c == nil {
-		c = make(chan struct{})
-		if l.closed {
-			close(c)
-			return c
-		}
-		l.changed[id] = c
-	}
-	return c
-}
+func (l *Log) Changed(id string) <-chan struct{} { return l.changed.Changed(id) }
 
 // Wait returns the records of the sandbox id after seq after, as Since does, waiting for up to
-// wait (or until ctx ends) for one to be stored when there is none yet.
+// wait (or until ctx ends) for one to be stored when there is none yet; none is an empty list.
 func (l *Log) Wait(ctx context.Context, id string, after uint64, limit int, wait time.Duration) ([]api.EgressRecord, error) {
-	var timeout <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		timeout = t.C
-	}
-	for {
-		changed := l.Changed(id)
-		recs, err := l.Since(id, after, limit)
-		if err != nil || len(recs) > 0 || timeout == nil {
-			return recs, err
-		}
-		select {
-		case <-changed:
+	return seqlog.Wait(ctx, wait, func() <-chan struct{} { return l.Changed(id) },
+		func() ([]api.EgressRecord, error) { return l.Since(id, after, limit) },
+		func() bool {
 			l.mu.Lock()
-			over := l.closed || l.gone[id]
-			l.mu.Unlock()
-			if over {
-				return l.Since(id, after, limit)
-			}
-		case <-timeout:
-			return nil, nil
-		case <-ctx.Done():
-			return nil, nil
-		}
-	}
-}
-
-func seqKey(seq uint64) []byte {
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint64(k, seq)
-	return k
+			defer l.mu.Unlock()
+			return l.closed || l.gone[id]
+		})
 }
