@@ -14,6 +14,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hiloop/hiloop/internal/seqlog"
 	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -225,11 +226,11 @@ func oldStore(t *testing.T, path string, sessions, each int) {
 			}
 			for i := 1; i <= each; i++ {
 				v, _ := json.Marshal(api.SessionEvent{Seq: uint64(i), Type: api.EventUpdate, Data: bulk(i)})
-				if err := sb.Put(seqKey(uint64(i)), v); err != nil {
+				if err := sb.Put(seqlog.Key(uint64(i)), v); err != nil {
 					return err
 				}
 			}
-			if err := calls.Put([]byte(id), append([]byte("call\x00"), seqKey(1)...)); err != nil {
+			if err := calls.Put([]byte(id), append([]byte("call\x00"), seqlog.Key(1)...)); err != nil {
 				return err
 			}
 		}

@@ -10,7 +10,6 @@ package eventlog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/hiloop/hiloop/internal/seqlog"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -467,9 +467,7 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			b.FillPercent = 1.0
 			seq, ok := next[r.session]
 			if !ok {
-				if k, _ := b.Cursor().Last(); k != nil {
-					seq = binary.BigEndian.Uint64(k)
-				}
+				seq = seqlog.Last(b)
 			}
 			seq++
 			ev := api.SessionEvent{Seq: seq, Type: r.typ, Time: now, Data: r.data}
@@ -485,11 +483,11 @@ func (l *Log) commit(batch []*appendReq, next map[string]uint64, acct *accounts)
 			}
 			next[r.session] = seq
 			r.ev = Entry{SessionEvent: ev, JSON: v}
-			if err := b.Put(seqKey(seq), v); err != nil {
+			if err := b.Put(seqlog.Key(seq), v); err != nil {
 				return err
 			}
 			if r.call != "" {
-				if err := calls.Put([]byte(r.session), append([]byte(r.call+"\x00"), seqKey(seq)...)); err != nil {
+				if err := calls.Put([]byte(r.session), append([]byte(r.call+"\x00"), seqlog.Key(seq)...)); err != nil {
 					return err
 				}
 			}
@@ -525,7 +523,7 @@ func (l *Log) CallSeq(session, call string) (uint64, bool, error) {
 	err := l.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketCalls).Get([]byte(session))
 		if c, s, ok := bytes.Cut(v, []byte{0}); ok && string(c) == call && len(s) == 8 {
-			seq, found = binary.BigEndian.Uint64(s), true
+			seq, found = seqlog.Seq(s), true
 		}
 		return nil
 	})
@@ -675,7 +673,7 @@ func (l *Log) read(session string, after uint64, limit int, fn func(ev api.Sessi
 	return l.scan(session, after, limit, func(k, v []byte) error {
 		var ev api.SessionEvent // Unmarshal copies Data: v lives only as long as the transaction
 		if err := json.Unmarshal(v, &ev); err != nil {
-			return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
+			return fmt.Errorf("decode event %d: %w", seqlog.Seq(k), err)
 		}
 		fn(ev, v)
 		return nil
@@ -692,7 +690,7 @@ func (l *Log) scan(session string, after uint64, limit int, fn func(k, v []byte)
 		}
 		c := b.Cursor()
 		n := 0
-		for k, v := c.Seek(seqKey(after + 1)); k != nil && (limit <= 0 || n < limit); k, v = c.Next() {
+		for k, v := c.Seek(seqlog.Key(after + 1)); k != nil && (limit <= 0 || n < limit); k, v = c.Next() {
 			if err := fn(k, v); err != nil {
 				return err
 			}
@@ -704,12 +702,6 @@ func (l *Log) scan(session string, after uint64, limit int, fn func(k, v []byte)
 		return fmt.Errorf("read events of session %s: %w", session, err)
 	}
 	return nil
-}
-
-func seqKey(seq uint64) []byte {
-	k := make([]byte, 8)
-	binary.BigEndian.PutUint64(k, seq)
-	return k
 }
 
 // Subscription streams a session's events to one watcher: every stored event after its cursor,
@@ -849,9 +841,7 @@ func (l *Log) LastSeq(session string) (uint64, error) {
 	var seq uint64
 	err := l.view(func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bucketEvents).Bucket([]byte(session)); b != nil {
-			if k, _ := b.Cursor().Last(); k != nil {
-				seq = binary.BigEndian.Uint64(k)
-			}
+			seq = seqlog.Last(b)
 		}
 		return nil
 	})
@@ -873,7 +863,7 @@ func (l *Log) TurnOpen(session string) (bool, error) {
 				Type api.EventType `json:"type"`
 			}
 			if err := json.Unmarshal(v, &ev); err != nil {
-				return fmt.Errorf("decode event %d: %w", binary.BigEndian.Uint64(k), err)
+				return fmt.Errorf("decode event %d: %w", seqlog.Seq(k), err)
 			}
 			switch ev.Type {
 			case api.EventTurnEnd:

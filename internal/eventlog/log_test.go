@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hiloop/hiloop/internal/seqlog"
 	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -523,7 +524,7 @@ func TestEventJSONIsWhatWasStored(t *testing.T) {
 	}
 	var stored []byte
 	if err := l.view(func(tx *bolt.Tx) error {
-		stored = bytes.Clone(tx.Bucket(bucketEvents).Bucket([]byte("s")).Get(seqKey(1)))
+		stored = bytes.Clone(tx.Bucket(bucketEvents).Bucket([]byte("s")).Get(seqlog.Key(1)))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
