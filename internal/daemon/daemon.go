@@ -160,11 +160,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("sandbox init binary: %w (build it with `make build` or pass --init-path)", err)
 	}
 	// Before the store opens it: an older daemon kept the event log in the store's file.
-	dbPath := filepath.Join(cfg.DataDir, "sandboxd.db")
-	if moved, err := eventlog.Migrate(dbPath, filepath.Join(cfg.DataDir, eventsFile)); err != nil {
+	dbPath := filepath.Join(cfg.DataDir, store.FileState)
+	if moved, err := eventlog.Migrate(dbPath, filepath.Join(cfg.DataDir, store.FileEvents)); err != nil {
 		return nil, err
 	} else if moved {
-		cfg.Log.Info("moved the session event logs out of sandboxd.db into their own file, and compacted sandboxd.db", "file", eventsFile)
+		cfg.Log.Info("moved the session event logs out of sandboxd.db into their own file, and compacted sandboxd.db", "file", store.FileEvents)
 	}
 	st, err := store.Open(dbPath)
 	if err != nil {
@@ -325,7 +325,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.pruneEgressLog(); err != nil {
 		return fmt.Errorf("prune the egress log: %w", err)
 	}
-	d.events, err = eventlog.Open(filepath.Join(d.cfg.DataDir, eventsFile), eventlog.Config{
+	d.events, err = eventlog.Open(filepath.Join(d.cfg.DataDir, store.FileEvents), eventlog.Config{
 		Limits:    d.cfg.EventLimits,
 		SandboxOf: d.sessionSandboxID,
 		Logger:    d.log.With("component", "events"),
@@ -407,9 +407,6 @@ func (d *Daemon) setStorageBudget() {
 	}
 	d.sandboxes.SetBudget(cmp.Or(d.cfg.Overcommit, 1), pools...)
 }
-
-// eventsFile is the session event log's file in the data dir.
-const eventsFile = "events.db"
 
 // sessionSandboxID is the id of the sandbox a session runs in, "" for a session that is gone: the
 // event log's limits per sandbox.
