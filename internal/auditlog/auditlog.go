@@ -32,12 +32,8 @@ type Log struct {
 
 // Open opens the log kept in db.
 func Open(db *bolt.DB) (*Log, error) {
-	err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketAudit)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
+	if err := seqlog.CreateBuckets(db, "audit log", bucketAudit); err != nil {
+		return nil, err
 	}
 	return &Log{db: db}, nil
 }

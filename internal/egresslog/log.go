@@ -47,12 +47,8 @@ const (
 // ErrClosed is returned by DeleteSandbox once the log is closed.
 var ErrClosed = errors.New("egress log is closed")
 
-// Config tunes a Log; the zero value is the daemon's.
-type Config struct {
-	MaxRecords int // per sandbox; 0: MaxRecords
-	QueueSize  int // 0: QueueSize
-	Logger     *slog.Logger
-}
+// Config tunes a Log; the zero value is the daemon's: MaxRecords per sandbox, QueueSize.
+type Config = seqlog.Config
 
 // Log is the egress audit log of every sandbox.
 type Log struct {
@@ -101,22 +97,10 @@ type deleteReq struct {
 
 // Open opens the log kept in db, creating its bucket if needed, and starts its writer.
 func Open(db *bolt.DB, cfg Config) (*Log, error) {
-	err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketEgress)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("init egress bucket: %w", err)
+	if err := seqlog.CreateBuckets(db, "init egress bucket", bucketEgress); err != nil {
+		return nil, err
 	}
-	if cfg.MaxRecords <= 0 {
-		cfg.MaxRecords = MaxRecords
-	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = QueueSize
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.WithDefaults(MaxRecords, QueueSize)
 	l := &Log{
 		db:     db,
 		max:    uint64(cfg.MaxRecords),

@@ -138,17 +138,9 @@ func Open(path string, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketEvents, bucketCalls, bucketUsage} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := seqlog.CreateBuckets(db, "init "+path, bucketEvents, bucketCalls, bucketUsage); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("init %s: %w", path, err)
+		return nil, err
 	}
 	l := &Log{
 		cfg:       cfg,

@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -146,4 +147,43 @@ func Wait[T any](ctx context.Context, wait time.Duration, changed func() <-chan 
 			return []T{}, nil
 		}
 	}
+}
+
+// Config tunes a log with a batched writer; the zero value is its owner's defaults.
+type Config struct {
+	MaxRecords int // kept per key (a sandbox); 0: the owner's default
+	QueueSize  int // records that may wait for the writer; 0: the owner's default
+	Logger     *slog.Logger
+}
+
+// WithDefaults returns c with maxRecords and queueSize where it has none, and a logger that
+// discards where it has none.
+func (c Config) WithDefaults(maxRecords, queueSize int) Config {
+	if c.MaxRecords <= 0 {
+		c.MaxRecords = maxRecords
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = queueSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// CreateBuckets creates the buckets a log keeps in db where they are missing, in one
+// transaction; what creates none of them is wrapped with what.
+func CreateBuckets(db *bolt.DB, what string, names ...[]byte) error {
+	err := db.Update(func(tx *bolt.Tx) error {
+		for _, name := range names {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
 }

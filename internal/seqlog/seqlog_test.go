@@ -193,3 +193,28 @@ func TestCloseEndsEveryWait(t *testing.T) {
 		t.Fatalf("wait on a closed log: %#v %v", got, err)
 	}
 }
+
+func TestConfigDefaultsAndBuckets(t *testing.T) {
+	c := Config{}.WithDefaults(10, 20)
+	if c.MaxRecords != 10 || c.QueueSize != 20 || c.Logger == nil {
+		t.Fatalf("zero config: %+v", c)
+	}
+	if c := (Config{MaxRecords: 3, QueueSize: 4}).WithDefaults(10, 20); c.MaxRecords != 3 || c.QueueSize != 4 {
+		t.Fatalf("set config overridden: %+v", c)
+	}
+	db := openDB(t)
+	for range 2 { // a second time finds them there
+		if err := CreateBuckets(db, "init", []byte("a"), []byte("b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte("a")) == nil || tx.Bucket([]byte("b")) == nil {
+			t.Fatal("buckets not created")
+		}
+		return nil
+	})
+	if err := CreateBuckets(db, "init the log", []byte{}); err == nil || !bytes.HasPrefix([]byte(err.Error()), []byte("init the log: ")) {
+		t.Fatalf("a bucket with no name: %v, want an error saying what failed", err)
+	}
+}

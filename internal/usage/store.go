@@ -12,6 +12,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/hiloop/hiloop/internal/seqlog"
 )
 
 // The "usage" bucket holds one nested bucket per sandbox id:
@@ -56,12 +58,8 @@ var ErrClosed = errors.New("usage store is closed")
 // ErrGone is returned for a budget set on a sandbox or session already deleted.
 var ErrGone = errors.New("deleted")
 
-// Config tunes a Store; the zero value is the daemon's.
-type Config struct {
-	MaxRecords int // per sandbox; 0: MaxRecords
-	QueueSize  int // 0: QueueSize
-	Logger     *slog.Logger
-}
+// Config tunes a Store; the zero value is the daemon's: MaxRecords per sandbox, QueueSize.
+type Config = seqlog.Config
 
 // Store is the usage of every sandbox. Add queues a record for one writer goroutine, which
 // stores what is queued in one transaction; the totals budgets are checked against are held in
@@ -112,22 +110,10 @@ type op struct {
 // Open opens the store kept in db, creating its bucket if needed, and starts its writer. The
 // database belongs to the caller.
 func Open(db *bolt.DB, cfg Config) (*Store, error) {
-	err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketUsage)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("init usage bucket: %w", err)
+	if err := seqlog.CreateBuckets(db, "init usage bucket", bucketUsage); err != nil {
+		return nil, err
 	}
-	if cfg.MaxRecords <= 0 {
-		cfg.MaxRecords = MaxRecords
-	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = QueueSize
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.WithDefaults(MaxRecords, QueueSize)
 	s := &Store{
 		db:       db,
 		max:      int64(cfg.MaxRecords),
