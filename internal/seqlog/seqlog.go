@@ -1,13 +1,15 @@
 // Package seqlog owns the mechanism the daemon's numbered logs share: a record's key is its
 // sequence number, big-endian, so that a bbolt cursor walks records in order; Read pages them
 // after a seq; Trim keeps the newest; a Notifier and Wait let a reader long-poll for records
-// not stored yet. It knows nothing of what a record is (the caller decodes it), of which
-// bucket holds it (the caller hands the bucket over inside its own transaction), or of
-// retention rules (the caller says how many to keep); it opens no file and creates no bucket.
+// not stored yet; Config and CreateBuckets are the limits and buckets a log opens with. It knows
+// nothing of what a record is (the caller decodes it), of which bucket holds it (the caller
+// names it and hands it over inside its own transaction), or of retention rules (the caller
+// says how many to keep); it opens no file.
 //
-// Users: internal/auditlog (one log), internal/egresslog (a log per sandbox) and
-// internal/eventlog (a log per session, which reads stored bytes as they are and so uses the
-// keys, not Read). docs/architecture.md says what each keeps of its own.
+// Users: internal/auditlog (one log), internal/egresslog (a log per sandbox), internal/eventlog
+// (a log per session, which serves stored bytes as they are and so uses the keys, not Read) and
+// internal/usage (keyed by time, so only Config and CreateBuckets). docs/architecture.md says
+// what each keeps of its own.
 package seqlog
 
 import (

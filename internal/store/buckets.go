@@ -44,14 +44,3 @@ var Buckets = []Bucket{
 	{FileEvents, "event_calls", "internal/eventlog", "session id → its last call and that event's seq"},
 	{FileEvents, "event_usage", "internal/eventlog", "session id → its events, bytes and sandbox"},
 }
-
-// Owned is the names of the buckets owner keeps in file, in the order Buckets lists them.
-func Owned(file, owner string) []string {
-	var out []string
-	for _, b := range Buckets {
-		if b.File == file && b.Owner == owner {
-			out = append(out, b.Name)
-		}
-	}
-	return out
-}
