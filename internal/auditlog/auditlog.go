@@ -1,8 +1,10 @@
 // Package auditlog owns the daemon's audit log of what happens to provider logins: added,
 // removed, refreshed or refused, and each harness start that uses one. It is kept in the
-// "audit" bucket of the daemon's bbolt file, numbered and bounded in size. The events are rare
-// (an operator's command, a harness start), so each is stored before Add returns. Keys, paging,
-// trimming and the long poll are internal/seqlog's; this package keeps the record and its bound.
+// "audit" bucket of the daemon's bbolt file, numbered and bounded in size, and reaches that
+// bucket alone, through the store.Area internal/store gives it (store.Buckets declares it). The
+// events are rare (an operator's command, a harness start), so each is stored before Add
+// returns. Keys, paging, trimming and the long poll are internal/seqlog's; this package keeps
+// the record and its bound.
 package auditlog
 
 import (
@@ -12,9 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/hiloop/hiloop/internal/seqlog"
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -25,14 +26,14 @@ const MaxRecords = 10_000
 
 // Log is the daemon's audit log. It is safe for concurrent use.
 type Log struct {
-	db      *bolt.DB
+	db      *store.Area
 	changed seqlog.Notifier // the log is one, under key ""
 	closed  atomic.Bool
 }
 
-// Open opens the log kept in db.
-func Open(db *bolt.DB) (*Log, error) {
-	if err := seqlog.CreateBuckets(db, "audit log", bucketAudit); err != nil {
+// Open opens the log kept in db, the store.Area of this package.
+func Open(db *store.Area) (*Log, error) {
+	if err := seqlog.CreateBuckets(db.Update, "audit log", bucketAudit); err != nil {
 		return nil, err
 	}
 	return &Log{db: db}, nil
@@ -44,7 +45,7 @@ func (l *Log) Add(rec api.AuditRecord) error {
 		rec.Time = time.Now()
 	}
 	rec.Time = rec.Time.UTC()
-	err := l.db.Update(func(tx *bolt.Tx) error {
+	err := l.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketAudit)
 		seq, err := b.NextSequence()
 		if err != nil {
@@ -77,7 +78,7 @@ func (l *Log) Close() {
 // limit.
 func (l *Log) Since(after uint64, limit int) ([]api.AuditRecord, error) {
 	var out []api.AuditRecord
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.db.View(func(tx *store.Tx) error {
 		var err error
 		out, err = seqlog.Read(tx.Bucket(bucketAudit), after, limit, decode)
 		return err

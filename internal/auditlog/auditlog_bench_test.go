@@ -4,18 +4,17 @@ import (
 	"path/filepath"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
 func benchLog(b *testing.B) *Log {
-	db, err := bolt.Open(filepath.Join(b.TempDir(), "db"), 0o600, nil)
+	db, err := store.Open(filepath.Join(b.TempDir(), "db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
-	l, err := Open(db)
+	l, err := Open(db.Owned("internal/auditlog"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,18 +6,17 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
 func TestAddSinceWaitAndBound(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
-	db, err := bolt.Open(path, 0o600, nil)
+	db, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(db)
+	l, err := Open(db.Owned("internal/auditlog"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +42,7 @@ func TestAddSinceWaitAndBound(t *testing.T) {
 	}
 
 	// The log keeps MaxRecords, and numbering goes on across a reopen.
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Owned("internal/auditlog").Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketAudit)
 		return b.SetSequence(MaxRecords + 5)
 	})
@@ -51,12 +50,12 @@ func TestAddSinceWaitAndBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	db, err = bolt.Open(path, 0o600, nil)
+	db, err = store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l, err = Open(db)
+	l, err = Open(db.Owned("internal/auditlog"))
 	if err != nil {
 		t.Fatal(err)
 	}

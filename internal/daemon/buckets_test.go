@@ -25,22 +25,22 @@ func TestBucketsDeclared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec, err := secrets.Open(st.Bolt(), filepath.Join(dir, "master.key"))
+	sec, err := secrets.Open(st.Owned("internal/secrets"), filepath.Join(dir, "master.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := auditlog.Open(st.Bolt()); err != nil {
+	if _, err := auditlog.Open(st.Owned("internal/auditlog")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := logins.Open(st.Bolt(), sec); err != nil {
+	if _, err := logins.Open(st.Owned("internal/logins"), sec); err != nil {
 		t.Fatal(err)
 	}
-	eg, err := egresslog.Open(st.Bolt(), egresslog.Config{})
+	eg, err := egresslog.Open(st.Owned("internal/egresslog"), egresslog.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eg.Close()
-	u, err := usage.Open(st.Bolt(), usage.Config{})
+	u, err := usage.Open(st.Owned("internal/usage"), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,17 +176,17 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if keyFile == "" {
 		keyFile = filepath.Join(cfg.DataDir, "master.key")
 	}
-	sec, err := secrets.Open(st.Bolt(), keyFile)
+	sec, err := secrets.Open(st.Owned("internal/secrets"), keyFile)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Log, store: st, secrets: sec, images: &images.Store{Dir: cfg.ImagesDir}}
-	if d.audit, err = auditlog.Open(st.Bolt()); err != nil {
+	if d.audit, err = auditlog.Open(st.Owned("internal/auditlog")); err != nil {
 		st.Close()
 		return nil, err
 	}
-	if d.logins, err = logins.Open(st.Bolt(), sec); err != nil {
+	if d.logins, err = logins.Open(st.Owned("internal/logins"), sec); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.setStorageBudget()
-	if d.egressLog, err = egresslog.Open(d.store.Bolt(), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
+	if d.egressLog, err = egresslog.Open(d.store.Owned("internal/egresslog"), egresslog.Config{Logger: d.log.With("component", "egress-log")}); err != nil {
 		return err
 	}
 	nofile := fileLimit()

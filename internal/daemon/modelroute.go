@@ -52,7 +52,7 @@ var harnessProviders = map[string][]modelroute.Provider{
 // each sandbox's route from it.
 func (d *Daemon) openModelRoute() error {
 	var err error
-	if d.usage, err = usage.Open(d.store.Bolt(), usage.Config{Logger: d.log.With("component", "usage")}); err != nil {
+	if d.usage, err = usage.Open(d.store.Owned("internal/usage"), usage.Config{Logger: d.log.With("component", "usage")}); err != nil {
 		return err
 	}
 	tokens, err := modelroute.NewTokens(d.secrets.DeriveKey(tokenKeyPurpose))

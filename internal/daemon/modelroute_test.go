@@ -13,14 +13,13 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/hiloop/hiloop/internal/auditlog"
 	"github.com/hiloop/hiloop/internal/fakeprovider"
 	"github.com/hiloop/hiloop/internal/harness/codex"
 	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/modelroute"
 	"github.com/hiloop/hiloop/internal/secrets"
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -100,20 +99,20 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 func newLoginDaemon(t *testing.T) *Daemon {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := bolt.Open(filepath.Join(dir, "db"), 0o600, nil)
+	st, err := store.Open(filepath.Join(dir, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	sec, err := secrets.Open(db, filepath.Join(dir, "master.key"))
+	t.Cleanup(func() { st.Close() })
+	sec, err := secrets.Open(st.Owned("internal/secrets"), filepath.Join(dir, "master.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil)), secrets: sec}
-	if d.audit, err = auditlog.Open(db); err != nil {
+	if d.audit, err = auditlog.Open(st.Owned("internal/auditlog")); err != nil {
 		t.Fatal(err)
 	}
-	if d.logins, err = logins.Open(db, sec); err != nil {
+	if d.logins, err = logins.Open(st.Owned("internal/logins"), sec); err != nil {
 		t.Fatal(err)
 	}
 	d.logins.Audit = d.auditAdd

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/hiloop/hiloop/internal/secrets"
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -17,12 +16,12 @@ import (
 // sandbox's processes (the env) and the gateway (the bindings) see it.
 func TestSecretEnvAndBindings(t *testing.T) {
 	dir := t.TempDir()
-	db, err := bolt.Open(filepath.Join(dir, "db"), 0o600, nil)
+	db, err := store.Open(filepath.Join(dir, "db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	st, err := secrets.Open(db, filepath.Join(dir, "master.key"))
+	st, err := secrets.Open(db.Owned("internal/secrets"), filepath.Join(dir, "master.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func usageDaemon(t *testing.T) (*Daemon, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	u, err := usage.Open(st.Bolt(), usage.Config{})
+	u, err := usage.Open(st.Owned("internal/usage"), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

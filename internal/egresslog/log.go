@@ -1,7 +1,8 @@
 // Package egresslog owns the audit log of the egress gateway: every decision the gateway takes
 // for a sandbox (api.EgressRecord, encoded as the API sends it), kept per sandbox id in the
 // "egress" bucket of the daemon's bbolt file, numbered, and bounded in size. It knows nothing of
-// the gateway, sandboxes or HTTP, and must not touch any other bucket.
+// the gateway, sandboxes or HTTP, and reaches no other bucket: it gets the file as the store.Area
+// of its own (store.Buckets declares the bucket), which refuses any other.
 //
 // The gateway hands records over on the goroutines that serve sandboxes, so Add never blocks:
 // it queues, each sandbox's records in a queue of its own, and one writer goroutine stores what
@@ -23,10 +24,10 @@ import (
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/hiloop/hiloop/internal/seqlog"
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -52,7 +53,7 @@ type Config = seqlog.Config
 
 // Log is the egress audit log of every sandbox.
 type Log struct {
-	db   *bolt.DB
+	db   *store.Area
 	max  uint64
 	size int // QueueSize
 	lg   *slog.Logger
@@ -95,9 +96,10 @@ type deleteReq struct {
 	done chan struct{}
 }
 
-// Open opens the log kept in db, creating its bucket if needed, and starts its writer.
-func Open(db *bolt.DB, cfg Config) (*Log, error) {
-	if err := seqlog.CreateBuckets(db, "init egress bucket", bucketEgress); err != nil {
+// Open opens the log kept in db (the store.Area of this package), creating its bucket if
+// needed, and starts its writer.
+func Open(db *store.Area, cfg Config) (*Log, error) {
+	if err := seqlog.CreateBuckets(db.Update, "init egress bucket", bucketEgress); err != nil {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults(MaxRecords, QueueSize)
@@ -212,7 +214,7 @@ func (l *Log) DeleteSandbox(id string) error {
 // daemon was there to be told.
 func (l *Log) Prune(keep func(id string) bool) error {
 	var ids []string
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.db.View(func(tx *store.Tx) error {
 		return tx.Bucket(bucketEgress).ForEachBucket(func(k []byte) error {
 			if !keep(string(k)) {
 				ids = append(ids, string(k))
@@ -307,7 +309,7 @@ func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) 
 
 	touched := map[string]bool{}
 	now := time.Now().UTC()
-	err := l.db.Update(func(tx *bolt.Tx) error {
+	err := l.db.Update(func(tx *store.Tx) error {
 		root := tx.Bucket(bucketEgress)
 		add := func(id string, rec api.EgressRecord) error {
 			b, err := root.CreateBucketIfNotExists([]byte(id))
@@ -401,7 +403,7 @@ func droppedRecord(n uint64, now time.Time) api.EgressRecord {
 // of 0 or less means no limit. A sandbox with no records has none.
 func (l *Log) Since(id string, after uint64, limit int) ([]api.EgressRecord, error) {
 	var out []api.EgressRecord
-	err := l.db.View(func(tx *bolt.Tx) error {
+	err := l.db.View(func(tx *store.Tx) error {
 		var err error
 		out, err = seqlog.Read(tx.Bucket(bucketEgress).Bucket([]byte(id)), after, limit, decode)
 		return err

@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/hiloop/hiloop/internal/store"
 )
 
 func benchLog(b *testing.B) *Log {
-	db, err := bolt.Open(filepath.Join(b.TempDir(), "db"), 0o600, nil)
+	db, err := store.Open(filepath.Join(b.TempDir(), "db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := Open(db, Config{MaxRecords: 1 << 30}) // nothing trimmed: every record is counted
+	l, err := Open(db.Owned("internal/egresslog"), Config{MaxRecords: 1 << 30}) // nothing trimmed: every record is counted
 	if err != nil {
 		b.Fatal(err)
 	}

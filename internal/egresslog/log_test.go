@@ -2,21 +2,21 @@ package egresslog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-func openDB(t *testing.T, path string) *bolt.DB {
+func openDB(t *testing.T, path string) *store.Store {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,11 +24,11 @@ func openDB(t *testing.T, path string) *bolt.DB {
 }
 
 // openTestLog opens a log on a fresh bbolt file.
-func openTestLog(t *testing.T, cfg Config) (*Log, *bolt.DB, string) {
+func openTestLog(t *testing.T, cfg Config) (*Log, *store.Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sandboxd.db")
 	db := openDB(t, path)
-	l, err := Open(db, cfg)
+	l, err := Open(db.Owned("internal/egresslog"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +128,26 @@ func TestAddNumbersPerSandbox(t *testing.T) {
 	}
 }
 
+// holdWriteLock holds a read-write transaction of db's egress area open until release is called,
+// which waits for it to end, writing nothing.
+func holdWriteLock(t *testing.T, db *store.Store) (release func()) {
+	t.Helper()
+	held, end, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		db.Owned("internal/egresslog").Update(func(*store.Tx) error {
+			close(held)
+			<-end
+			return errors.New("rolled back")
+		})
+	}()
+	<-held
+	return func() {
+		close(end)
+		<-done
+	}
+}
+
 // The log keeps the newest MaxRecords per sandbox; the seqs go on.
 func TestBoundedPerSandbox(t *testing.T) {
 	l, db, _ := openTestLog(t, Config{MaxRecords: 10})
@@ -147,7 +167,7 @@ func TestBoundedPerSandbox(t *testing.T) {
 	if recs[9].Host != "h24.example.test" {
 		t.Fatalf("newest record is %+v", recs[9])
 	}
-	err = db.View(func(tx *bolt.Tx) error {
+	err = db.Owned("internal/egresslog").View(func(tx *store.Tx) error {
 		if n := tx.Bucket(bucketEgress).Bucket([]byte("a")).Stats().KeyN; n != 10 {
 			return fmt.Errorf("bucket holds %d keys, want 10", n)
 		}
@@ -172,7 +192,7 @@ func TestBoundedPerSandbox(t *testing.T) {
 func TestRecordsSurviveReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sandboxd.db")
 	db := openDB(t, path)
-	l, err := Open(db, Config{})
+	l, err := Open(db.Owned("internal/egresslog"), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +204,7 @@ func TestRecordsSurviveReopen(t *testing.T) {
 
 	db = openDB(t, path)
 	defer db.Close()
-	l, err = Open(db, Config{})
+	l, err = Open(db.Owned("internal/egresslog"), Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +249,7 @@ func TestDeleteSandbox(t *testing.T) {
 	if recs, err := l.Since("a", 0, 0); err != nil || len(recs) != 0 {
 		t.Fatalf("deleted sandbox has %d records (%v)", len(recs), err)
 	}
-	err := db.View(func(tx *bolt.Tx) error {
+	err := db.Owned("internal/egresslog").View(func(tx *store.Tx) error {
 		if tx.Bucket(bucketEgress).Bucket([]byte("a")) != nil {
 			return fmt.Errorf("deleted sandbox still has a bucket")
 		}
@@ -262,10 +282,7 @@ func TestPrune(t *testing.T) {
 // queue is counted, and a record of kind dropped says how many were lost, where they were lost.
 func TestDropsAreRecorded(t *testing.T) {
 	l, db, _ := openTestLog(t, Config{QueueSize: 4})
-	tx, err := db.Begin(true) // the writer waits for this transaction
-	if err != nil {
-		t.Fatal(err)
-	}
+	release := holdWriteLock(t, db) // the writer waits for this transaction
 	const n = 100
 	added := make(chan struct{})
 	go func() {
@@ -279,9 +296,7 @@ func TestDropsAreRecorded(t *testing.T) {
 	case <-testenv.Deadline(t):
 		t.Fatal("Add blocked while the writer was stuck")
 	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	recs := collect(t, l, "a", n)
 	checkSeqs(t, recs, 1)
 	stored, dropped := 0, uint64(0)
@@ -340,10 +355,7 @@ func TestWait(t *testing.T) {
 // they happened, in order.
 func TestFloodDropsOnlyItsOwn(t *testing.T) {
 	l, db, _ := openTestLog(t, Config{QueueSize: 64})
-	tx, err := db.Begin(true) // the writer waits for this transaction
-	if err != nil {
-		t.Fatal(err)
-	}
+	release := holdWriteLock(t, db) // the writer waits for this transaction
 	const flood, quiet = 2000, 20
 	for i := range flood {
 		l.Add("flood", record(i))
@@ -351,9 +363,7 @@ func TestFloodDropsOnlyItsOwn(t *testing.T) {
 			l.Add("quiet", record(i))
 		}
 	}
-	if err := tx.Rollback(); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	recs := collect(t, l, "quiet", quiet)
 	if len(recs) != quiet {
 		t.Fatalf("the quiet sandbox has %d records, want %d: %+v", len(recs), quiet, recs)

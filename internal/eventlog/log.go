@@ -138,7 +138,7 @@ func Open(path string, cfg Config) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := seqlog.CreateBuckets(db, "init "+path, bucketEvents, bucketCalls, bucketUsage); err != nil {
+	if err := seqlog.CreateBuckets(db.Update, "init "+path, bucketEvents, bucketCalls, bucketUsage); err != nil {
 		db.Close()
 		return nil, err
 	}

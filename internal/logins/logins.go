@@ -2,7 +2,8 @@
 // setup-token` token, an OpenAI API key or a ChatGPT login from Codex's auth.json) sealed in the
 // daemon's bbolt file, hands the model route the credential of a provider, and is the only place
 // a ChatGPT login is refreshed. Values are sealed under the master key the secrets use; the API
-// never returns them and a sandbox never sees them.
+// never returns them and a sandbox never sees them. It keeps the bucket "logins" and reaches
+// only that, through the store.Area that internal/store gives it (store.Buckets declares it).
 package logins
 
 import (
@@ -16,6 +17,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -58,7 +60,7 @@ type authFile struct {
 
 // Store is the daemon's provider logins.
 type Store struct {
-	db     *bolt.DB
+	db     *store.Area
 	sealer Sealer
 	// Audit, when set, receives a record of every login added, removed, refreshed or refused.
 	// It is called after the change is stored, outside any lock of the store.
@@ -70,9 +72,9 @@ type Store struct {
 	lastAttempt time.Time  // of a refresh, guarded by refreshMu
 }
 
-// Open opens the logins kept in db, sealed by sealer.
-func Open(db *bolt.DB, sealer Sealer) (*Store, error) {
-	err := db.Update(func(tx *bolt.Tx) error {
+// Open opens the logins kept in db (the store.Area of this package), sealed by sealer.
+func Open(db *store.Area, sealer Sealer) (*Store, error) {
+	err := db.Update(func(tx *store.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucketLogins)
 		return err
 	})
@@ -113,7 +115,7 @@ func (s *Store) Put(provider api.LoginProvider, body api.LoginPut, now time.Time
 	}
 	rec.Sealed = s.sealer.Seal(purpose(provider), plain)
 	rec.Fingerprint = s.sealer.Fingerprint(fp)
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketLogins)
 		var old record
 		if ok, err := getJSON(b, []byte(provider), &old); err != nil {
@@ -148,7 +150,7 @@ func (s *Store) Get(provider api.LoginProvider) (api.Login, error) {
 func (s *Store) get(provider api.LoginProvider) (record, error) {
 	var rec record
 	var ok bool
-	err := s.db.View(func(tx *bolt.Tx) (err error) {
+	err := s.db.View(func(tx *store.Tx) (err error) {
 		ok, err = getJSON(tx.Bucket(bucketLogins), []byte(provider), &rec)
 		return err
 	})
@@ -161,7 +163,7 @@ func (s *Store) get(provider api.LoginProvider) (record, error) {
 // List returns every login, by provider.
 func (s *Store) List() ([]api.Login, error) {
 	out := []api.Login{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		return tx.Bucket(bucketLogins).ForEach(func(k, v []byte) error {
 			var rec record
 			if err := json.Unmarshal(v, &rec); err != nil {
@@ -179,7 +181,7 @@ func (s *Store) List() ([]api.Login, error) {
 // next one on.
 func (s *Store) Delete(provider api.LoginProvider, now time.Time) error {
 	var rec record
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketLogins)
 		ok, err := getJSON(b, []byte(provider), &rec)
 		if err != nil {

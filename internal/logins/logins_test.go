@@ -15,9 +15,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/hiloop/hiloop/internal/secrets"
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -27,16 +26,16 @@ func open(t *testing.T) (*Store, string, *[]api.AuditRecord) {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "db")
-	db, err := bolt.Open(path, 0o600, nil)
+	db, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	sec, err := secrets.Open(db, filepath.Join(dir, "master.key"))
+	sec, err := secrets.Open(db.Owned("internal/secrets"), filepath.Join(dir, "master.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(db, sec)
+	s, err := Open(db.Owned("internal/logins"), sec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -165,7 +164,7 @@ func (s *Store) RefreshChatGPT(ctx context.Context, now time.Time) error {
 		rec.ExpiresAt, rec.RefreshedAt, rec.UpdatedAt = exp, now, now
 	}
 	stored := rec.UpdatedAt
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketLogins)
 		var cur record
 		ok, err := getJSON(b, []byte(api.LoginCodex), &cur)

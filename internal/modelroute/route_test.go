@@ -18,8 +18,7 @@ import (
 	"sync"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/testenv"
 	"github.com/hiloop/hiloop/internal/usage"
 )
@@ -507,11 +506,11 @@ func TestBudgetSpent(t *testing.T) {
 // With the real store: a request in flight completes even though it crosses the budget; the
 // next is refused; raising the budget lets the one after run.
 func TestBudgetWithStore(t *testing.T) {
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "sandboxd.db"), 0o600, nil)
+	db, err := store.Open(filepath.Join(t.TempDir(), "sandboxd.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := usage.Open(db, usage.Config{})
+	st, err := usage.Open(db.Owned("internal/usage"), usage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

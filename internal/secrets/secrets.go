@@ -2,7 +2,9 @@
 // are attached to. A value is sealed with AES-256-GCM (the standard library's crypto/aes and
 // crypto/cipher; issue 10 allows AES-256-GCM, so golang.org/x/crypto is not needed) under a
 // master key kept outside the bbolt file, with the secret's name as additional data, so the
-// bbolt file alone reveals nothing and a sealed value cannot be moved to another name.
+// bbolt file alone reveals nothing and a sealed value cannot be moved to another name. It keeps
+// the buckets "secrets", "secret_attachments" and "secrets_meta" and reaches only those, through
+// the store.Area that internal/store gives it (store.Buckets declares them as its own).
 package secrets
 
 import (
@@ -27,6 +29,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -80,7 +83,7 @@ type Secret struct {
 
 // Store is the daemon's secrets.
 type Store struct {
-	db    *bolt.DB
+	db    *store.Area
 	aead  cipher.AEAD
 	fpKey []byte // keys the fingerprints; derived from the master key
 	// deriveKey keys DeriveKey; derived from the master key.
@@ -88,13 +91,13 @@ type Store struct {
 	keyFile   string
 }
 
-// Open opens the secrets kept in db under the master key in keyFile. A keyFile that does not
-// exist is created with a new random key (0600) as long as nothing was sealed yet; once
-// something was, a missing or different key is an error naming keyFile, never a store that
-// silently cannot open its secrets.
-func Open(db *bolt.DB, keyFile string) (*Store, error) {
+// Open opens the secrets kept in db (the store.Area of this package) under the master key in
+// keyFile. A keyFile that does not exist is created with a new random key (0600) as long as
+// nothing was sealed yet; once something was, a missing or different key is an error naming
+// keyFile, never a store that silently cannot open its secrets.
+func Open(db *store.Area, keyFile string) (*Store, error) {
 	var sealedCheck []byte
-	err := db.Update(func(tx *bolt.Tx) error {
+	err := db.Update(func(tx *store.Tx) error {
 		for _, b := range [][]byte{bucketSecrets, bucketAttachments, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
@@ -136,14 +139,14 @@ func Open(db *bolt.DB, keyFile string) (*Store, error) {
 		return s, nil
 	}
 	sealed := s.seal([]byte(checkPlain), keyCheck)
-	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyCheck, sealed) })
+	err = db.Update(func(tx *store.Tx) error { return tx.Bucket(bucketMeta).Put(keyCheck, sealed) })
 	if err != nil {
 		return nil, fmt.Errorf("secrets: store the key check: %w", err)
 	}
 	return s, nil
 }
 
-func newStore(db *bolt.DB, key []byte, keyFile string) (*Store, error) {
+func newStore(db *store.Area, key []byte, keyFile string) (*Store, error) {
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err
@@ -220,7 +223,7 @@ func (s *Store) Create(p api.SecretsPost, now time.Time) (api.Secret, error) {
 		Sealed: s.seal([]byte(p.Value), adFor(p.Name)), Fingerprint: s.fingerprint([]byte(p.Value)),
 		CreatedAt: now.UTC(), UpdatedAt: now.UTC(),
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketSecrets)
 		if b.Get([]byte(p.Name)) != nil {
 			return api.Errorf(api.CodeSecretExists, "secret %q exists: rotate it to change its value, or delete it first", p.Name)
@@ -235,7 +238,7 @@ func (s *Store) Create(p api.SecretsPost, now time.Time) (api.Secret, error) {
 
 // Rotate replaces a secret's value; its bindings and attachments stay.
 func (s *Store) Rotate(name, value string, now time.Time) (api.Secret, error) {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketSecrets)
 		var rec record
 		if err := getJSON(b, []byte(name), &rec); err != nil {
@@ -258,7 +261,7 @@ func (s *Store) Rotate(name, value string, now time.Time) (api.Secret, error) {
 // Get returns a secret as the API shows it.
 func (s *Store) Get(name string) (api.Secret, error) {
 	var out api.Secret
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		var rec record
 		if err := getJSON(tx.Bucket(bucketSecrets), []byte(name), &rec); err != nil {
 			return err
@@ -279,7 +282,7 @@ func (s *Store) Get(name string) (api.Secret, error) {
 // List returns every secret, sorted by name.
 func (s *Store) List() ([]api.Secret, error) {
 	out := []api.Secret{}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		used, err := usedBy(tx)
 		if err != nil {
 			return err
@@ -308,7 +311,7 @@ func view(rec record, used []string) api.Secret {
 }
 
 // usedBy maps each secret to the names of the sandboxes it is attached to.
-func usedBy(tx *bolt.Tx) (map[string][]string, error) {
+func usedBy(tx *store.Tx) (map[string][]string, error) {
 	used := map[string][]string{}
 	err := tx.Bucket(bucketAttachments).ForEach(func(_, v []byte) error {
 		var a Attachment
@@ -325,7 +328,7 @@ func usedBy(tx *bolt.Tx) (map[string][]string, error) {
 // the sandboxes it was attached to.
 func (s *Store) Delete(name string) ([]string, error) {
 	var ids []string
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketSecrets)
 		if b.Get([]byte(name)) == nil {
 			return errNotFound
@@ -376,7 +379,7 @@ func newPlaceholder() string {
 // sandbox, all or none. A secret attached already keeps its placeholder and takes the new
 // variable. A variable another of the sandbox's secrets uses is refused.
 func (s *Store) Attach(sandboxID, sandbox string, list []api.SecretAttachment) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.db.Update(func(tx *store.Tx) error {
 		sb, ab := tx.Bucket(bucketSecrets), tx.Bucket(bucketAttachments)
 		current, err := attachmentsOf(tx, sandboxID)
 		if err != nil {
@@ -416,7 +419,7 @@ func (s *Store) Attach(sandboxID, sandbox string, list []api.SecretAttachment) e
 // Detach detaches secret from the sandbox id; false if it was not attached.
 func (s *Store) Detach(sandboxID, secret string) (bool, error) {
 	found := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *store.Tx) error {
 		ab := tx.Bucket(bucketAttachments)
 		k := attachKey(sandboxID, secret)
 		found = ab.Get(k) != nil
@@ -427,7 +430,7 @@ func (s *Store) Detach(sandboxID, secret string) (bool, error) {
 
 // DeleteSandbox detaches every secret of the sandbox id, which is gone.
 func (s *Store) DeleteSandbox(sandboxID string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.db.Update(func(tx *store.Tx) error {
 		ab := tx.Bucket(bucketAttachments)
 		prefix := []byte(sandboxID + "\x00")
 		var keys [][]byte
@@ -447,7 +450,7 @@ func (s *Store) DeleteSandbox(sandboxID string) error {
 // Attachments returns the secrets attached to the sandbox id, sorted by secret.
 func (s *Store) Attachments(sandboxID string) ([]Attachment, error) {
 	var out []Attachment
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		var err error
 		out, err = attachmentsOf(tx, sandboxID)
 		return err
@@ -455,7 +458,7 @@ func (s *Store) Attachments(sandboxID string) ([]Attachment, error) {
 	return out, err
 }
 
-func attachmentsOf(tx *bolt.Tx, sandboxID string) ([]Attachment, error) {
+func attachmentsOf(tx *store.Tx, sandboxID string) ([]Attachment, error) {
 	var out []Attachment
 	prefix := sandboxID + "\x00"
 	c := tx.Bucket(bucketAttachments).Cursor()
@@ -474,7 +477,7 @@ func attachmentsOf(tx *bolt.Tx, sandboxID string) ([]Attachment, error) {
 func (s *Store) Bound(sandboxID string) ([]Attachment, []Secret, error) {
 	var atts []Attachment
 	var secs []Secret
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		all, err := attachmentsOf(tx, sandboxID)
 		if err != nil {
 			return err
@@ -501,7 +504,7 @@ func (s *Store) Bound(sandboxID string) ([]Attachment, []Secret, error) {
 // placeholder is worthless as soon as its attachment is gone.
 func (s *Store) Value(sandboxID, secret, placeholder string) []byte {
 	var value []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		var a Attachment
 		if err := getJSON(tx.Bucket(bucketAttachments), attachKey(sandboxID, secret), &a); err != nil {
 			return err

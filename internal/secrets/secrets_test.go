@@ -9,16 +9,15 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
+	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
 const value = "sk-live-THE-REAL-VALUE-0123456789"
 
-func openDB(t *testing.T, path string) *bolt.DB {
+func openDB(t *testing.T, path string) *store.Store {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
+	db, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +36,7 @@ func TestSealedAtRestAndKeyChecks(t *testing.T) {
 	dir := t.TempDir()
 	dbPath, keyPath := filepath.Join(dir, "db"), filepath.Join(dir, "master.key")
 	db := openDB(t, dbPath)
-	s, err := Open(db, keyPath)
+	s, err := Open(db.Owned("internal/secrets"), keyPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +79,7 @@ func TestSealedAtRestAndKeyChecks(t *testing.T) {
 
 	// The same key opens it again and the value is there.
 	db = openDB(t, dbPath)
-	s, err = Open(db, keyPath)
+	s, err = Open(db.Owned("internal/secrets"), keyPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,19 +91,19 @@ func TestSealedAtRestAndKeyChecks(t *testing.T) {
 	if err := os.WriteFile(wrong, bytes.Repeat([]byte{7}, KeySize), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(db, wrong); err == nil || !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), "not the key") {
+	if _, err := Open(db.Owned("internal/secrets"), wrong); err == nil || !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), "not the key") {
 		t.Fatalf("wrong key: %v", err)
 	}
 	short := filepath.Join(dir, "short.key")
 	os.WriteFile(short, []byte("abc"), 0o600)
-	if _, err := Open(db, short); err == nil || !strings.Contains(err.Error(), short) {
+	if _, err := Open(db.Owned("internal/secrets"), short); err == nil || !strings.Contains(err.Error(), short) {
 		t.Fatalf("short key: %v", err)
 	}
 	// A missing key with sealed secrets is refused, naming the file, and no new key is made.
 	if err := os.Rename(keyPath, keyPath+".bak"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(db, keyPath); err == nil || !strings.Contains(err.Error(), keyPath) || !strings.Contains(err.Error(), "missing") {
+	if _, err := Open(db.Owned("internal/secrets"), keyPath); err == nil || !strings.Contains(err.Error(), keyPath) || !strings.Contains(err.Error(), "missing") {
 		t.Fatalf("missing key: %v", err)
 	}
 	if _, err := os.Stat(keyPath); !os.IsNotExist(err) {
@@ -117,7 +116,7 @@ func TestRotateDetachDelete(t *testing.T) {
 	dir := t.TempDir()
 	db := openDB(t, filepath.Join(dir, "db"))
 	defer db.Close()
-	s, err := Open(db, filepath.Join(dir, "k"))
+	s, err := Open(db.Owned("internal/secrets"), filepath.Join(dir, "k"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,10 +173,17 @@ func (c Config) WithDefaults(maxRecords, queueSize int) Config {
 	return c
 }
 
-// CreateBuckets creates the buckets a log keeps in db where they are missing, in one
-// transaction; what creates none of them is wrapped with what.
-func CreateBuckets(db *bolt.DB, what string, names ...[]byte) error {
-	err := db.Update(func(tx *bolt.Tx) error {
+// BucketCreator is a read-write transaction that creates top-level buckets: a *bbolt.Tx, or a
+// *store.Tx that creates only its owner's.
+type BucketCreator interface {
+	CreateBucketIfNotExists(name []byte) (*bolt.Bucket, error)
+}
+
+// CreateBuckets creates the buckets a log keeps where they are missing, in one transaction of
+// update (a *bbolt.DB's Update, or a store.Area's); what creates none of them is wrapped with
+// what.
+func CreateBuckets[T BucketCreator](update func(func(T) error) error, what string, names ...[]byte) error {
+	err := update(func(tx T) error {
 		for _, name := range names {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err

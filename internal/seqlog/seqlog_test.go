@@ -204,7 +204,7 @@ func TestConfigDefaultsAndBuckets(t *testing.T) {
 	}
 	db := openDB(t)
 	for range 2 { // a second time finds them there
-		if err := CreateBuckets(db, "init", []byte("a"), []byte("b")); err != nil {
+		if err := CreateBuckets(db.Update, "init", []byte("a"), []byte("b")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -214,7 +214,7 @@ func TestConfigDefaultsAndBuckets(t *testing.T) {
 		}
 		return nil
 	})
-	if err := CreateBuckets(db, "init the log", []byte{}); err == nil || !bytes.HasPrefix([]byte(err.Error()), []byte("init the log: ")) {
+	if err := CreateBuckets(db.Update, "init the log", []byte{}); err == nil || !bytes.HasPrefix([]byte(err.Error()), []byte("init the log: ")) {
 		t.Fatalf("a bucket with no name: %v, want an error saying what failed", err)
 	}
 }

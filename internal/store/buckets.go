@@ -3,7 +3,7 @@ package store
 // The daemon's bbolt files, in its data directory.
 const (
 	// FileState is the daemon's state: this package's records and the buckets of the packages
-	// Buckets names, which reach it through Store.Bolt.
+	// Buckets names, each of which reaches only its own through its Area (Store.Owned).
 	FileState = "sandboxd.db"
 	// FileEvents is the session event logs, opened, written and compacted by internal/eventlog
 	// alone.
@@ -22,7 +22,8 @@ type Bucket struct {
 // Buckets is every top-level bucket of every bbolt file the daemon keeps. A package that keeps
 // a bucket declares it here; a test opens the files as the daemon makes them and fails on a
 // bucket that is there but not here, or here but not there. A package touches only the buckets
-// it owns, and no transaction spans two owners; the one exception is eventlog.Migrate, which
+// it owns, and no transaction spans two owners: Store.Owned gives each owner of a bucket of
+// FileState an Area that refuses any other bucket; the one exception is eventlog.Migrate, which
 // once, before the daemon serves, copies an older daemon's sandboxd.db whole to move the event
 // buckets out of it.
 var Buckets = []Bucket{

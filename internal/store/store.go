@@ -1,11 +1,12 @@
 // Package store keeps the daemon's durable state in one bbolt file, sandboxd.db: sandbox,
 // snapshot, SSH key, session, permission and exposure records and idempotency receipts. It opens
-// that file and hands it (Bolt) to the packages that keep their own buckets there: secrets,
-// logins, auditlog, egresslog and usage, each reaching only its own. Buckets declares every
-// bucket of every file the daemon keeps, with its owner (events.db is internal/eventlog's
-// alone), and a test walks the files as the daemon makes them against that list. It knows
-// nothing of containers or volumes; the sandbox manager is the single writer of sandbox state
-// and calls in here for every change.
+// that file and gives the packages that keep their own buckets there (secrets, logins,
+// auditlog, egresslog and usage) not the file but an Area (Owned): a handle whose transactions
+// reach only the buckets Buckets declares for that package, and refuse any other. Buckets
+// declares every bucket of every file the daemon keeps, with its owner (events.db is
+// internal/eventlog's alone, opened by it), and a test walks the files as the daemon makes them
+// against that list. It knows nothing of containers or volumes; the sandbox manager is the
+// single writer of sandbox state and calls in here for every change.
 package store
 
 import (
@@ -88,10 +89,6 @@ func Open(path string) (*Store, error) {
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
-
-// Bolt returns the daemon's bbolt database, for the packages Buckets names as owners of buckets
-// in FileState; each touches only its own.
-func (s *Store) Bolt() *bolt.DB { return s.db }
 
 // Sandbox is the stored record of one sandbox.
 type Sandbox struct {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hiloop/hiloop/internal/store"
 )
 
 // Query selects usage: of one sandbox (SandboxID, else every sandbox), of one session (SessionID,
@@ -95,7 +97,7 @@ func (rp *report) done() Report {
 // still holds them, and otherwise the whole hour counts (Report.From says so).
 func (s *Store) Query(q Query) (Report, error) {
 	rp := newReport(q.Since.UTC())
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		return s.eachSandbox(tx, q.SandboxID, func(id string, sb *bolt.Bucket) error {
 			from := uint32(0)
 			if !q.Since.IsZero() {
@@ -162,7 +164,7 @@ func partialHour(sb *bolt.Bucket, id string, q Query, rp *report) error {
 // of them (0: all).
 func (s *Store) Records(q Query, limit int) ([]Record, error) {
 	var out []Record
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		return s.eachSandbox(tx, q.SandboxID, func(_ string, sb *bolt.Bucket) error {
 			recs := sb.Bucket(bucketRecords)
 			if recs == nil {
@@ -210,7 +212,7 @@ func scanRecords(recs *bolt.Bucket, since time.Time, f func(Record) bool) error 
 }
 
 // eachSandbox calls f for the sandbox id (when not "") or for every sandbox.
-func (s *Store) eachSandbox(tx *bolt.Tx, id string, f func(string, *bolt.Bucket) error) error {
+func (s *Store) eachSandbox(tx *store.Tx, id string, f func(string, *bolt.Bucket) error) error {
 	root := tx.Bucket(bucketUsage)
 	if id != "" {
 		sb := root.Bucket([]byte(id))

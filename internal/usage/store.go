@@ -14,6 +14,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/hiloop/hiloop/internal/seqlog"
+	"github.com/hiloop/hiloop/internal/store"
 )
 
 // The "usage" bucket holds one nested bucket per sandbox id:
@@ -66,7 +67,7 @@ type Config = seqlog.Config
 // memory as well (loaded from the file on first use, counted at Add), so a check is a map
 // lookup that already counts records not yet written.
 type Store struct {
-	db   *bolt.DB
+	db   *store.Area
 	max  int64
 	lg   *slog.Logger
 	q    chan Record
@@ -107,10 +108,10 @@ type op struct {
 	done             chan struct{}
 }
 
-// Open opens the store kept in db, creating its bucket if needed, and starts its writer. The
-// database belongs to the caller.
-func Open(db *bolt.DB, cfg Config) (*Store, error) {
-	if err := seqlog.CreateBuckets(db, "init usage bucket", bucketUsage); err != nil {
+// Open opens the store kept in db (the store.Area of this package), creating its bucket if
+// needed, and starts its writer. The file belongs to the caller.
+func Open(db *store.Area, cfg Config) (*Store, error) {
+	if err := seqlog.CreateBuckets(db.Update, "init usage bucket", bucketUsage); err != nil {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults(MaxRecords, QueueSize)
@@ -194,7 +195,7 @@ func (s *Store) accountLocked(sandboxID, sessionID string) (*account, error) {
 	if s.gone[accountKey(sandboxID, "")] || s.gone[k] {
 		return a, nil // deleted: nothing to load, and nothing to keep in memory
 	}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		sb := tx.Bucket(bucketUsage).Bucket([]byte(sandboxID))
 		if sb == nil {
 			return nil
@@ -303,7 +304,7 @@ func (s *Store) setBudget(sandboxID, sessionID string, limit int64) error {
 	if err != nil {
 		return err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *store.Tx) error {
 		sb, err := tx.Bucket(bucketUsage).CreateBucketIfNotExists([]byte(sandboxID))
 		if err != nil {
 			return err
@@ -369,7 +370,7 @@ func (s *Store) DeleteSession(sandboxID, sessionID string) error {
 func (s *Store) Prune(keep func(sandboxID string) bool, keepSession func(sandboxID, sessionID string) bool) error {
 	var sandboxes []string
 	var sessions [][2]string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *store.Tx) error {
 		return tx.Bucket(bucketUsage).ForEachBucket(func(k []byte) error {
 			id := string(k)
 			if !keep(id) {
@@ -476,7 +477,7 @@ func (s *Store) commit(batch []Record, ops []*op) {
 	}
 	s.mu.Unlock()
 	batch = keep
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *store.Tx) error {
 		root := tx.Bucket(bucketUsage)
 		touched := map[string]bool{}
 		for _, rec := range batch {

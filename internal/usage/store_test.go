@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/hiloop/hiloop/internal/store"
 )
 
-func openDB(t *testing.T, path string) *bolt.DB {
+func openDB(t *testing.T, path string) *store.Store {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := store.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,10 +22,10 @@ func openDB(t *testing.T, path string) *bolt.DB {
 
 // openStore opens a store on the bbolt file at path; it and the file are closed at the end of
 // the test, or earlier by reopen.
-func openStore(t *testing.T, path string, cfg Config) (*Store, *bolt.DB) {
+func openStore(t *testing.T, path string, cfg Config) (*Store, *store.Store) {
 	t.Helper()
 	db := openDB(t, path)
-	s, err := Open(db, cfg)
+	s, err := Open(db.Owned("internal/usage"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func openStore(t *testing.T, path string, cfg Config) (*Store, *bolt.DB) {
 }
 
 // reopen closes a store and its file and opens them again, as a daemon restart does.
-func reopen(t *testing.T, s *Store, db *bolt.DB, path string, cfg Config) *Store {
+func reopen(t *testing.T, s *Store, db *store.Store, path string, cfg Config) *Store {
 	t.Helper()
 	s.Close()
 	if err := db.Close(); err != nil {

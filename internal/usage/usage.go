@@ -3,9 +3,10 @@
 // running totals per sandbox and per session kept in the same transaction as the records, hourly
 // roll-ups that answer queries by sandbox, session, model and day once old records are gone,
 // and the token budgets of sandboxes and sessions. It lives in the "usage" bucket of the
-// daemon's bbolt file and must not touch any other bucket; it knows nothing of HTTP, providers'
-// wire formats or harnesses (internal/modelroute reads usage from responses and hands records
-// here).
+// daemon's bbolt file and reaches no other: it gets the file as the store.Area of its own
+// (store.Buckets declares the bucket), which refuses any other. It knows nothing of HTTP,
+// providers' wire formats or harnesses (internal/modelroute reads usage from responses and hands
+// records here).
 //
 // Retention: every record is kept in its sandbox's roll-ups and totals for the sandbox's life;
 // the individual records are bounded to the newest MaxRecords per sandbox (by request time),
