@@ -5,13 +5,13 @@
 // of its own (store.Buckets declares the bucket), which refuses any other.
 //
 // The gateway hands records over on the goroutines that serve sandboxes, so Add never blocks:
-// it queues, each sandbox's records in a queue of its own, and one writer goroutine stores what
-// is queued in batches, a fair share of every sandbox's. The queues share one bound; when it is
+// it queues, each sandbox's records in a queue of its own, and one writer goroutine (a
+// seqlog.Writer) stores what is queued in batches, a fair share of every sandbox's. The queues share one bound; when it is
 // reached the sandbox with the most records waiting loses its newest, so a sandbox that floods
 // the log loses only its own records. A run of lost records is stored as one record of kind
 // dropped saying how many, where they were lost; nothing is lost without a trace. Keys, paging,
-// trimming and the long poll are internal/seqlog's; this package keeps the record, the fair
-// queues and the per-sandbox bound.
+// trimming, the long poll and the writer loop are internal/seqlog's; this package keeps the
+// record, the fair queues and the per-sandbox bound.
 package egresslog
 
 import (
@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
@@ -57,10 +56,8 @@ type Log struct {
 	max  uint64
 	size int // QueueSize
 	lg   *slog.Logger
-	del  chan *deleteReq // sandboxes whose records go
-	kick chan struct{}   // buffered: something is queued for the writer
-	quit chan struct{}   // closed by Close
-	done chan struct{}   // closed when the writer has exited
+	w    *seqlog.Writer[queued, *deleteReq] // stores the queues; serves deletions
+	next map[string]uint64                  // sandbox id → last seq stored, cached from the bucket; the writer's
 
 	changed seqlog.Notifier // by sandbox id: woken at a commit that stores or deletes its records
 
@@ -108,14 +105,11 @@ func Open(db *store.Area, cfg Config) (*Log, error) {
 		max:    uint64(cfg.MaxRecords),
 		size:   cfg.QueueSize,
 		lg:     cfg.Logger,
-		del:    make(chan *deleteReq),
-		kick:   make(chan struct{}, 1),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
+		next:   map[string]uint64{},
 		queues: map[string]*queue{},
 		gone:   map[string]bool{},
 	}
-	go l.write()
+	l.w = seqlog.StartWriter(maxBatch, l.take, l.commit)
 	return l, nil
 }
 
@@ -145,7 +139,7 @@ func (l *Log) Add(id string, rec api.EgressRecord) {
 		l.shed(q)
 	}
 	l.mu.Unlock()
-	l.wake()
+	l.w.Wake()
 }
 
 // shed drops the newest entry of the longest queue (q's on a tie): a record becomes one more
@@ -163,14 +157,6 @@ func (l *Log) shed(q *queue) {
 	l.queued--
 }
 
-// wake tells the writer something is queued.
-func (l *Log) wake() {
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
-}
-
 // Close stores what is queued, stops the writer and wakes every waiter. It does not close the
 // database, which belongs to the caller.
 func (l *Log) Close() {
@@ -181,8 +167,7 @@ func (l *Log) Close() {
 	}
 	l.closed = true
 	l.mu.Unlock()
-	close(l.quit)
-	<-l.done
+	l.w.Close()
 	l.changed.Close()
 }
 
@@ -201,9 +186,7 @@ func (l *Log) DeleteSandbox(id string) error {
 	}
 	l.mu.Unlock()
 	r := &deleteReq{id: id, done: make(chan struct{})}
-	select {
-	case l.del <- r:
-	case <-l.done:
+	if !l.w.Do(r) {
 		return ErrClosed
 	}
 	<-r.done
@@ -231,36 +214,6 @@ func (l *Log) Prune(keep func(id string) bool) error {
 		}
 	}
 	return nil
-}
-
-// write is the single writer: it takes what is queued, stores it in one transaction with the
-// deletions due, then wakes the waiters of the sandboxes it touched.
-func (l *Log) write() {
-	defer close(l.done)
-	next := map[string]uint64{} // sandbox id → last seq stored, cached from the bucket
-	batch := make([]queued, 0, maxBatch)
-	for {
-		var dels []*deleteReq
-		quitting := false
-		select {
-		case <-l.kick:
-		case d := <-l.del:
-			dels = append(dels, d)
-		case <-l.quit:
-			quitting = true
-		}
-		// Producers woken by the last commit are adding again; let them join this batch.
-		runtime.Gosched()
-		var more bool
-		batch, more = l.take(batch[:0], maxBatch)
-		l.commit(batch, dels, next)
-		switch {
-		case more:
-			l.wake() // the rest in the next batch
-		case quitting:
-			return
-		}
-	}
 }
 
 // take appends to batch up to n queued entries, a fair share of every sandbox's in turn, each
@@ -292,9 +245,11 @@ func (l *Log) take(batch []queued, n int) ([]queued, bool) {
 	return batch, len(l.queues) > 0
 }
 
-// commit stores one batch; a failure is logged and its records are counted as dropped, noted
+// commit stores one batch, then the deletions dels, and wakes the waiters of the sandboxes it
+// touched; a failure is logged and its records are counted as dropped, noted
 // before anything the sandbox queued since.
-func (l *Log) commit(batch []queued, dels []*deleteReq, next map[string]uint64) {
+func (l *Log) commit(batch []queued, dels []*deleteReq) {
+	next := l.next
 	l.mu.Lock()
 	gone := make(map[string]bool, len(dels))
 	for _, q := range batch {
