@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
@@ -62,18 +61,16 @@ var ErrGone = errors.New("deleted")
 // Config tunes a Store; the zero value is the daemon's: MaxRecords per sandbox, QueueSize.
 type Config = seqlog.Config
 
-// Store is the usage of every sandbox. Add queues a record for one writer goroutine, which
-// stores what is queued in one transaction; the totals budgets are checked against are held in
-// memory as well (loaded from the file on first use, counted at Add), so a check is a map
-// lookup that already counts records not yet written.
+// Store is the usage of every sandbox. Add queues a record for one writer goroutine (a
+// seqlog.Writer), which stores what is queued in one transaction; the totals budgets are checked
+// against are held in memory as well (loaded from the file on first use, counted at Add), so a
+// check is a map lookup that already counts records not yet written.
 type Store struct {
-	db   *store.Area
-	max  int64
-	lg   *slog.Logger
-	q    chan Record
-	ops  chan *op
-	quit chan struct{} // closed by Close
-	done chan struct{} // closed when the writer has exited
+	db  *store.Area
+	max int64
+	lg  *slog.Logger
+	q   chan Record                 // what waits for the writer; Add blocks when it is full
+	w   *seqlog.Writer[Record, *op] // stores q; serves the ops
 
 	mu       sync.Mutex
 	closed   bool
@@ -120,13 +117,10 @@ func Open(db *store.Area, cfg Config) (*Store, error) {
 		max:      int64(cfg.MaxRecords),
 		lg:       cfg.Logger,
 		q:        make(chan Record, cfg.QueueSize),
-		ops:      make(chan *op),
-		quit:     make(chan struct{}),
-		done:     make(chan struct{}),
 		accounts: map[string]*account{},
 		gone:     map[string]bool{},
 	}
-	go s.write()
+	s.w = seqlog.StartWriter(maxBatch, s.take, s.commit)
 	return s, nil
 }
 
@@ -139,8 +133,7 @@ func (s *Store) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	close(s.quit)
-	<-s.done
+	s.w.Close()
 }
 
 // Add queues rec to be stored, and counts it at once towards its sandbox's and session's totals.
@@ -180,7 +173,8 @@ func (s *Store) Add(rec Record) {
 	}
 	select {
 	case s.q <- rec:
-	case <-s.done:
+		s.w.Wake()
+	case <-s.w.Done():
 	}
 }
 
@@ -408,56 +402,25 @@ func (s *Store) Prune(keep func(sandboxID string) bool, keepSession func(sandbox
 // do hands o to the writer and waits for it.
 func (s *Store) do(o *op) error {
 	o.done = make(chan struct{})
-	select {
-	case s.ops <- o:
-	case <-s.done:
+	if !s.w.Do(o) {
 		return ErrClosed
 	}
 	<-o.done
 	return o.err
 }
 
-// write is the single writer: it takes what is queued and stores it in one transaction with
-// the operations due, in the order they came.
-func (s *Store) write() {
-	defer close(s.done)
-	batch := make([]Record, 0, maxBatch)
-	for {
-		batch = batch[:0]
-		var ops []*op
-		quitting := false
+// take appends to batch up to n queued records, in the order they came, and reports whether
+// any are left.
+func (s *Store) take(batch []Record, n int) ([]Record, bool) {
+	for len(batch) < n {
 		select {
 		case r := <-s.q:
 			batch = append(batch, r)
-		case o := <-s.ops:
-			ops = append(ops, o)
-		case <-s.quit:
-			quitting = true
-		}
-		// Handlers woken by the last commit are adding again; let them join this batch.
-		runtime.Gosched()
-		// Everything queued so far goes first: an operation follows the records added before it,
-		// and Close stores them all.
-		for {
-			for empty := false; !empty && len(batch) < maxBatch; {
-				select {
-				case r := <-s.q:
-					batch = append(batch, r)
-				default:
-					empty = true
-				}
-			}
-			if len(batch) < maxBatch || (len(ops) == 0 && !quitting) {
-				break
-			}
-			s.commit(batch, nil)
-			batch = batch[:0]
-		}
-		s.commit(batch, ops)
-		if quitting && len(s.q) == 0 {
-			return
+		default:
+			return batch, false
 		}
 	}
+	return batch, len(s.q) > 0
 }
 
 // commit stores one batch and then runs the operations. A failure is logged; the records are
