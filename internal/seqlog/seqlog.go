@@ -1,17 +1,18 @@
 // Package seqlog owns the mechanism the daemon's numbered logs share: a record's key is its
 // sequence number, big-endian, so that a bbolt cursor walks records in order; Read pages them
 // after a seq; Trim keeps the newest; a Notifier and Wait let a reader long-poll for records
-// not stored yet; Config and CreateBuckets are the limits and buckets a log opens with; Writer is
-// the single writer goroutine that stores a log's queue in batches. It knows
-// nothing of what a record is (the caller decodes it), of which bucket holds it (the caller
-// names it and hands it over inside its own transaction), or of retention rules (the caller
-// says how many to keep), or of how a log queues records and what it does when its queue is full
-// (the caller keeps the queue and hands the Writer a take and a commit); it opens no file.
+// not stored yet; Config and CreateBuckets are the limits and buckets a log opens with; Writer
+// is the single writer goroutine that stores a log's queue in batches. It knows nothing of what
+// a record is (the caller decodes it), of which bucket holds it (the caller names it and hands
+// it over inside its own transaction), of retention rules (the caller says how many to keep), or
+// of how a log queues records and what a full queue does (the caller keeps the queue and hands
+// the Writer a take and a commit); it opens no file.
 //
-// Users: internal/auditlog (one log), internal/egresslog (a log per sandbox), internal/eventlog
-// (a log per session, which serves stored bytes as they are and so uses the keys, not Read) and
-// internal/usage (keyed by time, so only Config and CreateBuckets). docs/architecture.md says
-// what each keeps of its own.
+// Users: internal/auditlog (one log), internal/egresslog (a log per sandbox, written by a
+// Writer), internal/eventlog (a log per session, which serves stored bytes as they are and so
+// uses the keys, not Read, and keeps its own writer loop for its hot path) and internal/usage
+// (keyed by time, so only Config, CreateBuckets and a Writer). docs/architecture.md says what
+// each keeps of its own.
 package seqlog
 
 import (
