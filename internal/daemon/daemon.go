@@ -305,9 +305,13 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.trustedCAs = append(ca.CertPEM(), d.cfg.SandboxCAs...)
 	d.sandboxes.SetEgress(egress{gw: d.gateway, rt: rt, secrets: d.secrets, cas: d.trustedCAs, log: d.log})
 	if img, err := d.images.Get(api.DefaultImage); err == nil {
-		if w := d.hostCAWarning(img); w != "" {
-			d.log.Warn(w)
-		}
+		// Beside the reconcile, not before it: reading the host's trust store (a few hundred
+		// certificates) is no reason to serve later.
+		go func() {
+			if w := d.hostCAWarning(img); w != "" {
+				d.log.Warn(w)
+			}
+		}()
 	}
 	if err := d.sandboxes.Reconcile(ctx); err != nil {
 		return err
