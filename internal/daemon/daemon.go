@@ -89,8 +89,8 @@ type Config struct {
 	// GatewayMaxConns bounds the gateway's connections of all sandboxes together
 	// (--gateway-max-conns); 0: derived from the process's descriptor limit.
 	GatewayMaxConns int
-	// ExecKeepalive is how often an exec's client is pinged; one that does not answer within
-	// it has its command killed (--exec-keepalive). 0: DefaultExecKeepalive.
+	// ExecKeepalive is how often an exec's client is pinged; one that leaves three pings in a
+	// row unanswered has its command killed (--exec-keepalive). 0: DefaultExecKeepalive.
 	ExecKeepalive time.Duration
 	// Spares is how many sandboxes are kept started ahead of need for creates to take
 	// (--spares; sandbox.Manager.SetSpares); 0: none.

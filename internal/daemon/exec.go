@@ -203,7 +203,7 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream, handed
 		}
 		lost()
 	}()
-	stopPings := keepAlive(ctx, s.conn, proc, d.execKeepalive())
+	stopPings := keepAlive(ctx, s.conn, func() { _ = proc.Kill() }, d.execKeepalive())
 	defer stopPings()
 
 	status, waitErr := proc.Wait()
@@ -381,13 +381,20 @@ func (d *Daemon) execKeepalive() time.Duration {
 	return DefaultExecKeepalive
 }
 
-// keepAlive pings the client every interval; one that stops answering (gone without closing
-// its connection) has its command's process tree killed.
-func keepAlive(ctx context.Context, conn *websocket.Conn, proc runtime.Process, interval time.Duration) (stop func()) {
+// keepAliveMisses is how many pings in a row a client may leave unanswered before it is taken
+// for gone (OpenSSH's ServerAliveCountMax is 3 too): one late pong on a loaded host is not a
+// dead peer.
+const keepAliveMisses = 3
+
+// keepAlive pings the client every interval, each ping waiting up to interval for its pong; a
+// client that misses keepAliveMisses in a row (gone without closing its connection) has its
+// command's process tree killed (kill).
+func keepAlive(ctx context.Context, conn *websocket.Conn, kill func(), interval time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		missed := 0
 		for {
 			select {
 			case <-ctx.Done():
@@ -396,8 +403,19 @@ func keepAlive(ctx context.Context, conn *websocket.Conn, proc runtime.Process, 
 				pingCtx, done := context.WithTimeout(ctx, interval)
 				err := conn.Ping(pingCtx)
 				done()
-				if err != nil && ctx.Err() == nil {
-					_ = proc.Kill()
+				switch {
+				case ctx.Err() != nil:
+					return
+				case err == nil:
+					missed = 0
+				case errors.Is(err, context.DeadlineExceeded):
+					if missed++; missed < keepAliveMisses {
+						continue
+					}
+					kill()
+					return
+				default: // the connection itself failed
+					kill()
 					return
 				}
 			}

@@ -122,7 +122,7 @@ func Main() int {
 	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
 	f.StringVar(&addrs.sshListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, HOST:PORT, e.g. 127.0.0.1:2222 (off by default; port 0: any free port)")
 	f.IntVar(&cfg.Spares, "spares", DefaultSpares, "keep this many sandboxes started ahead of need, of the image the last create used (at first the default image): a create with the default limits takes one and is ready in milliseconds (0: none; each costs an idle sandbox's memory, ~3 MiB)")
-	f.DurationVar(&cfg.ExecKeepalive, "exec-keepalive", DefaultExecKeepalive, "ping an exec's client this often; one that does not answer within it (gone without closing its connection) has its command killed")
+	f.DurationVar(&cfg.ExecKeepalive, "exec-keepalive", DefaultExecKeepalive, "ping an exec's client this often; one that leaves three in a row unanswered (gone without closing its connection) has its command killed")
 	f.StringArrayVar(&addrs.gatewayResolve, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")
 	f.StringArrayVar(&upstreamCAs, "gateway-upstream-ca", nil, "also trust the CA certificates in this PEM file, besides the host's, to verify hosts whose TLS the gateway terminates (repeatable)")
 	f.StringArrayVar(&sandboxCAFiles, "sandbox-ca", nil, "have every sandbox trust the CA certificates in this PEM file from its next start, besides its image's (repeatable); for a host whose way out re-signs TLS, "+hostBundle+" makes sandboxes trust what the host trusts")
