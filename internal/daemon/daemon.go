@@ -489,7 +489,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	}
 	unixMax, tcpMax := apiConnLimits()
 	// A local client may hand its stdio to an exec along with the request (internal/handoff).
-	servers := []*http.Server{{Handler: handler, ConnContext: withConn}}
+	// Whoever opens the socket is root or in its group: the local admin.
+	servers := []*http.Server{{Handler: asLocalAdmin(handler), ConnContext: withConn}}
 	listeners := []*connLimiter{newConnLimiter(handoff.Listen(unixLn), unixMax)}
 	if d.cfg.Listen != "" {
 		if d.cfg.Token == "" {
@@ -501,7 +502,7 @@ func (d *Daemon) Serve(ctx context.Context) error {
 			unixLn.Close()
 			return err
 		}
-		servers = append(servers, &http.Server{Handler: bearerAuth(d.cfg.Token, handler, d.log)})
+		servers = append(servers, &http.Server{Handler: bearerAuth(d.cfg.Token, asLocalAdmin(handler), d.log)})
 		listeners = append(listeners, newConnLimiter(tcpLn, tcpMax))
 	}
 	errc := make(chan error, len(servers)+1)

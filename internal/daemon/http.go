@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -170,6 +171,13 @@ func bearerAuth(token string, next http.Handler, log *slog.Logger) http.Handler 
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// asLocalAdmin serves next as the local admin (identity.Local): the unix socket's requests.
+func asLocalAdmin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(identity.With(r.Context(), identity.Local())))
 	})
 }
 

@@ -14,7 +14,13 @@ const (
 	CodeBadRequest           ErrorCode = "bad_request"            // malformed body or unknown field
 	CodeInvalidArgument      ErrorCode = "invalid_argument"       // a field's value is out of range
 	CodeInvalidName          ErrorCode = "invalid_name"           // a name breaks the naming rule
-	CodeUnauthorized         ErrorCode = "unauthorized"           // missing or wrong bearer token
+	CodeUnauthorized         ErrorCode = "unauthorized"           // no credential, or one the daemon does not know
+	CodeForbidden            ErrorCode = "forbidden"              // the call needs an admin
+	CodeTooManyAttempts      ErrorCode = "too_many_attempts"      // too many failed authentications from this address
+	CodeUserNotFound         ErrorCode = "user_not_found"         // no user by that name
+	CodeUserExists           ErrorCode = "user_exists"            // the user name is taken
+	CodeTokenNotFound        ErrorCode = "token_not_found"        // no API token by that name
+	CodeTokenExists          ErrorCode = "token_exists"           // the user has a token by that name
 	CodeNotFound             ErrorCode = "not_found"              // no such route
 	CodeSandboxNotFound      ErrorCode = "sandbox_not_found"      // no sandbox by that name
 	CodeImageNotFound        ErrorCode = "image_not_found"        // unknown or not yet built image
@@ -69,7 +75,7 @@ const (
 	ExitCodeNotFound     = 4   // no such sandbox, image, snapshot, key, secret, session or permission request
 	ExitCodeConflict     = 5   // the sandbox's or session's state, or a name, forbids the call
 	ExitCodeUnsupported  = 6   // this deployment cannot do that
-	ExitCodeUnauthorized = 7   // the daemon refused the token
+	ExitCodeUnauthorized = 7   // the daemon refused the credential, or the call needs an admin
 	ExitCodeNoCapacity   = 8   // the host lacks the capacity for it
 	ExitCodeTimeout      = 124 // an exec ended by its timeout (as timeout(1) does)
 	ExitCodeInterrupted  = 130 // `session prompt` left with a second Ctrl-C; the turn runs on
@@ -88,6 +94,12 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeInvalidArgument:      {http.StatusBadRequest, ExitCodeUsage},
 	CodeInvalidName:          {http.StatusBadRequest, ExitCodeUsage},
 	CodeUnauthorized:         {http.StatusUnauthorized, ExitCodeUnauthorized},
+	CodeForbidden:            {http.StatusForbidden, ExitCodeUnauthorized},
+	CodeTooManyAttempts:      {http.StatusTooManyRequests, ExitCodeUnauthorized},
+	CodeUserNotFound:         {http.StatusNotFound, ExitCodeNotFound},
+	CodeUserExists:           {http.StatusConflict, ExitCodeConflict},
+	CodeTokenNotFound:        {http.StatusNotFound, ExitCodeNotFound},
+	CodeTokenExists:          {http.StatusConflict, ExitCodeConflict},
 	CodeNotFound:             {http.StatusNotFound, ExitCodeNotFound},
 	CodeSandboxNotFound:      {http.StatusNotFound, ExitCodeNotFound},
 	CodeImageNotFound:        {http.StatusNotFound, ExitCodeNotFound},

@@ -174,6 +174,12 @@ type VersionInfo struct {
 	Capabilities []string `json:"capabilities"`
 	// Spares are the sandboxes the daemon keeps started ahead of need.
 	Spares Spares `json:"spares"`
+	// TLSFingerprint is the fingerprint of the certificate the TLS listener (--listen) serves,
+	// "SHA256:" and unpadded base64 of the SHA-256 of its DER; empty without a TLS listener.
+	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
+	// SSHEndpoint is where the managed SSH endpoint is reached from other machines, HOST:PORT
+	// (--ssh-advertise, by default from --ssh-listen); empty when SSH is off.
+	SSHEndpoint string `json:"ssh_endpoint,omitempty"`
 }
 
 // Spares describes a daemon's spare sandboxes: started ahead of need, each is taken by a create
