@@ -4,6 +4,7 @@
 package netcopy
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -57,9 +58,13 @@ const unixSendBuffer = 4 << 20
 
 // Bare returns the connection under c's wrappers (those with a NetConn method, such as a
 // listener's that counts connections or keeps what arrives with the data): the socket itself,
-// which is what Go's copies recognise to splice, and what WidenUnix can widen.
+// which is what Go's copies recognise to splice, and what WidenUnix can widen. It stops at a
+// TLS connection, whose NetConn carries the records, not the data.
 func Bare(c net.Conn) net.Conn {
 	for {
+		if _, ok := c.(*tls.Conn); ok {
+			return c
+		}
 		u, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
 			return c

@@ -2,6 +2,7 @@ package netcopy
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
 	"net"
 	"testing"
@@ -76,5 +77,10 @@ func TestBare(t *testing.T) {
 	}
 	if got := Bare(a); got != a {
 		t.Fatalf("Bare of a socket is %T, want the socket", got)
+	}
+	// Under TLS the socket carries records: a copy to it would send the data in clear.
+	tc := tls.Client(wrapped{a}, &tls.Config{})
+	if got := Bare(wrapped{tc}); got != tc {
+		t.Fatalf("Bare of a wrapped TLS connection is %T, want the TLS connection", got)
 	}
 }
