@@ -93,3 +93,65 @@ func TestAddressFlagsApply(t *testing.T) {
 		}
 	}
 }
+
+// The flags of the TLS listener, the plain HTTP one and the SSH endpoint's advertised address.
+func TestListenerFlags(t *testing.T) {
+	var cfg Config
+	good := addressFlags{
+		socket: "/run/x.sock", listen: "0.0.0.0:7777", insecureListen: "127.0.0.1:7778",
+		tlsSANs:   []string{"Sandboxd.Example.TEST.", "192.0.2.10", "::ffff:192.0.2.11", "2001:db8::1", "sandboxd.example.test"},
+		sshListen: "0.0.0.0:2222", sshAdvertise: "ssh.example.test:22",
+	}
+	if err := good.apply(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "0.0.0.0:7777" || cfg.InsecureListen != "127.0.0.1:7778" || cfg.SSHAdvertise != "ssh.example.test:22" ||
+		strings.Join(cfg.TLSSANs, ",") != "sandboxd.example.test,192.0.2.10,192.0.2.11,2001:db8::1" {
+		t.Errorf("config %+v", cfg)
+	}
+
+	for _, tc := range []struct {
+		flags addressFlags
+		want  []string // the lines of the error
+	}{
+		{addressFlags{socket: "s", listen: "127.0.0.1:7777", insecureListen: "127.0.0.1:7777"},
+			[]string{`invalid --insecure-listen "127.0.0.1:7777": --listen serves TLS there: give plain HTTP another address`}},
+		{addressFlags{socket: "s", insecureListen: ":80"},
+			[]string{`invalid --insecure-listen ":80": no host`}},
+		{addressFlags{socket: "s", tlsSANs: []string{"a.example.test"}},
+			[]string{"--tls-san without --listen: it names what the TLS listener's certificate is good for"}},
+		{addressFlags{socket: "s", listen: "127.0.0.1:0", tlsSANs: []string{"*.example.test", "fe80::1%eth0", "http://x", ""}},
+			[]string{
+				`invalid --tls-san "*.example.test": want a host name or an IP address`,
+				`invalid --tls-san "fe80::1%eth0": an address with a zone cannot be named in a certificate; give it without %eth0`,
+				`invalid --tls-san "http://x": want a host name or an IP address`,
+				`invalid --tls-san "": want a host name or an IP address`,
+			}},
+		{addressFlags{socket: "s", sshAdvertise: "ssh.example.test:22"},
+			[]string{"--ssh-advertise without --ssh-listen: the SSH endpoint is off"}},
+		{addressFlags{socket: "s", sshListen: "0.0.0.0:2222", sshAdvertise: "0.0.0.0:2222"},
+			[]string{`invalid --ssh-advertise "0.0.0.0:2222": host "0.0.0.0" means every interface, which no client connects to`}},
+		{addressFlags{socket: "s", sshListen: "0.0.0.0:2222", sshAdvertise: ":0"},
+			[]string{`invalid --ssh-advertise ":0": no host: give the name or address clients connect to; port "0": give one from 1 to 65535`}},
+		{addressFlags{socket: "s", sshListen: "0.0.0.0:2222", sshAdvertise: "ssh.example.test"},
+			[]string{`invalid --ssh-advertise "ssh.example.test": want HOST:PORT, e.g. sandboxd.example.com:2222`}},
+		{addressFlags{socket: "s", sshListen: "0.0.0.0:2222", sshAdvertise: "bad host:22"},
+			[]string{`invalid --ssh-advertise "bad host:22": host "bad host" is neither an IP address nor a host name`}},
+	} {
+		err := tc.flags.apply(&cfg)
+		if err == nil {
+			t.Errorf("%+v accepted", tc.flags)
+			continue
+		}
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != len(tc.want) {
+			t.Errorf("%+v: %d lines, want %d:\n%s", tc.flags, len(lines), len(tc.want), err)
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.HasPrefix(lines[i], w) {
+				t.Errorf("line %d: %q, want it to start %q", i+1, lines[i], w)
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -50,9 +51,21 @@ type Config struct {
 	DataDir string
 	// Socket is the unix socket the API is served on (mode 0660).
 	Socket string
-	// Listen is an optional TCP address; requests there need Token as a bearer token.
+	// Listen is an optional TCP address the API is served on over TLS (--listen), with the
+	// daemon's own certificate or TLSCertFile's.
 	Listen string
-	Token  string
+	// InsecureListen is an optional TCP address the API is served on in plain HTTP
+	// (--insecure-listen), for a path the operator trusts.
+	InsecureListen string
+	// Token is the bearer token requests on Listen and InsecureListen need.
+	Token string
+	// TLSCertFile and TLSKeyFile are an operator's certificate (PEM, the leaf first) and key
+	// for the TLS listener (--tls-cert, --tls-key); empty: the daemon makes its own, kept in
+	// <DataDir>/tls.
+	TLSCertFile, TLSKeyFile string
+	// TLSSANs are names and addresses the daemon's own certificate is good for besides the
+	// host's (--tls-san), lower-case names and addresses in their usual form.
+	TLSSANs []string
 	// VolumeDriver is "xfs" (sparse XFS images, growable) or "dir" (plain directories, fixed).
 	VolumeDriver string
 	// Overcommit is how many times the storage the host can hold the promised capacity of
@@ -67,6 +80,9 @@ type Config struct {
 	FakeAgentPath string
 	// SSHListen turns the managed SSH endpoint on at this TCP address; empty leaves it off.
 	SSHListen string
+	// SSHAdvertise is where clients on other machines reach the SSH endpoint, HOST:PORT
+	// (--ssh-advertise); empty: from SSHListen (sshEndpoint).
+	SSHAdvertise string
 	// GatewayRoutes send a host and port to another address, for every sandbox (tests, split
 	// horizons): --gateway-resolve.
 	GatewayRoutes []gateway.Route
@@ -130,7 +146,11 @@ type Daemon struct {
 	audit        *auditlog.Log
 	sshKeys      *sshKeys
 	ssh          *sshd.Server // nil while the endpoint is off
+	sshEndpoint  string       // where remote clients reach the SSH endpoint, HOST:PORT (sshEndpoint)
 	host         hostLimits   // the host's kernel limits: raised at start, sandboxes admitted against them
+	// tls is the daemon's CA, which signs users' client certificates, and the TLS listener's
+	// certificate and fingerprint.
+	tls daemonTLS
 }
 
 // New opens the data dir and reconciles the store with what runs on the host.
@@ -233,9 +253,13 @@ func checkDataDir(dir string, log *slog.Logger) error {
 const dataDirMode = 0o711
 
 func (d *Daemon) open(ctx context.Context) error {
-	// First: a CA that cannot be loaded stops the start before anything is mounted.
+	// First: a CA or a certificate that cannot be loaded stops the start before anything is
+	// mounted.
 	ca, err := gateway.LoadOrCreateCA(d.cfg.DataDir)
 	if err != nil {
+		return err
+	}
+	if d.tls, err = loadTLS(d.cfg, d.log); err != nil {
 		return err
 	}
 	volDir := filepath.Join(d.cfg.DataDir, "volumes")
@@ -374,6 +398,7 @@ func (d *Daemon) open(ctx context.Context) error {
 			return fmt.Errorf("ssh endpoint: %w", err)
 		}
 		d.sandboxes.OnStop(d.ssh.CloseSandbox)
+		d.sshEndpoint = sshEndpoint(d.cfg.SSHAdvertise, d.cfg.SSHListen, d.ssh.Addr().(*net.TCPAddr), hostName())
 	}
 	if d.exposures, err = newExposer(d.store, d.sandboxes, d.log.With("component", "expose")); err != nil {
 		return err
@@ -482,43 +507,20 @@ func (d *Daemon) capabilities() []string {
 // Serve serves the API until ctx is cancelled, then drains in-flight requests.
 func (d *Daemon) Serve(ctx context.Context) error {
 	handler := withVersion(d.cfg.Version, newMux(d.routes(), newIdempotency(d.store, d.log), d.log))
-
-	unixLn, err := listenUnix(d.cfg.Socket)
+	apis, err := d.listenAPI(handler)
 	if err != nil {
 		return err
 	}
-	unixMax, tcpMax := apiConnLimits()
-	// A local client may hand its stdio to an exec along with the request (internal/handoff).
-	// Whoever opens the socket is root or in its group: the local admin.
-	servers := []*http.Server{{Handler: asLocalAdmin(handler), ConnContext: withConn}}
-	listeners := []*connLimiter{newConnLimiter(handoff.Listen(unixLn), unixMax)}
-	if d.cfg.Listen != "" {
-		if d.cfg.Token == "" {
-			unixLn.Close()
-			return errors.New("--listen needs a token: set --token-file or SANDBOXD_TOKEN")
-		}
-		tcpLn, err := net.Listen("tcp", d.cfg.Listen)
-		if err != nil {
-			unixLn.Close()
-			return err
-		}
-		servers = append(servers, &http.Server{Handler: bearerAuth(d.cfg.Token, asLocalAdmin(handler), d.log)})
-		listeners = append(listeners, newConnLimiter(tcpLn, tcpMax))
-	}
-	errc := make(chan error, len(servers)+1)
+	errc := make(chan error, len(apis)+1)
 	go d.logins.Run(ctx, d.log.Warn)
 	go d.trimWorkspaces(ctx)
 	if d.ssh != nil {
-		d.log.Info("serving SSH", "addr", d.ssh.Addr().String())
+		d.log.Info("serving SSH", "addr", d.ssh.Addr().String(), "advertised", d.sshEndpoint)
 		go func() { errc <- d.ssh.Serve(ctx) }()
 	}
-	for i, srv := range servers {
-		srv.ReadHeaderTimeout = apiHeaderTimeout
-		srv.IdleTimeout = apiIdleTimeout
-		srv.ConnState = listeners[i].connState
-		srv.ErrorLog = slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)
-		d.log.Info("serving API", "addr", listeners[i].Addr().String())
-		go func() { errc <- srv.Serve(listeners[i]) }()
+	for _, a := range apis {
+		a.logServing(d.log)
+		go func() { errc <- a.srv.Serve(a.ln) }()
 	}
 	select {
 	case <-ctx.Done():
@@ -529,11 +531,102 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	defer d.logLeftRunning()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, srv := range servers {
-		_ = srv.Shutdown(shutdownCtx)
+	for _, a := range apis {
+		_ = a.srv.Shutdown(shutdownCtx)
 	}
 	os.Remove(d.cfg.Socket)
 	return nil
+}
+
+// apiServer is one of the API's listeners and the HTTP server on it.
+type apiServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	kind apiListenerKind
+	tls  *daemonTLS // the TLS listener's
+}
+
+type apiListenerKind int
+
+const (
+	apiUnix apiListenerKind = iota
+	apiTLS
+	apiInsecure
+)
+
+// logServing says where the API is served: with the fingerprint clients pin on the TLS
+// listener, and with a warning at every start on plain HTTP.
+func (a apiServer) logServing(log *slog.Logger) {
+	addr := a.ln.Addr().String()
+	switch a.kind {
+	case apiUnix:
+		log.Info("serving API", "addr", addr)
+	case apiTLS:
+		log.Info("serving API over TLS", "addr", addr, "fingerprint", a.tls.Fingerprint)
+	case apiInsecure:
+		log.Warn("serving API over plain HTTP (--insecure-listen): anyone on the path reads every credential and every byte of every exec; use --listen, which serves TLS", "addr", addr)
+	}
+}
+
+// listenAPI listens on the unix socket and on the TCP addresses the config names, each with
+// its HTTP server.
+func (d *Daemon) listenAPI(handler http.Handler) ([]apiServer, error) {
+	if (d.cfg.Listen != "" || d.cfg.InsecureListen != "") && d.cfg.Token == "" {
+		return nil, errors.New("--listen and --insecure-listen need a token: set --token-file or SANDBOXD_TOKEN")
+	}
+	unixLn, err := listenUnix(d.cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
+	unixMax, tcpMax := apiConnLimits()
+	// A local client may hand its stdio to an exec along with the request (internal/handoff).
+	// Whoever opens the socket is root or in its group: the local admin.
+	apis := []apiServer{d.newAPIServer(apiUnix, asLocalAdmin(handler), newConnLimiter(handoff.Listen(unixLn), unixMax))}
+	apis[0].srv.ConnContext = withConn
+	for _, l := range []struct {
+		kind apiListenerKind
+		addr string
+	}{{apiTLS, d.cfg.Listen}, {apiInsecure, d.cfg.InsecureListen}} {
+		if l.addr == "" {
+			continue
+		}
+		tcpLn, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			for _, a := range apis {
+				a.ln.Close()
+			}
+			return nil, err
+		}
+		apis = append(apis, d.newAPIServer(l.kind, bearerAuth(d.cfg.Token, asLocalAdmin(handler), d.log), newConnLimiter(tcpLn, tcpMax)))
+	}
+	return apis, nil
+}
+
+// newAPIServer is the HTTP server of one of the API's listeners, with the timeouts they share.
+// The TLS listener's connections are TLS over the limiter's, which tracks them by its own.
+func (d *Daemon) newAPIServer(kind apiListenerKind, handler http.Handler, limiter *connLimiter) apiServer {
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: apiHeaderTimeout,
+		IdleTimeout:       apiIdleTimeout,
+		ConnState:         limiter.connState,
+		// Also a line for each failed TLS handshake, such as plain HTTP sent to the TLS port
+		// (which Go's server answers with a 400 of its own).
+		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+	a := apiServer{srv: srv, ln: limiter, kind: kind}
+	if kind == apiTLS {
+		a.tls = &d.tls
+		a.ln = tls.NewListener(limiter, d.tls.serverConfig())
+		srv.TLSNextProto = noHTTP2
+		srv.ConnState = func(c net.Conn, s http.ConnState) {
+			if tc, ok := c.(*tls.Conn); ok {
+				c = tc.NetConn()
+			}
+			limiter.connState(c, s)
+		}
+	}
+	return a
 }
 
 // trimInterval is how often the mounted workspaces' deleted data is given back to the host.

@@ -57,9 +57,14 @@ func Main() int {
 			token, tokenErr := readToken(tokenFile)
 			cfg.Token = token
 			errs = append(errs, tokenErr, eventLimits(), addrs.apply(&cfg))
-			if cfg.Listen != "" && cfg.Token == "" && tokenErr == nil {
-				errs = append(errs, errors.New("--listen needs a token: set --token-file or SANDBOXD_TOKEN"))
+			if cfg.Token == "" && tokenErr == nil {
+				for _, l := range []struct{ flag, addr string }{{"--listen", cfg.Listen}, {"--insecure-listen", cfg.InsecureListen}} {
+					if l.addr != "" {
+						errs = append(errs, fmt.Errorf("%s needs a token: set --token-file or SANDBOXD_TOKEN", l.flag))
+					}
+				}
 			}
+			errs = append(errs, checkTLSFlags(cfg))
 			for _, c := range allowCIDRs {
 				prefix, err := netip.ParsePrefix(c)
 				if err != nil {
@@ -113,14 +118,19 @@ func Main() int {
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", DefaultDataDir, "directory for the database, images, volumes and runtime state")
 	f.StringVar(&addrs.socket, "socket", DefaultSocket, "unix socket to serve the API on")
-	f.StringVar(&addrs.listen, "listen", "", "also serve the API on this TCP address, HOST:PORT (needs a token; port 0: any free port, logged)")
-	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --listen (or set SANDBOXD_TOKEN)")
+	f.StringVar(&addrs.listen, "listen", "", "also serve the API over HTTPS on this TCP address, HOST:PORT, with a certificate sandboxd makes and keeps in <data-dir>/tls (its fingerprint logged at start), or --tls-cert's (needs a token; port 0: any free port, logged)")
+	f.StringVar(&addrs.insecureListen, "insecure-listen", "", "also serve the API over plain HTTP on this TCP address, HOST:PORT: anyone on the path reads every credential and every byte of every exec; only behind a proxy that adds TLS or on a path you trust (needs a token)")
+	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "serve this certificate (PEM, the leaf first, then any intermediates) on --listen instead of the one sandboxd makes; with --tls-key")
+	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "the key of --tls-cert (PEM)")
+	f.StringArrayVar(&addrs.tlsSANs, "tls-san", nil, "a host name or IP address the certificate sandboxd makes for --listen is good for, besides the host's name and addresses and localhost (repeatable; one it lacks makes a new certificate, which clients must trust again)")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --listen and --insecure-listen (or set SANDBOXD_TOKEN)")
 	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
 	f.Float64Var(&cfg.Overcommit, "overcommit", 1, fmt.Sprintf("let the workspaces, root filesystems and snapshots be promised this many times the storage the host can hold (%g-%g; 1: no overcommit; below 1 keeps a reserve)", minOvercommit, maxOvercommit))
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of built images (default <data-dir>/images)")
 	f.StringVar(&cfg.InitPath, "init-path", "", "the static hiloop-init binary (default: next to sandboxd, then $PATH)")
 	f.StringVar(&cfg.FakeAgentPath, "fake-agent-path", "", "the static hiloop-fake-agent binary of the fake harness (default: next to hiloop-init, next to sandboxd, then $PATH)")
 	f.StringVar(&addrs.sshListen, "ssh-listen", "", "turn on the managed SSH endpoint at this address, HOST:PORT, e.g. 127.0.0.1:2222 (off by default; port 0: any free port)")
+	f.StringVar(&addrs.sshAdvertise, "ssh-advertise", "", "where clients on other machines reach the SSH endpoint, HOST:PORT, e.g. when a port is forwarded to it (default: --ssh-listen's address and port, the host's name for 0.0.0.0 or [::])")
 	f.IntVar(&cfg.Spares, "spares", DefaultSpares, "keep this many sandboxes started ahead of need, of the image the last create used (at first the default image): a create with the default limits takes one and is ready in milliseconds (0: none; each costs an idle sandbox's memory, ~3 MiB)")
 	f.DurationVar(&cfg.ExecKeepalive, "exec-keepalive", DefaultExecKeepalive, "ping an exec's client this often; one that leaves three in a row unanswered (gone without closing its connection) has its command killed")
 	f.StringArrayVar(&addrs.gatewayResolve, "gateway-resolve", nil, "send sandboxes' connections for HOST:PORT to ADDR:PORT, as curl's --resolve (repeatable; HOST:PORT=ADDR:PORT; allowed even to the host's loopback)")

@@ -75,11 +75,13 @@ func (d *Daemon) routes() []route {
 
 func (d *Daemon) getVersion(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.VersionInfo{
-		Version:      d.cfg.Version,
-		API:          api.Version,
-		VolumeDriver: d.volumes.Name(),
-		Capabilities: d.capabilities(),
-		Spares:       d.sandboxes.Spares(),
+		Version:        d.cfg.Version,
+		API:            api.Version,
+		VolumeDriver:   d.volumes.Name(),
+		Capabilities:   d.capabilities(),
+		Spares:         d.sandboxes.Spares(),
+		TLSFingerprint: d.tls.Fingerprint,
+		SSHEndpoint:    d.sshEndpoint,
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -140,21 +141,29 @@ func (d *Daemon) sshInfo(w http.ResponseWriter, r *http.Request) error {
 	if _, err := d.sandboxes.Get(r.Context(), name); err != nil {
 		return err
 	}
-	addr := d.ssh.Addr().(*net.TCPAddr)
-	host := addr.IP.String()
-	if addr.IP.IsUnspecified() {
-		// Listening everywhere: the address the client reached the API on serves SSH too.
-		host = "127.0.0.1"
-		if h, _, err := net.SplitHostPort(r.Host); err == nil && h != "unix" {
-			host = h
-		}
-	}
+	host, port := d.sshAddrFor(r)
 	return writeJSON(w, http.StatusOK, api.SSHInfo{
 		Host:    host,
-		Port:    addr.Port,
+		Port:    port,
 		User:    name,
 		HostKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(d.ssh.HostKey()))),
 	})
+}
+
+// sshAddrFor is where r's client reaches the SSH endpoint. A client on the unix socket is on
+// this host: it connects to the listener itself (its loopback when it listens on every
+// interface). Any other connects to the advertised endpoint (--ssh-advertise, sshEndpoint).
+func (d *Daemon) sshAddrFor(r *http.Request) (string, int) {
+	addr := d.ssh.Addr().(*net.TCPAddr)
+	if _, local := r.Context().Value(connKey{}).(net.Conn); local {
+		if addr.IP.IsUnspecified() {
+			return "127.0.0.1", addr.Port
+		}
+		return addr.IP.String(), addr.Port
+	}
+	host, port, _ := net.SplitHostPort(d.sshEndpoint)
+	n, _ := strconv.Atoi(port)
+	return host, n
 }
 
 func errSSHOff() error {
