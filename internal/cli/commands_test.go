@@ -69,6 +69,12 @@ var commandFlagCases = []struct {
 		refused(ExitUsage, "extra"),
 		refused(ExitUsage, "-o", "xml"),
 	}},
+	{"hiloop system info", parser(newCmdSystemInfo), []flagCase{
+		ok(&SystemInfoOptions{Output: "table"}),
+		ok(&SystemInfoOptions{Output: "yaml"}, "-o", "yaml"),
+		refused(ExitUsage, "extra"),
+		refused(ExitUsage, "-o", "xml"),
+	}},
 	{"hiloop sandbox port-forward", parser(newCmdSandboxPortForward), []flagCase{
 		ok(&SandboxPortForwardOptions{Name: "web", Ports: []PortSpec{{LocalPort: 8080, Port: 80}}}, "web", "8080:80"),
 		ok(&SandboxPortForwardOptions{Name: "web", Ports: []PortSpec{

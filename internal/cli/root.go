@@ -106,6 +106,7 @@ var rootNouns = []lazyCmd{
 	{"image", []string{"images"}, newCmdImage, nil, nil},
 	{"ssh-key", []string{"ssh-keys"}, newCmdSSHKey, nil, nil},
 	{"ssh-config", nil, func(f *Factory) *cobra.Command { return newCmdSSHConfig(f, nil) }, nil, nil},
+	{"system", nil, newCmdSystem, nil, nil},
 	{"version", nil, func(f *Factory) *cobra.Command { return newCmdVersion(f, nil) }, nil, nil},
 }
 
