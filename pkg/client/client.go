@@ -1,13 +1,15 @@
 // Package client is the Go SDK for sandboxd's API. The hiloop CLI is its first user.
 //
 // Errors the daemon returns come back as *api.Error, so callers can use errors.As and switch on
-// the code; a daemon that cannot be reached is an *UnreachableError.
+// the code; a daemon that cannot be reached is an *UnreachableError, and a server whose
+// certificate is not the pinned one a *FingerprintMismatchError.
 package client
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -31,9 +33,13 @@ const DefaultHost = "unix:///run/sandboxd/sandboxd.sock"
 
 // Client talks to one sandboxd.
 type Client struct {
-	host    string // as the user gave it, for messages
-	baseURL string // http://unix or http://host:port
+	host string // as the user gave it, for messages
+	// baseURL is http://unix or http://host:port, also for an https:// host: its dial makes
+	// the TLS connection, so every way in (the pooled transport, an exec's, a port stream's and
+	// a session stream's own connections) shares the one TLS setup.
+	baseURL string
 	token   string
+	as      string // Hiloop-As
 	http    *retryablehttp.Client
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	local   bool // on the daemon's unix socket
@@ -55,6 +61,9 @@ type UnreachableError struct {
 
 func (e *UnreachableError) Error() string {
 	hint := "start it with `sudo sandboxd` or point HILOOP_HOST at a running daemon"
+	if strings.HasPrefix(e.Host, "https://") {
+		hint = "check the address, and that sandboxd runs there with --listen on it"
+	}
 	if errors.Is(e.Err, syscall.EACCES) {
 		hint = "the socket is not accessible to this user: run as root or as a member of the socket's group"
 	}
@@ -63,16 +72,44 @@ func (e *UnreachableError) Error() string {
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
 
-// New returns a client for host: "unix:///path/to/sock" or "http://host:port". token is sent as
-// a bearer token (needed for TCP).
+// New returns a client for host: "unix:///path/to/sock", "http://host:port" or
+// "https://host:port" (its certificate verified by the system's roots). token is sent as a
+// bearer token. NewWithOptions takes a pinned fingerprint, a client certificate and more.
 func New(host, token string) (*Client, error) {
+	return NewWithOptions(Options{Host: host, Token: token})
+}
+
+// Options configure a client made by NewWithOptions.
+type Options struct {
+	// Host is the daemon: "unix:///path/to/sock" (DefaultHost when empty), "http://host:port",
+	// or "https://host:port" (port 443 when left out).
+	Host string
+	// Token is sent as a bearer token (Authorization: Bearer): a user's API token, "hl_...".
+	Token string
+	// TLS configures an https:// host; nil is the zero TLSOptions.
+	TLS *TLSOptions
+	// As names the user in whose namespace an admin's calls act (the Hiloop-As header).
+	As string
+	// Remote names the configured remote Host is, for messages: a changed fingerprint's says
+	// how to trust that remote anew.
+	Remote string
+}
+
+const invalidHostHint = "use unix:///path, https://host:port or http://host:port"
+
+// NewWithOptions returns a client for o.Host.
+func NewWithOptions(o Options) (*Client, error) {
+	host := o.Host
 	if host == "" {
 		host = DefaultHost
 	}
-	c := &Client{host: host, token: token}
+	c := &Client{host: host, token: o.Token, as: o.As}
 	u, err := url.Parse(host)
 	if err != nil {
-		return nil, fmt.Errorf("invalid host %q: use unix:///path or http://host:port", host)
+		return nil, fmt.Errorf("invalid host %q: %s", host, invalidHostHint)
+	}
+	if o.TLS != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("invalid host %q: TLS options need an https:// host", host)
 	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	switch u.Scheme {
@@ -92,8 +129,28 @@ func New(host, token string) (*Client, error) {
 		}
 		c.baseURL = "http://" + u.Host
 		c.dial = dialer.DialContext
+	case "https":
+		if u.Hostname() == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("invalid host %q: use https://host:port", host)
+		}
+		addr := u.Host
+		if u.Port() == "" {
+			addr = net.JoinHostPort(u.Hostname(), "443")
+		}
+		tlsOpts := TLSOptions{}
+		if o.TLS != nil {
+			tlsOpts = *o.TLS
+		}
+		cfg, err := tlsOpts.config(u.Hostname(), addr, o.Remote)
+		if err != nil {
+			return nil, err
+		}
+		c.baseURL = "http://" + addr
+		c.dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialTLS(ctx, dialer, addr, cfg)
+		}
 	default:
-		return nil, fmt.Errorf("invalid host %q: use unix:///path or http://host:port", host)
+		return nil, fmt.Errorf("invalid host %q: %s", host, invalidHostHint)
 	}
 	transport := &http.Transport{DialContext: c.dial, MaxIdleConns: 4, IdleConnTimeout: 30 * time.Second}
 	rc := retryablehttp.NewClient()
@@ -106,6 +163,30 @@ func New(host, token string) (*Client, error) {
 	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	c.http = rc
 	return c, nil
+}
+
+// dialTLS connects to addr and completes the TLS handshake within ctx.
+func dialTLS(ctx context.Context, dialer *net.Dialer, addr string, cfg *tls.Config) (net.Conn, error) {
+	raw, err := dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(raw, cfg)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// authorize sets a request's credential and the namespace it acts in.
+func (c *Client) authorize(h http.Header) {
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.as != "" {
+		h.Set(api.AsHeader, c.as)
+	}
 }
 
 // Host returns the address the client talks to.
@@ -177,9 +258,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any, opts ...
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.authorize(req.Header)
 	if method != http.MethodGet {
 		// A key on every mutating call makes the client's own retries safe.
 		req.Header.Set(api.IdempotencyKeyHeader, NewIdempotencyKey())
@@ -208,16 +287,31 @@ func bodyReader(b []byte) io.Reader {
 	return bytes.NewReader(b)
 }
 
-// transportError turns a dial failure into an *UnreachableError.
+// transportError turns a dial failure into an *UnreachableError; a server that is not the
+// pinned one is its *FingerprintMismatchError alone, whatever call met it.
 func (c *Client) transportError(err error) error {
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Op == "dial" {
-		return &UnreachableError{Host: c.host, Err: opErr.Err}
+	if dialErr := c.dialError(err); dialErr != nil {
+		return dialErr
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return fmt.Errorf("talk to sandboxd at %s: %w", c.host, err)
+}
+
+// dialError is what a connection of a stream's own (an exec's, a port's, a session's) that
+// failed to open is to the caller: a server that is not the pinned one, an *UnreachableError
+// for a failed dial, or nil for any other failure.
+func (c *Client) dialError(err error) error {
+	var mismatch *FingerprintMismatchError
+	if errors.As(err, &mismatch) {
+		return mismatch
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return &UnreachableError{Host: c.host, Err: opErr.Err}
+	}
+	return nil
 }
 
 func decodeError(resp *http.Response) error {

@@ -68,9 +68,7 @@ const execChunk = 256 << 10
 // (flow control) rather than buffering without bound or losing the connection.
 func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, stdio ExecIO) (ExecResult, error) {
 	header := http.Header{}
-	if c.token != "" {
-		header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.authorize(header)
 	offered := c.handoff(req, stdio)
 	if len(offered.names) > 0 {
 		header.Set(api.ExecHandoffHeader, strings.Join(offered.names, ","))
@@ -91,9 +89,8 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 		if resp != nil && resp.StatusCode >= 400 {
 			return ExecResult{}, decodeError(resp)
 		}
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Op == "dial" {
-			return ExecResult{}, &UnreachableError{Host: c.host, Err: opErr.Err}
+		if dialErr := c.dialError(err); dialErr != nil {
+			return ExecResult{}, dialErr
 		}
 		return ExecResult{}, fmt.Errorf("exec in %q: %w", name, err)
 	}

@@ -81,9 +81,7 @@ func (c *Client) ImportImage(ctx context.Context, name string, archive io.Reader
 	req.ContentLength = size
 	req.Header.Set("Content-Type", "application/x-tar")
 	req.Header.Set("Content-Length", strconv.FormatInt(size, 10))
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.authorize(req.Header)
 	resp, err := c.http.HTTPClient.Do(req)
 	if err != nil {
 		return api.Image{}, c.transportError(err)

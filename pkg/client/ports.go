@@ -3,7 +3,6 @@ package client
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -72,9 +71,8 @@ func (c *Client) ForwardPort(ctx context.Context, name string, port int, local n
 func (c *Client) openPort(ctx context.Context, name string, port int, f *os.File) (_ net.Conn, taken bool, _ error) {
 	conn, err := c.dial(ctx, "tcp", strings.TrimPrefix(c.baseURL, "http://")) // a unix socket's dial ignores both
 	if err != nil {
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Op == "dial" {
-			return nil, false, &UnreachableError{Host: c.host, Err: opErr.Err}
+		if dialErr := c.dialError(err); dialErr != nil {
+			return nil, false, dialErr
 		}
 		return nil, false, err
 	}
@@ -86,9 +84,7 @@ func (c *Client) openPort(ctx context.Context, name string, port int, f *os.File
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", api.PortUpgrade)
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
+	c.authorize(req.Header)
 	// The request's first write carries the descriptor, where the socket can carry one.
 	w := conn
 	if f != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -355,18 +354,15 @@ func (s *eventStream) deliver(data []byte) (streamResult, error) {
 // dial opens the stream's WebSocket after s.last.
 func (s *eventStream) dial(ctx context.Context) (*websocket.Conn, error) {
 	header := http.Header{}
-	if s.c.token != "" {
-		header.Set("Authorization", "Bearer "+s.c.token)
-	}
+	s.c.authorize(header)
 	wsURL := "ws" + s.c.baseURL[len("http"):] + sessionPath(s.id) + "/stream?batch=true&after=" + strconv.FormatUint(s.last, 10)
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: s.hc, HTTPHeader: header})
 	if err != nil {
 		if resp != nil && resp.StatusCode >= 400 {
 			return nil, decodeError(resp)
 		}
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Op == "dial" {
-			return nil, &UnreachableError{Host: s.c.host, Err: opErr.Err}
+		if dialErr := s.c.dialError(err); dialErr != nil {
+			return nil, dialErr
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
