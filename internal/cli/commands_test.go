@@ -432,9 +432,9 @@ var commandFlagCases = []struct {
 	}},
 	{"hiloop session approve", parser(newCmdSessionApprove), []flagCase{
 		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowOnce, Operator: defaultOperator()}, "s1", "tc1"),
-		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowOnce, Operator: "alice@laptop"}, "s1", "tc1", "--as", "alice@laptop"),
-		refused(ExitUsage, "s1", "tc1", "--as", "alice\x1b[2J"),
-		refused(ExitUsage, "s1", "tc1", "--as", strings.Repeat("a", api.MaxOperatorBytes+1)),
+		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowOnce, Operator: "alice@laptop"}, "s1", "tc1", "--operator", "alice@laptop"),
+		refused(ExitUsage, "s1", "tc1", "--operator", "alice\x1b[2J"),
+		refused(ExitUsage, "s1", "tc1", "--operator", strings.Repeat("a", api.MaxOperatorBytes+1)),
 		ok(&SessionAnswerOptions{Session: "s1", Request: "tc1", Kind: api.OptionAllowAlways, Operator: defaultOperator(), Output: "json"},
 			"s1", "tc1", "--option", api.OptionAllowAlways, "-o", "json"),
 		refused(ExitUsage, "s1"),

@@ -597,7 +597,7 @@ type SessionAnswerOptions struct {
 	Session string
 	Request string // the tool call id
 	Kind    string // the option kind to select, e.g. allow_once
-	// Operator says who answers (--as), by default user@hostname.
+	// Operator says who answers (--operator), by default user@hostname.
 	Operator string
 	// Output is the -o format, or "" for the one-line answer.
 	Output string
@@ -622,7 +622,7 @@ func newCmdSessionAnswer(f *Factory, runF func(*SessionAnswerOptions) error, ver
 
 REQUEST is the tool call id that ` + "`session prompt`" + ` and ` + "`session events`" + ` show with the
 request. --option picks the answer by kind: ` + defaultKind + ` for this call only, ` + otherKind + ` for the
-rest of the session (if the harness offers it). --as names who answers (default user@host):
+rest of the session (if the harness offers it). --operator names who answers (default user@host):
 every watcher sees it with the decision. Answering again the same way prints the first
 decision; answering differently is permission_decided (exit 5).`,
 		Example: fmt.Sprintf("  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD\n  hiloop session %s k3x9q2m7v4b8 toolu_01ABCD --option %s", verb, verb, otherKind),
@@ -635,11 +635,11 @@ decision; answering differently is permission_decided (exit 5).`,
 			if opts.Kind != defaultKind && opts.Kind != otherKind {
 				return &usageError{fmt.Errorf("invalid --option %q: %s takes %s or %s", opts.Kind, verb, defaultKind, otherKind)}
 			}
-			if !cmd.Flags().Changed("as") {
+			if !cmd.Flags().Changed("operator") {
 				opts.Operator = defaultOperator() // here, not as the flag's default: every command would pay for it
 			}
 			if err := (api.PermissionAnswer{Operator: opts.Operator}).Validate(); err != nil {
-				return &usageError{fmt.Errorf("invalid --as: %w", err)}
+				return &usageError{fmt.Errorf("invalid --operator: %w", err)}
 			}
 			if err := summaryUnlessOutput(cmd, &opts.Output); err != nil {
 				return err
@@ -648,7 +648,7 @@ decision; answering differently is permission_decided (exit 5).`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Kind, "option", defaultKind, "the kind of answer: "+defaultKind+" or "+otherKind)
-	cmd.Flags().StringVar(&opts.Operator, "as", "", "who answers, shown to everyone watching the session (default: you, as user@host)")
+	cmd.Flags().StringVar(&opts.Operator, "operator", "", "who answers, shown to everyone watching the session (default: you, as user@host)")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
