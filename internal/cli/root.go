@@ -107,6 +107,7 @@ var rootNouns = []lazyCmd{
 	{"ssh-key", []string{"ssh-keys"}, newCmdSSHKey, nil, nil},
 	{"ssh-config", nil, func(f *Factory) *cobra.Command { return newCmdSSHConfig(f, nil) }, nil, nil},
 	{"system", nil, newCmdSystem, nil, nil},
+	{"remote", []string{"remotes"}, newCmdRemote, nil, nil},
 	{"version", nil, func(f *Factory) *cobra.Command { return newCmdVersion(f, nil) }, nil, nil},
 }
 
@@ -121,7 +122,10 @@ func newCmdRoot(f *Factory, completions bool, args []string) *cobra.Command {
 		SilenceErrors: true,
 		Version:       Version,
 	}
-	root.PersistentFlags().StringVar(&f.Host, "host", f.Host, "daemon address: unix:///path or http://host:port (env HILOOP_HOST)")
+	pick := &daemonFlags{f: f}
+	root.PersistentFlags().Var(&daemonFlag{pick, "host"}, "host", "daemon address: unix:///path, https://host:port or http://host:port (env HILOOP_HOST)")
+	root.PersistentFlags().Var(&daemonFlag{pick, "remote"}, "remote", "the remote to talk to, as hiloop remote list names them; local is the unix socket (env HILOOP_REMOTE)")
+	root.PersistentFlags().StringVar(&f.As, "as", "", "act in USER's namespace: an admin's calls on another user's sandboxes, snapshots and secrets")
 	noColor := root.PersistentFlags().VarPF(&noColorFlag{io: f.IO}, "no-color", "", "print no colour (as NO_COLOR does; CLICOLOR_FORCE=1 forces colour on)")
 	noColor.NoOptDefVal = "true"
 	root.SetFlagErrorFunc(flagUsageError)
@@ -172,6 +176,47 @@ func named(root, parent *cobra.Command, cmds []lazyCmd, args []string) int {
 		return -1
 	}
 	return slices.Index(stubs, found)
+}
+
+// daemonFlags are --host and --remote, which both pick the daemon: either, not both, and
+// either beats both HILOOP_HOST and HILOOP_REMOTE (a flag beats the environment).
+type daemonFlags struct {
+	f    *Factory
+	host bool // --host was given
+	rem  bool // --remote was given
+}
+
+// daemonFlag is one of daemonFlags.
+type daemonFlag struct {
+	d    *daemonFlags
+	name string // host or remote
+}
+
+func (d *daemonFlag) Type() string { return "string" }
+
+func (d *daemonFlag) String() string {
+	if d.d == nil || d.d.f == nil {
+		return ""
+	}
+	if d.name == "host" {
+		return d.d.f.Host
+	}
+	return d.d.f.Remote
+}
+
+func (d *daemonFlag) Set(v string) error {
+	f := d.d.f
+	if d.name == "host" {
+		d.d.host = true
+		f.Host, f.Remote = v, ""
+	} else {
+		d.d.rem = true
+		f.Remote = v
+	}
+	if d.d.host && d.d.rem {
+		return errors.New("--host and --remote both pick the daemon: give one")
+	}
+	return nil
 }
 
 // noColorFlag is --no-color. It turns colour off as it is parsed, so that an error met later in

@@ -179,55 +179,55 @@ type Credential struct {
 	Token           string
 }
 
-// Add stores r (its Dir is chosen here) with its credential: a certificate and key when
-// r.Auth is AuthCertificate, a token when it is AuthToken.
-func (s *Store) Add(r Remote, cred Credential) error {
+// Add stores r with its credential, a certificate and key when r.Auth is AuthCertificate, a
+// token when it is AuthToken, and returns it as stored (its Dir chosen).
+func (s *Store) Add(r Remote, cred Credential) (Remote, error) {
 	if err := CheckName(r.Name); err != nil {
-		return err
+		return Remote{}, err
 	}
 	files := map[string][]byte{}
 	switch r.Auth {
 	case AuthCertificate:
 		if len(cred.CertPEM) == 0 || len(cred.KeyPEM) == 0 {
-			return errors.New("a certificate remote needs its certificate and key")
+			return Remote{}, errors.New("a certificate remote needs its certificate and key")
 		}
 		files[CertFile], files[KeyFile] = cred.CertPEM, cred.KeyPEM
 	case AuthToken:
 		if cred.Token == "" {
-			return errors.New("a token remote needs its token")
+			return Remote{}, errors.New("a token remote needs its token")
 		}
 		files[TokenFile] = []byte(cred.Token + "\n")
 	default:
-		return fmt.Errorf("unknown auth %q: use %s or %s", r.Auth, AuthCertificate, AuthToken)
+		return Remote{}, fmt.Errorf("unknown auth %q: use %s or %s", r.Auth, AuthCertificate, AuthToken)
 	}
 	c, err := s.Load()
 	if err != nil {
-		return err
+		return Remote{}, err
 	}
 	if _, ok := c.Get(r.Name); ok {
-		return errorf(ErrExists, "%s is a remote already (`hiloop remote remove %s` first)", r.Name, r.Name)
+		return Remote{}, errorf(ErrExists, "%s is a remote already (`hiloop remote remove %s` first)", r.Name, r.Name)
 	}
 	parent := filepath.Join(s.dir, remotesDir)
 	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return fmt.Errorf("store remote %s: %w", r.Name, err)
+		return Remote{}, fmt.Errorf("store remote %s: %w", r.Name, err)
 	}
 	dir, err := os.MkdirTemp(parent, r.Name+"-") // 0700
 	if err != nil {
-		return fmt.Errorf("store remote %s: %w", r.Name, err)
+		return Remote{}, fmt.Errorf("store remote %s: %w", r.Name, err)
 	}
 	for name, data := range files {
 		if err := atomicfile.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			os.RemoveAll(dir)
-			return fmt.Errorf("store remote %s: %w", r.Name, err)
+			return Remote{}, fmt.Errorf("store remote %s: %w", r.Name, err)
 		}
 	}
 	r.Dir = filepath.Base(dir)
 	c.Remotes = append(c.Remotes, r)
 	if err := s.save(c); err != nil {
 		os.RemoveAll(dir)
-		return err
+		return Remote{}, err
 	}
-	return nil
+	return r, nil
 }
 
 // Remove forgets the remote called name and deletes its files; when it was current, Local

@@ -25,10 +25,10 @@ func mode(t *testing.T, path string) os.FileMode {
 func TestAddStoresFilesForTheUserAlone(t *testing.T) {
 	s := Open(filepath.Join(t.TempDir(), "hiloop"))
 	r, cred := certRemote("myhost")
-	if err := s.Add(r, cred); err != nil {
+	if _, err := s.Add(r, cred); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Add(Remote{Name: "ci", URL: "https://ci:8443", Fingerprint: "SHA256:x", User: "bot", Auth: AuthToken}, Credential{Token: "hl_abc"}); err != nil {
+	if _, err := s.Add(Remote{Name: "ci", URL: "https://ci:8443", Fingerprint: "SHA256:x", User: "bot", Auth: AuthToken}, Credential{Token: "hl_abc"}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := s.Load()
@@ -74,17 +74,17 @@ func TestAddStoresFilesForTheUserAlone(t *testing.T) {
 func TestNames(t *testing.T) {
 	s := Open(t.TempDir())
 	r, cred := certRemote("myhost")
-	if err := s.Add(r, cred); err != nil {
+	if _, err := s.Add(r, cred); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{Local, "", "My-Host", "-x", "a/b", "../x"} {
 		r.Name = name
-		if err := s.Add(r, cred); !errors.Is(err, ErrInvalidName) {
+		if _, err := s.Add(r, cred); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("Add(%q): %v, want ErrInvalidName", name, err)
 		}
 	}
 	r.Name = "myhost"
-	if err := s.Add(r, cred); !errors.Is(err, ErrExists) {
+	if _, err := s.Add(r, cred); !errors.Is(err, ErrExists) {
 		t.Errorf("Add of a taken name: %v", err)
 	}
 	if err := s.Rename("myhost", Local); !errors.Is(err, ErrInvalidName) {
@@ -111,7 +111,7 @@ func TestRenameSwitchRemove(t *testing.T) {
 	s := Open(t.TempDir())
 	for _, n := range []string{"one", "two"} {
 		r, cred := certRemote(n)
-		if err := s.Add(r, cred); err != nil {
+		if _, err := s.Add(r, cred); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -158,7 +158,7 @@ func TestFailedAddChangesNothing(t *testing.T) {
 	dir := t.TempDir()
 	s := Open(dir)
 	r, cred := certRemote("one")
-	if err := s.Add(r, cred); err != nil {
+	if _, err := s.Add(r, cred); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(filepath.Join(dir, ConfigFile))
@@ -167,7 +167,7 @@ func TestFailedAddChangesNothing(t *testing.T) {
 	}
 	defer os.Chmod(dir, 0o700)
 	r, cred = certRemote("two")
-	if err := s.Add(r, cred); err == nil {
+	if _, err := s.Add(r, cred); err == nil {
 		t.Fatal("Add into a read-only directory succeeded")
 	}
 	after, _ := os.ReadFile(filepath.Join(dir, ConfigFile))
@@ -180,7 +180,7 @@ func TestConfigFileIsReplacedWhole(t *testing.T) {
 	dir := t.TempDir()
 	s := Open(dir)
 	r, cred := certRemote("one")
-	if err := s.Add(r, cred); err != nil {
+	if _, err := s.Add(r, cred); err != nil {
 		t.Fatal(err)
 	}
 	fi1, _ := os.Stat(filepath.Join(dir, ConfigFile))
@@ -226,7 +226,7 @@ func TestPickPrecedence(t *testing.T) {
 	s := Open(t.TempDir())
 	for _, n := range []string{"cur", "other"} {
 		r, cred := certRemote(n)
-		if err := s.Add(r, cred); err != nil {
+		if _, err := s.Add(r, cred); err != nil {
 			t.Fatal(err)
 		}
 	}
