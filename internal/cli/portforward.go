@@ -38,8 +38,8 @@ func newCmdSandboxPortForward(f *Factory, runF func(*SandboxPortForwardOptions) 
 		Use:   "port-forward NAME [LOCAL_ADDR:]LOCAL_PORT:PORT...",
 		Short: "Forward local ports to ports on a sandbox's loopback, through the daemon (no SSH)",
 		Long: `Listen on local ports and carry each connection to a port on the sandbox's loopback
-(127.0.0.1, then ::1), through sandboxd's API: over the unix socket, or over its TCP listener
-with HILOOP_TOKEN. It runs until Ctrl-C.
+(127.0.0.1, then ::1), through sandboxd's API: over the unix socket, or over a remote's TLS.
+It runs until Ctrl-C.
 
 Each forward is LOCAL_PORT:PORT (LOCAL_PORT 0 picks a free one), PORT alone (the same port on
 both sides), or LOCAL_ADDR:LOCAL_PORT:PORT to listen on another address ([::1] in brackets).
