@@ -58,7 +58,10 @@ func (o TLSOptions) config(host, addr, remote string) (*tls.Config, error) {
 	}
 	if cfg.ClientSessionCache == nil {
 		// An exec or a port stream dials a connection of its own: it resumes the session of
-		// the process's first one instead of paying for a full handshake again.
+		// the process's first one instead of paying for a full handshake again. Sessions are
+		// not kept across CLI runs: a resumed TLS 1.3 handshake still does the key exchange,
+		// and saved ~0.4 ms of the ~1.5 ms a full one adds to a remote exec of ~19 ms p50 (a
+		// local one ~13 ms), for a file that would hold secrets as good as the key's.
 		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 	}
 	if o.Fingerprint != "" {
