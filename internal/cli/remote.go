@@ -127,9 +127,8 @@ func remoteAddRun(ctx context.Context, f *Factory, opts *RemoteAddOptions) error
 	if err != nil {
 		return err
 	}
-	if _, ok := cfg.Get(opts.Name); ok {
-		// Before the trust token is spent.
-		return remotesError(&remotes.Error{Kind: remotes.ErrExists, Msg: fmt.Sprintf("%s is a remote already (`hiloop remote remove %s` first)", opts.Name, opts.Name)})
+	if err := cfg.CheckNew(opts.Name); err != nil {
+		return remotesError(err) // before the trust token is spent
 	}
 	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
 	defer cancel()

@@ -195,7 +195,7 @@ type daemonFlag struct {
 func (d *daemonFlag) Type() string { return "string" }
 
 func (d *daemonFlag) String() string {
-	if d.d == nil || d.d.f == nil {
+	if d.d == nil { // pflag asks a zero value for its String, to tell a default from none
 		return ""
 	}
 	if d.name == "host" {

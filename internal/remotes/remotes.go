@@ -96,6 +96,17 @@ func (c *Config) Get(name string) (Remote, bool) {
 	return c.Remotes[i], true
 }
 
+// CheckNew checks the name of a remote to be added: CheckName, and no remote has it yet.
+func (c *Config) CheckNew(name string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if _, ok := c.Get(name); ok {
+		return errorf(ErrExists, "%s is a remote already (`hiloop remote remove %s` first)", name, name)
+	}
+	return nil
+}
+
 // CurrentName is the current remote's name, Local when none is.
 func (c *Config) CurrentName() string {
 	if c.Current == "" {
@@ -182,9 +193,6 @@ type Credential struct {
 // Add stores r with its credential, a certificate and key when r.Auth is AuthCertificate, a
 // token when it is AuthToken, and returns it as stored (its Dir chosen).
 func (s *Store) Add(r Remote, cred Credential) (Remote, error) {
-	if err := CheckName(r.Name); err != nil {
-		return Remote{}, err
-	}
 	files := map[string][]byte{}
 	switch r.Auth {
 	case AuthCertificate:
@@ -204,8 +212,8 @@ func (s *Store) Add(r Remote, cred Credential) (Remote, error) {
 	if err != nil {
 		return Remote{}, err
 	}
-	if _, ok := c.Get(r.Name); ok {
-		return Remote{}, errorf(ErrExists, "%s is a remote already (`hiloop remote remove %s` first)", r.Name, r.Name)
+	if err := c.CheckNew(r.Name); err != nil {
+		return Remote{}, err
 	}
 	parent := filepath.Join(s.dir, remotesDir)
 	if err := os.MkdirAll(parent, 0o700); err != nil {
