@@ -377,8 +377,9 @@ type RemoteSwitchOptions struct {
 func newCmdRemoteSwitch(f *Factory, runF func(*RemoteSwitchOptions) error) *cobra.Command {
 	opts := &RemoteSwitchOptions{}
 	return &cobra.Command{
-		Use:   "switch NAME",
-		Short: "Make a remote current: commands talk to it unless told otherwise",
+		ValidArgsFunction: completeRemotes(f, 1, true),
+		Use:               "switch NAME",
+		Short:             "Make a remote current: commands talk to it unless told otherwise",
 		Long: `Make a remote current: commands talk to it unless told otherwise.
 
 --remote and HILOOP_REMOTE, and an address in --host or HILOOP_HOST, still pick another daemon
@@ -412,9 +413,10 @@ type RemoteRenameOptions struct {
 func newCmdRemoteRename(f *Factory, runF func(*RemoteRenameOptions) error) *cobra.Command {
 	opts := &RemoteRenameOptions{}
 	return &cobra.Command{
-		Use:   "rename OLD NEW",
-		Short: "Rename a remote",
-		Args:  exactArgs(2, "the remote's OLD and NEW names"),
+		ValidArgsFunction: completeRemotes(f, 1, false),
+		Use:               "rename OLD NEW",
+		Short:             "Rename a remote",
+		Args:              exactArgs(2, "the remote's OLD and NEW names"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Old, opts.New = args[0], args[1]
 			if err := remotes.CheckName(opts.New); err != nil {
@@ -445,9 +447,10 @@ type RemoteRemoveOptions struct {
 func newCmdRemoteRemove(f *Factory, runF func(*RemoteRemoveOptions) error) *cobra.Command {
 	opts := &RemoteRemoveOptions{}
 	return &cobra.Command{
-		Use:     "remove NAME",
-		Aliases: []string{"rm"},
-		Short:   "Forget a remote and delete its certificate, key or token",
+		ValidArgsFunction: completeRemotes(f, 1, false),
+		Use:               "remove NAME",
+		Aliases:           []string{"rm"},
+		Short:             "Forget a remote and delete its certificate, key or token",
 		Long: `Forget a remote and delete its certificate, key or token.
 
 The daemon still knows the certificate or token until an admin revokes it there. When the
@@ -478,4 +481,35 @@ func remoteRemoveRun(_ context.Context, f *Factory, opts *RemoteRemoveOptions) e
 	}
 	fmt.Fprintf(f.IO.Out, "Removed remote %s\n", opts.Name)
 	return nil
+}
+
+// completeRemotes completes the first n arguments with the names of the remotes (and local,
+// withLocal), read from the config: no daemon is asked.
+func completeRemotes(f *Factory, n int, withLocal bool) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) >= n {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return remoteNames(f, withLocal), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// remoteNames are the remotes' names, each with its URL, and local's first when withLocal.
+func remoteNames(f *Factory, withLocal bool) []string {
+	var out []string
+	if withLocal {
+		out = append(out, remotes.Local+"\tthe unix socket")
+	}
+	store, err := f.Remotes()
+	if err != nil {
+		return out
+	}
+	cfg, err := store.Load()
+	if err != nil {
+		return out
+	}
+	for _, r := range cfg.Remotes {
+		out = append(out, r.Name+"\t"+r.URL)
+	}
+	return out
 }

@@ -497,3 +497,27 @@ func TestDaemonFlagsPrecedence(t *testing.T) {
 		t.Errorf("--remote nosuch: exit %d, %q", code, out)
 	}
 }
+
+// Tab after remote switch, rename and remove, and after --remote, offers the remotes from the
+// config, never file names.
+func TestRemoteCompletion(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := remotes.Open(dir).Add(remotes.Remote{Name: "myhost", URL: "https://myhost.example:8443", Fingerprint: "SHA256:x", User: "alice", Auth: remotes.AuthToken},
+		remotes.Credential{Token: "hl_x"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"remote", "switch", ""}, "local\tthe unix socket\nmyhost\thttps://myhost.example:8443\n:4\n"},
+		{[]string{"remote", "remove", ""}, "myhost\thttps://myhost.example:8443\n:4\n"},
+		{[]string{"remote", "rename", "myhost", ""}, ":4\n"},
+		{[]string{"--remote", ""}, "local\tthe unix socket\nmyhost\thttps://myhost.example:8443\n:4\n"},
+	} {
+		code, out, errOut := remoteRun(t, dir, "", false, append([]string{"__complete"}, tc.args...)...)
+		if code != 0 || out != tc.want {
+			t.Errorf("%q <Tab>: exit %d, %q (stderr %q), want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}

@@ -132,6 +132,9 @@ func newCmdRoot(f *Factory, completions bool, args []string) *cobra.Command {
 	addNamed(f, root, root, rootNouns, args, completions)
 	if completions {
 		addCompletions(root, f)
+		_ = root.RegisterFlagCompletionFunc("remote", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return remoteNames(f, true), cobra.ShellCompDirectiveNoFileComp
+		})
 	}
 	return root
 }
