@@ -114,8 +114,8 @@ func remoteURL(raw string) (string, error) {
 	return "https://" + net.JoinHostPort(u.Hostname(), port), nil
 }
 
-// remoteTimeout bounds a remote add's calls: a server that does not answer fails the command
-// rather than hanging it.
+// remoteTimeout bounds a remote add's probe, and then its calls: a server that does not answer
+// fails the command rather than hanging it.
 const remoteTimeout = 30 * time.Second
 
 func remoteAddRun(ctx context.Context, f *Factory, opts *RemoteAddOptions) error {
@@ -130,16 +130,19 @@ func remoteAddRun(ctx context.Context, f *Factory, opts *RemoteAddOptions) error
 	if err := cfg.CheckNew(opts.Name); err != nil {
 		return remotesError(err) // before the trust token is spent
 	}
-	ctx, cancel := context.WithTimeout(ctx, remoteTimeout)
-	defer cancel()
 	addr := strings.TrimPrefix(opts.URL, "https://")
-	fp, err := client.ProbeFingerprint(ctx, opts.URL)
+	probeCtx, cancel := context.WithTimeout(ctx, remoteTimeout)
+	fp, err := client.ProbeFingerprint(probeCtx, opts.URL)
+	cancel()
 	if err != nil {
 		return err
 	}
 	if err := confirmFingerprint(f, opts, addr, fp); err != nil {
 		return err
 	}
+	// The calls' time starts after the question, which a person may take long to answer.
+	ctx, cancel = context.WithTimeout(ctx, remoteTimeout)
+	defer cancel()
 	base := client.Options{Host: opts.URL, Remote: opts.Name, TLS: &client.TLSOptions{Fingerprint: fp}}
 	r := remotes.Remote{Name: opts.Name, URL: opts.URL, Fingerprint: fp}
 	var who api.WhoAmI
