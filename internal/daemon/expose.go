@@ -38,6 +38,8 @@ type exposer struct {
 	mu     sync.Mutex
 	open   map[string]*exposed // by sandbox id / port
 	closed bool
+
+	links exposeLinks // the one-time links of exposures with auth
 }
 
 // exposed is one exposure and its listener (nil when it could not listen: err says why).
@@ -117,11 +119,11 @@ func (x *exposer) expose(ctx context.Context, name string, p api.ExposurePost) (
 	}
 	key := exposedKey(sb.ID, p.Port)
 	if e, ok := x.open[key]; ok {
-		same := e.rec.HostAddr == p.HostAddr && (*p.HostPort == 0 || *p.HostPort == e.rec.HostPort)
+		same := e.rec.HostAddr == p.HostAddr && (*p.HostPort == 0 || *p.HostPort == e.rec.HostPort) && (p.Auth == nil || e.rec.Auth == *p.Auth)
 		if !same {
-			return api.Exposure{}, false, api.Errorf(api.CodeExposureExists, "port %d of sandbox %q is exposed on %s already: `hiloop sandbox unexpose %s %d` first", p.Port, name, hostAddrPort(e.rec), name, p.Port)
+			return api.Exposure{}, false, api.Errorf(api.CodeExposureExists, "port %d of sandbox %q is exposed on %s already%s: `hiloop sandbox unexpose %s %d` first", p.Port, name, hostAddrPort(e.rec), authSays(e.rec.Auth), name, p.Port)
 		}
-		return e.view(), false, nil
+		return x.answer(e), false, nil
 	}
 	ln, err := listenExposure(p.HostAddr, *p.HostPort)
 	if err != nil {
@@ -130,6 +132,13 @@ func (x *exposer) expose(ctx context.Context, name string, p api.ExposurePost) (
 	rec := store.Exposure{
 		SandboxID: sb.ID, SandboxName: name, Port: p.Port,
 		HostAddr: p.HostAddr, HostPort: ln.Addr().(*net.TCPAddr).Port,
+		Auth: !netip.MustParseAddr(p.HostAddr).IsLoopback(),
+	}
+	if p.Auth != nil {
+		rec.Auth = *p.Auth
+	}
+	if rec.Auth {
+		rec.Secret = newExposeSecret()
 	}
 	if err := x.store.PutExposure(rec); err != nil {
 		ln.Close()
@@ -149,11 +158,27 @@ func (x *exposer) expose(ctx context.Context, name string, p api.ExposurePost) (
 	x.open[key] = e
 	go x.serve(e)
 	if ip := netip.MustParseAddr(rec.HostAddr); !ip.IsLoopback() {
-		x.log.Warn("expose: a sandbox port is reachable from other machines", "sandbox", name, "port", rec.Port, "addr", hostAddrPort(rec))
+		x.log.Warn("expose: a sandbox port is reachable from other machines", "sandbox", name, "port", rec.Port, "addr", hostAddrPort(rec), "auth", rec.Auth)
 	} else {
-		x.log.Info("expose", "sandbox", name, "port", rec.Port, "addr", hostAddrPort(rec))
+		x.log.Info("expose", "sandbox", name, "port", rec.Port, "addr", hostAddrPort(rec), "auth", rec.Auth)
 	}
-	return e.view(), true, nil
+	return x.answer(e), true, nil
+}
+
+// answer is the view of e a POST returns: with a new one-time link when it has auth.
+func (x *exposer) answer(e *exposed) api.Exposure {
+	v := e.view()
+	if e.rec.Auth {
+		v.Link = x.link(e)
+	}
+	return v
+}
+
+func authSays(auth bool) string {
+	if auth {
+		return " with auth"
+	}
+	return " without auth"
 }
 
 // unexpose removes the exposure of a sandbox's port and closes its listener and connections.
@@ -225,7 +250,7 @@ func (x *exposer) close() {
 }
 
 func (e *exposed) view() api.Exposure {
-	return api.Exposure{Port: e.rec.Port, HostAddr: e.rec.HostAddr, HostPort: e.rec.HostPort, Error: e.err}
+	return api.Exposure{Port: e.rec.Port, HostAddr: e.rec.HostAddr, HostPort: e.rec.HostPort, Error: e.err, Auth: e.rec.Auth}
 }
 
 func (e *exposed) close() {
@@ -254,7 +279,15 @@ func (e *exposed) track(c net.Conn, add bool) {
 	e.live[c] = struct{}{}
 }
 
+// serve accepts e's connections until its listener closes: HTTP through authHandler for an
+// exposure with auth, every connection joined as it is otherwise.
 func (x *exposer) serve(e *exposed) {
+	if e.rec.Auth {
+		srv := &http.Server{Handler: x.authHandler(e), ReadHeaderTimeout: apiHeaderTimeout,
+			ErrorLog: slog.NewLogLogger(x.log.Handler(), slog.LevelDebug)}
+		_ = srv.Serve(trackingListener{Listener: e.ln, e: e})
+		return
+	}
 	for {
 		c, err := e.ln.Accept()
 		if err != nil {
@@ -281,14 +314,7 @@ func (x *exposer) join(e *exposed, c net.Conn) {
 	upstream, err := x.sandboxes.DialLoopback(ctx, e.rec.SandboxName, net.JoinHostPort("localhost", strconv.Itoa(e.rec.Port)))
 	cancel()
 	if err != nil {
-		status, msg := http.StatusServiceUnavailable, err.Error()
-		var apiErr *api.Error
-		switch {
-		case errors.Is(err, syscall.ECONNREFUSED):
-			status, msg = http.StatusBadGateway, fmt.Sprintf("nothing listens on port %d in sandbox %q", e.rec.Port, e.rec.SandboxName)
-		case errors.As(err, &apiErr):
-			msg = apiErr.Message
-		}
+		status, msg := unreachable(e.rec, err)
 		refuse(c, status, msg)
 		return
 	}

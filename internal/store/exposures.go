@@ -19,6 +19,11 @@ type Exposure struct {
 	Port        int    `json:"port"`
 	HostAddr    string `json:"host_addr"`
 	HostPort    int    `json:"host_port"`
+	// Auth exposures let only their owner's credential through; Secret is the key their
+	// tokens and cookies are signed with, made with the exposure, so that they outlive a
+	// daemon restart and die with the exposure.
+	Auth   bool   `json:"auth,omitempty"`
+	Secret []byte `json:"secret,omitempty"`
 }
 
 func exposureKey(sandboxID string, port int) []byte {

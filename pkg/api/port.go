@@ -3,6 +3,7 @@ package api
 import (
 	"net/netip"
 	"strconv"
+	"time"
 )
 
 // A port stream carries one TCP connection to a port on a sandbox's loopback over the API, the
@@ -49,6 +50,12 @@ func ParsePort(what, s string) (int, error) {
 // connection to it is joined to a new connection to the port in the sandbox, as a port stream's
 // is. While the sandbox is not running, or nothing listens on the port, a connection is refused:
 // one that opens with an HTTP request gets a 503 or 502 answer saying why, any other is closed.
+//
+// An exposure with auth is for its owner only: the daemon serves HTTP on it and lets a request
+// through only with the exposure's credential, which a one-time link sets as a cookie in a
+// browser (ExposureLink.URL) and a script sends as the header ExposeTokenHeader. Every other
+// request gets a 401 page saying how to get a link; the sandbox's server never sees either
+// credential. Auth is on by default for an address other than loopback.
 
 // DefaultExposeHostAddr is where an exposure listens unless asked otherwise: the host's loopback.
 const DefaultExposeHostAddr = "127.0.0.1"
@@ -63,7 +70,36 @@ type Exposure struct {
 	// Error says why the daemon does not listen at the moment (the address was taken while the
 	// daemon was down, say); empty while it listens.
 	Error string `json:"error,omitempty"`
+	// Auth is true when only the owner's link or token gets through (HTTP only).
+	Auth bool `json:"auth"`
+	// Link is, in the answer of POST .../exposures for an exposure with auth, a new one-time
+	// link and a token for scripts; each such POST makes new ones.
+	Link *ExposureLink `json:"link,omitempty"`
 }
+
+// ExposeTokenHeader carries an exposure's token (ExposureLink.Token) on a script's request.
+const ExposeTokenHeader = "Hiloop-Expose-Token"
+
+// ExposureLink opens an exposure with auth.
+type ExposureLink struct {
+	// URL is the exposure's address with a one-time token: opened once (within
+	// ExposeLinkTTL) it sets the exposure's cookie in the browser and redirects to the same
+	// address without the token.
+	URL string `json:"url"`
+	// LinkExpiresAt is when the one-time token expires if unused.
+	LinkExpiresAt time.Time `json:"link_expires_at"`
+	// Token is what a script sends as ExposeTokenHeader, good until TokenExpiresAt (the
+	// cookie a link sets is the same credential).
+	Token          string    `json:"token"`
+	TokenExpiresAt time.Time `json:"token_expires_at"`
+}
+
+// ExposeLinkTTL is how long a one-time link waits to be opened; ExposeTokenTTL how long the
+// cookie it sets, and a script's token, are good for.
+const (
+	ExposeLinkTTL  = 15 * time.Minute
+	ExposeTokenTTL = 7 * 24 * time.Hour
+)
 
 // ExposurePost asks to expose a sandbox's port on the host.
 type ExposurePost struct {
@@ -77,6 +113,10 @@ type ExposurePost struct {
 	HostPort *int `json:"host_port,omitempty"`
 	// AllowNonLoopback lets HostAddr be reachable from other machines.
 	AllowNonLoopback bool `json:"allow_non_loopback,omitempty"`
+	// Auth lets only the owner's link or token through (Exposure.Auth); nil means as the
+	// port's exposure has it when it exists (asking again for a new link), else on for an
+	// address other than loopback and off on loopback.
+	Auth *bool `json:"auth,omitempty"`
 }
 
 // Normalize validates p and fills in its defaults, reporting every invalid value together
