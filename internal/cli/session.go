@@ -310,12 +310,49 @@ With --idempotency-key, repeating the command sends the prompt once and follows 
 	return cmd
 }
 
+// promptRideOut is how long `session prompt` keeps sending its prompt to a daemon that went
+// away while it was sent (a restart), before it gives up.
+const promptRideOut = 60 * time.Second
+
+// promptRidingRestarts sends the prompt, and once a daemon that was reached stops answering
+// (it stopped mid-request), sends it again with the same idempotency key until it answers, for
+// up to promptRideOut: the daemon stores a prompt once per key, so a prompt it stored before
+// it stopped is not sent twice. A daemon not reached at all is an error at once.
+func promptRidingRestarts(ctx context.Context, c *client.Client, opts *SessionPromptOptions, errOut io.Writer) (api.PromptAccepted, error) {
+	key := opts.IdempotencyKey
+	if key == "" {
+		key = client.NewIdempotencyKey()
+	}
+	deadline := time.Now().Add(promptRideOut)
+	told := false
+	for {
+		accepted, err := c.Prompt(ctx, opts.Session, api.PromptPost{Text: opts.Text}, client.WithIdempotencyKey(key))
+		var apiErr *api.Error
+		var unreachable *client.UnreachableError
+		switch {
+		case err == nil, errors.As(err, &apiErr) && apiErr.Code != api.CodeUnavailable, ctx.Err() != nil, time.Now().After(deadline):
+			return accepted, err
+		case !told && errors.As(err, &unreachable):
+			return accepted, err // never reached
+		}
+		if !told {
+			fmt.Fprintf(errOut, "hiloop: %s; sending the prompt again once sandboxd answers\n", err)
+			told = true
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return api.PromptAccepted{}, ctx.Err()
+		}
+	}
+}
+
 func sessionPromptRun(ctx context.Context, f *Factory, opts *SessionPromptOptions) error {
 	c, err := f.Client()
 	if err != nil {
 		return err
 	}
-	accepted, err := c.Prompt(ctx, opts.Session, api.PromptPost{Text: opts.Text}, idempotencyKey(opts.IdempotencyKey)...)
+	accepted, err := promptRidingRestarts(ctx, c, opts, f.IO.ErrOut)
 	if err != nil {
 		return busyHint(err, opts.Session)
 	}

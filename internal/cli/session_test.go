@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 
 	"github.com/hiloop/hiloop/internal/iostreams"
 	"github.com/hiloop/hiloop/pkg/api"
+	"github.com/hiloop/hiloop/pkg/client"
 )
 
 // fakeSessions is a daemon with one session, "s1", whose turns follow a script, in one
@@ -638,5 +641,54 @@ func TestAppendEventJSON(t *testing.T) {
 				t.Fatalf("writeEvent = %s, want %s", out.String(), want.String())
 			}
 		})
+	}
+}
+
+// A daemon that stops while a prompt is being sent gets it again with the same idempotency
+// key once it answers; a daemon never reached is an error at once.
+func TestPromptRidesOutADaemonRestart(t *testing.T) {
+	var posts atomic.Int32
+	keys := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys <- r.Header.Get(api.IdempotencyKeyHeader)
+		if posts.Add(1) == 1 { // the daemon dies before it answers
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				c.Close()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"seq": 5}`)
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errOut strings.Builder
+	acc, err := promptRidingRestarts(context.Background(), c, &SessionPromptOptions{Session: "s1", Text: "hi"}, &errOut)
+	if err != nil || acc.Seq != 5 {
+		t.Fatalf("prompt: %+v, %v", acc, err)
+	}
+	first, second := <-keys, <-keys
+	if first == "" || first != second {
+		t.Fatalf("idempotency keys %q then %q: want the same one twice", first, second)
+	}
+	if !strings.Contains(errOut.String(), "sending the prompt again") {
+		t.Fatalf("stderr %q does not say the prompt is sent again", errOut.String())
+	}
+
+	gone, err := client.New("unix:///nonexistent/sandboxd.sock", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := promptRidingRestarts(context.Background(), gone, &SessionPromptOptions{Session: "s1", Text: "hi"}, io.Discard); err == nil {
+		t.Fatal("a prompt to no daemon succeeded")
+	}
+	if time.Since(start) > promptRideOut/2 {
+		t.Fatal("a daemon never reached was waited for")
 	}
 }
