@@ -14,6 +14,7 @@ import (
 	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/usage"
+	"github.com/hiloop/hiloop/internal/users"
 )
 
 // TestBucketsDeclared opens the daemon's bbolt files through every package that keeps buckets in
@@ -27,6 +28,9 @@ func TestBucketsDeclared(t *testing.T) {
 	}
 	sec, err := secrets.Open(st.Owned("internal/secrets"), filepath.Join(dir, "master.key"))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := users.Open(st.Owned("internal/users")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := auditlog.Open(st.Owned("internal/auditlog")); err != nil {

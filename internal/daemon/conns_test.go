@@ -156,16 +156,3 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 		t.Fatalf("answer %d %q (close %v), want 400 bad_request and the connection closed", resp.StatusCode, b, resp.Close)
 	}
 }
-
-// A request without the token gets its 401 and loses its connection.
-func TestUnauthorizedClosesTheConnection(t *testing.T) {
-	sock := serveLimited(t, 8, bearerAuth("secret", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), slog.New(slog.DiscardHandler)))
-	resp, err := unixClient(sock).Get("http://sandboxd/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
-		t.Fatalf("answer %d (close %v), want 401 and the connection closed", resp.StatusCode, resp.Close)
-	}
-}

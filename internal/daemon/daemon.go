@@ -41,6 +41,7 @@ import (
 	"github.com/hiloop/hiloop/internal/sshd"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/usage"
+	"github.com/hiloop/hiloop/internal/users"
 	"github.com/hiloop/hiloop/internal/volume"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -52,13 +53,12 @@ type Config struct {
 	// Socket is the unix socket the API is served on (mode 0660).
 	Socket string
 	// Listen is an optional TCP address the API is served on over TLS (--listen), with the
-	// daemon's own certificate or TLSCertFile's.
+	// daemon's own certificate or TLSCertFile's; a request there acts as the user of its
+	// client certificate or API token (authenticator).
 	Listen string
 	// InsecureListen is an optional TCP address the API is served on in plain HTTP
 	// (--insecure-listen), for a path the operator trusts.
 	InsecureListen string
-	// Token is the bearer token requests on Listen and InsecureListen need.
-	Token string
 	// TLSCertFile and TLSKeyFile are an operator's certificate (PEM, the leaf first) and key
 	// for the TLS listener (--tls-cert, --tls-key); empty: the daemon makes its own, kept in
 	// <DataDir>/tls.
@@ -144,6 +144,8 @@ type Daemon struct {
 	// goroutines, which serve sandboxes before the session service exists.
 	liveSessions atomic.Pointer[session.Service]
 	audit        *auditlog.Log
+	users        *users.Store
+	auth         *authenticator
 	sshKeys      *sshKeys
 	ssh          *sshd.Server // nil while the endpoint is off
 	sshEndpoint  string       // where remote clients reach the SSH endpoint, HOST:PORT (sshEndpoint)
@@ -206,6 +208,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		st.Close()
 		return nil, err
 	}
+	if d.users, err = users.Open(st.Owned("internal/users")); err != nil {
+		st.Close()
+		return nil, err
+	}
+	d.auth = newAuthenticator(d.users, d.log)
 	if d.logins, err = logins.Open(st.Owned("internal/logins"), sec); err != nil {
 		st.Close()
 		return nil, err
@@ -506,7 +513,7 @@ func (d *Daemon) capabilities() []string {
 
 // Serve serves the API until ctx is cancelled, then drains in-flight requests.
 func (d *Daemon) Serve(ctx context.Context) error {
-	handler := withVersion(d.cfg.Version, newMux(d.routes(), newIdempotency(d.store, d.log), d.log))
+	handler := withVersion(d.cfg.Version, newMux(d.routes(), newIdempotency(d.store, d.log), d.log, d.auditAdd))
 	apis, err := d.listenAPI(handler)
 	if err != nil {
 		return err
@@ -571,9 +578,6 @@ func (a apiServer) logServing(log *slog.Logger) {
 // listenAPI listens on the unix socket and on the TCP addresses the config names, each with
 // its HTTP server.
 func (d *Daemon) listenAPI(handler http.Handler) ([]apiServer, error) {
-	if (d.cfg.Listen != "" || d.cfg.InsecureListen != "") && d.cfg.Token == "" {
-		return nil, errors.New("--listen and --insecure-listen need a token: set --token-file or SANDBOXD_TOKEN")
-	}
 	unixLn, err := listenUnix(d.cfg.Socket)
 	if err != nil {
 		return nil, err
@@ -581,7 +585,7 @@ func (d *Daemon) listenAPI(handler http.Handler) ([]apiServer, error) {
 	unixMax, tcpMax := apiConnLimits()
 	// A local client may hand its stdio to an exec along with the request (internal/handoff).
 	// Whoever opens the socket is root or in its group: the local admin.
-	apis := []apiServer{d.newAPIServer(apiUnix, asLocalAdmin(handler), newConnLimiter(handoff.Listen(unixLn), unixMax))}
+	apis := []apiServer{d.newAPIServer(apiUnix, asLocalAdmin(handler, d.log), newConnLimiter(handoff.Listen(unixLn), unixMax))}
 	apis[0].srv.ConnContext = withConn
 	for _, l := range []struct {
 		kind apiListenerKind
@@ -597,7 +601,12 @@ func (d *Daemon) listenAPI(handler http.Handler) ([]apiServer, error) {
 			}
 			return nil, err
 		}
-		apis = append(apis, d.newAPIServer(l.kind, bearerAuth(d.cfg.Token, asLocalAdmin(handler), d.log), newConnLimiter(tcpLn, tcpMax)))
+		// A request on TCP acts as the user of its client certificate or API token; the
+		// authenticator tracks each connection by its credential, to close it on revocation.
+		a := d.newAPIServer(l.kind, d.auth.wrap(handler), newConnLimiter(tcpLn, tcpMax))
+		a.srv.ConnContext = withConn
+		a.srv.ConnState = chainConnState(d.auth.live.connState, a.srv.ConnState)
+		apis = append(apis, a)
 	}
 	return apis, nil
 }

@@ -46,8 +46,9 @@ func checkShape(r *http.Request, rt route) error {
 	return nil
 }
 
-// newMux registers routes, answering unknown paths and methods with JSON errors.
-func newMux(routes []route, idem *idempotency, log *slog.Logger) http.Handler {
+// newMux registers routes, answering unknown paths and methods with JSON errors. Every call to
+// a route that changes something (any method but GET) is given to audit, when not nil.
+func newMux(routes []route, idem *idempotency, log *slog.Logger, audit func(api.AuditRecord)) http.Handler {
 	byPattern := map[string]map[string]route{}
 	var order []string
 	for _, rt := range routes {
@@ -66,6 +67,11 @@ func newMux(routes []route, idem *idempotency, log *slog.Logger) http.Handler {
 				writeError(w, log, api.Errorf(api.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
 				return
 			}
+			if audit != nil && r.Method != http.MethodGet {
+				sw := &statusWriter{ResponseWriter: w}
+				defer func() { audit(callRecord(r, rt, sw.status)) }()
+				w = sw
+			}
 			if err := checkShape(r, rt); err != nil {
 				writeError(w, log, err)
 				return
@@ -83,6 +89,45 @@ func newMux(routes []route, idem *idempotency, log *slog.Logger) http.Handler {
 		writeError(w, log, api.Errorf(api.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// callRecord is the audit record of a call to rt answered with status: who made it, and the
+// names its path gave. Never its body, where secrets travel.
+func callRecord(r *http.Request, rt route, status int) api.AuditRecord {
+	if status == 0 {
+		status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	rec := api.AuditRecord{Action: api.AuditAPICall, Method: r.Method, Route: rt.pattern, Status: status}
+	if p, ok := identity.From(r.Context()); ok {
+		rec.User, rec.As = p.User, p.As
+	}
+	for _, name := range patternNames(rt.pattern) {
+		if v := r.PathValue(name); v != "" {
+			if rec.Resources == nil {
+				rec.Resources = map[string]string{}
+			}
+			rec.Resources[name] = v
+		}
+	}
+	return rec
+}
+
+// patternNames are the names of a route pattern's wildcards: "/v1/x/{name}/y/{port}" has name
+// and port.
+func patternNames(pattern string) []string {
+	var out []string
+	for rest := pattern; ; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			return out
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return out
+		}
+		out = append(out, strings.TrimSuffix(rest[i+1:i+j], "..."))
+		rest = rest[i+j+1:]
+	}
 }
 
 // writeJSON writes v with status, compact: a list of 1,000 sandboxes is 0.8 MB indented, and
@@ -160,24 +205,16 @@ func decodeJSON(body []byte, v any) error {
 	return checkKeys(body, v)
 }
 
-// bearerAuth requires "Authorization: Bearer <token>" on every request.
-func bearerAuth(token string, next http.Handler, log *slog.Logger) http.Handler {
+// asLocalAdmin serves next as the local admin (identity.Local): the unix socket's requests,
+// in the namespace Hiloop-As names if it names one.
+func asLocalAdmin(next http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || !constantTimeEqual(got, token) {
-			// No second try on this connection: a client without the token holds none open.
-			w.Header().Set("Connection", "close")
-			writeError(w, log, api.Errorf(api.CodeUnauthorized, "missing or wrong bearer token: set HILOOP_TOKEN"))
+		p, err := withAs(r, identity.Local())
+		if err != nil {
+			writeError(w, log, err)
 			return
 		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// asLocalAdmin serves next as the local admin (identity.Local): the unix socket's requests.
-func asLocalAdmin(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(identity.With(r.Context(), identity.Local())))
+		next.ServeHTTP(w, r.WithContext(identity.With(r.Context(), p)))
 	})
 }
 

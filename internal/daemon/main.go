@@ -33,7 +33,7 @@ const (
 func Main() int {
 	runtime.MaybeInit()
 	cfg := Config{Version: Version}
-	var tokenFile, logLevel string
+	var logLevel string
 	var addrs addressFlags
 	var allowCIDRs, upstreamCAs, sandboxCAFiles []string
 	var eventLimits func() error
@@ -54,17 +54,7 @@ func Main() int {
 				errs = append(errs, fmt.Errorf("invalid --log-level %q: use debug, info, warn or error", logLevel))
 			}
 			cfg.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			token, tokenErr := readToken(tokenFile)
-			cfg.Token = token
-			errs = append(errs, tokenErr, eventLimits(), addrs.apply(&cfg))
-			if cfg.Token == "" && tokenErr == nil {
-				for _, l := range []struct{ flag, addr string }{{"--listen", cfg.Listen}, {"--insecure-listen", cfg.InsecureListen}} {
-					if l.addr != "" {
-						errs = append(errs, fmt.Errorf("%s needs a token: set --token-file or SANDBOXD_TOKEN", l.flag))
-					}
-				}
-			}
-			errs = append(errs, checkTLSFlags(cfg))
+			errs = append(errs, eventLimits(), addrs.apply(&cfg), checkTLSFlags(cfg))
 			for _, c := range allowCIDRs {
 				prefix, err := netip.ParsePrefix(c)
 				if err != nil {
@@ -118,12 +108,11 @@ func Main() int {
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", DefaultDataDir, "directory for the database, images, volumes and runtime state")
 	f.StringVar(&addrs.socket, "socket", DefaultSocket, "unix socket to serve the API on")
-	f.StringVar(&addrs.listen, "listen", "", "also serve the API over HTTPS on this TCP address, HOST:PORT, with a certificate sandboxd makes and keeps in <data-dir>/tls (its fingerprint logged at start), or --tls-cert's (needs a token; port 0: any free port, logged)")
-	f.StringVar(&addrs.insecureListen, "insecure-listen", "", "also serve the API over plain HTTP on this TCP address, HOST:PORT: anyone on the path reads every credential and every byte of every exec; only behind a proxy that adds TLS or on a path you trust (needs a token)")
+	f.StringVar(&addrs.listen, "listen", "", "also serve the API over HTTPS on this TCP address, HOST:PORT, with a certificate sandboxd makes and keeps in <data-dir>/tls (its fingerprint logged at start), or --tls-cert's; users authenticate with a client certificate or an API token (port 0: any free port, logged)")
+	f.StringVar(&addrs.insecureListen, "insecure-listen", "", "also serve the API over plain HTTP on this TCP address, HOST:PORT: anyone on the path reads every credential and every byte of every exec; only behind a proxy that adds TLS or on a path you trust (users authenticate with an API token)")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "serve this certificate (PEM, the leaf first, then any intermediates) on --listen instead of the one sandboxd makes; with --tls-key")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "the key of --tls-cert (PEM)")
 	f.StringArrayVar(&addrs.tlsSANs, "tls-san", nil, "a host name or IP address the certificate sandboxd makes for --listen is good for, besides the host's name and addresses and localhost (repeatable; one it lacks makes a new certificate, which clients must trust again)")
-	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token for --listen and --insecure-listen (or set SANDBOXD_TOKEN)")
 	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
 	f.Float64Var(&cfg.Overcommit, "overcommit", 1, fmt.Sprintf("let the workspaces, root filesystems and snapshots be promised this many times the storage the host can hold (%g-%g; 1: no overcommit; below 1 keeps a reserve)", minOvercommit, maxOvercommit))
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "directory of built images (default <data-dir>/images)")
@@ -180,17 +169,6 @@ func checkSpares(n int) error {
 		return fmt.Errorf("invalid --spares %d: use 0 to %d", n, MaxSpares)
 	}
 	return nil
-}
-
-func readToken(file string) (string, error) {
-	if file == "" {
-		return os.Getenv("SANDBOXD_TOKEN"), nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // findTool looks for an optional helper binary next to hiloop-init, next to the running binary,

@@ -62,6 +62,18 @@ func (d *Daemon) routes() []route {
 		{method: "DELETE", pattern: "/v1/logins/{provider}", handle: d.deleteLogin, idempotent: true, noBody: true},
 		{method: "GET", pattern: "/v1/audit", handle: d.auditRecords},
 		{method: "DELETE", pattern: "/v1/sandboxes/{name}/secrets/{secret}", handle: d.detachSandboxSecret, idempotent: true, noBody: true},
+		// The users and their credentials (users.go). None honours an Idempotency-Key but the
+		// deletes: a receipt would keep the answer, which holds a token's value.
+		{method: "POST", pattern: "/v1/users", handle: d.createUser},
+		{method: "GET", pattern: "/v1/users", handle: d.listUsers},
+		{method: "GET", pattern: "/v1/users/{user}", handle: d.getUser},
+		{method: "DELETE", pattern: "/v1/users/{user}", handle: d.deleteUser, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/users/{user}/trust-token", handle: d.newTrustToken, noBody: true},
+		{method: "POST", pattern: "/v1/users/{user}/tokens", handle: d.createToken},
+		{method: "GET", pattern: "/v1/users/{user}/tokens", handle: d.listTokens},
+		{method: "DELETE", pattern: "/v1/users/{user}/tokens/{token}", handle: d.revokeToken, idempotent: true, noBody: true},
+		{method: "POST", pattern: trustPath, handle: d.trust},
+		{method: "GET", pattern: "/v1/whoami", handle: d.whoami},
 		{method: "GET", pattern: "/v1/images", handle: d.listImages},
 		{method: "GET", pattern: "/v1/images/{name}", handle: d.getImage},
 		{method: "DELETE", pattern: "/v1/images/{name}", handle: d.deleteImage, idempotent: true, noBody: true},

@@ -24,7 +24,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/pki"
+	"github.com/hiloop/hiloop/internal/store"
+	"github.com/hiloop/hiloop/internal/users"
 )
 
 // logBuffer is a log's output, safe to read while servers write to it.
@@ -317,7 +320,7 @@ func testAPI(t *testing.T, insecure bool, handler http.Handler) (*Daemon, []apiS
 	t.Helper()
 	dir := t.TempDir()
 	log, logs := newTestLog()
-	cfg := Config{DataDir: dir, Socket: filepath.Join(dir, "api.sock"), Listen: "127.0.0.1:0", Token: "s3cret"}
+	cfg := Config{DataDir: dir, Socket: filepath.Join(dir, "api.sock"), Listen: "127.0.0.1:0"}
 	if insecure {
 		cfg.InsecureListen = "127.0.0.1:0"
 	}
@@ -326,6 +329,21 @@ func testAPI(t *testing.T, insecure bool, handler http.Handler) (*Daemon, []apiS
 	if d.tls, err = loadTLS(cfg, log); err != nil {
 		t.Fatal(err)
 	}
+	// The TCP listeners authenticate: an admin's API token for get, from a real store.
+	st, err := store.Open(filepath.Join(dir, store.FileState))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if d.users, err = users.Open(st.Owned("internal/users")); err != nil {
+		t.Fatal(err)
+	}
+	d.auth = newAuthenticator(d.users, log)
+	tok, err := d.users.CreateToken(identity.LocalAdmin, "tls-test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testToken = tok.Value
 	apis, err := d.listenAPI(handler)
 	if err != nil {
 		t.Fatal(err)
@@ -359,10 +377,13 @@ var peerHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) 
 	}
 })
 
+// testToken is the API token testAPI made, which get sends.
+var testToken string
+
 func get(t *testing.T, c *http.Client, url string) (string, error) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, err := c.Do(req)
 	if err != nil {
 		return "", err
@@ -380,7 +401,7 @@ func tlsClient(cfg *tls.Config) *http.Client {
 // the daemon reports, takes a client certificate of its own CA and hands it to the handlers
 // verified, and refuses another CA's at the handshake.
 func TestTLSListener(t *testing.T) {
-	d, apis, _ := testAPI(t, true, bearerAuth("s3cret", peerHandler, slog.New(slog.DiscardHandler)))
+	d, apis, _ := testAPI(t, true, peerHandler)
 	url := "https://" + apiAddr(apis, apiTLS) + "/v1/version"
 
 	// A client that trusts the daemon's CA, as curl --cacert does.
@@ -414,16 +435,22 @@ func TestTLSListener(t *testing.T) {
 		t.Errorf("GET with TLS 1.1: %q, %v; want a refused handshake", got, err)
 	}
 
-	// A user's certificate, from the daemon's CA.
+	// A user's certificate, from the daemon's CA through the trust exchange.
 	keyPEM, csrPEM, err := pki.NewKeyAndCSR("ignored")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := d.tls.CA.SignClient(csrPEM, "alice", time.Hour)
+	created, err := d.users.Add("alice", false, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.X509KeyPair(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), keyPEM)
+	ans, err := d.users.Exchange(created.TrustToken, func(user string) (*x509.Certificate, error) {
+		return d.tls.CA.SignClient(csrPEM, user, time.Hour)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair([]byte(ans.Certificate), keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func usageDaemon(t *testing.T) (*Daemon, *httptest.Server) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	d := &Daemon{store: st, usage: u, log: log}
-	srv := httptest.NewServer(newMux(d.routes(), newIdempotency(st, log), log))
+	srv := httptest.NewServer(newMux(d.routes(), newIdempotency(st, log), log, nil))
 	t.Cleanup(srv.Close)
 	return d, srv
 }

@@ -134,15 +134,28 @@ type LoginList struct {
 	Logins []Login `json:"logins"`
 }
 
-// AuditRecord is one entry of the daemon's audit log (GET /v1/audit): a provider login added,
-// removed, refreshed or refused, and each harness start that uses a login.
+// AuditRecord is one entry of the daemon's audit log (GET /v1/audit): every API call that
+// changes something, with its user; a provider login added, removed, refreshed or refused; each
+// harness start that uses a login; a client certificate issued.
 type AuditRecord struct {
 	// Seq numbers the records from 1; the daemon keeps a bounded number and drops the oldest.
 	Seq  uint64    `json:"seq"`
 	Time time.Time `json:"time"`
-	// Action is what happened: login_added, login_removed, login_refreshed,
-	// login_refresh_failed, harness_login_used, harness_refresh_answered, image_build_egress.
+	// Action is what happened: api_call, certificate_issued, login_added, login_removed,
+	// login_refreshed, login_refresh_failed, harness_login_used, harness_refresh_answered,
+	// image_build_egress.
 	Action string `json:"action"`
+	// User is who did it: the caller of an API call, the user a certificate was issued to.
+	User string `json:"user,omitempty"`
+	// As is the user in whose namespace an admin acted (Hiloop-As).
+	As string `json:"as,omitempty"`
+	// Method and Route are an API call's HTTP method and route pattern, e.g. DELETE and
+	// /v1/sandboxes/{name}; Resources the names its path gave, by the pattern's names; Status
+	// the HTTP status it was answered with. A call's body is never recorded.
+	Method    string            `json:"method,omitempty"`
+	Route     string            `json:"route,omitempty"`
+	Resources map[string]string `json:"resources,omitempty"`
+	Status    int               `json:"status,omitempty"`
 	// Provider is the login's provider.
 	Provider LoginProvider `json:"provider,omitempty"`
 	// Kind is the login's kind.
@@ -157,6 +170,11 @@ type AuditRecord struct {
 
 // The actions of the audit log.
 const (
+	// AuditAPICall: a call that changes something (any method but GET), whatever its outcome.
+	AuditAPICall = "api_call"
+	// AuditCertificateIssued: a trust token traded for a client certificate; Message is its
+	// fingerprint.
+	AuditCertificateIssued  = "certificate_issued"
 	AuditLoginAdded         = "login_added"
 	AuditLoginRemoved       = "login_removed"
 	AuditLoginRefreshed     = "login_refreshed"

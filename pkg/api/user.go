@@ -79,6 +79,11 @@ type TokenCreated struct {
 	Value string `json:"value"`
 }
 
+// TokenList answers GET /v1/users/{name}/tokens.
+type TokenList struct {
+	Tokens []APIToken `json:"tokens"`
+}
+
 // TrustPost is the body of POST /v1/trust: a trust token traded, once, for a client
 // certificate over the key of the CSR (made on the client; the key never leaves it).
 type TrustPost struct {

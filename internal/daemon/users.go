@@ -1,0 +1,212 @@
+package daemon
+
+import (
+	"crypto/x509"
+	"net/http"
+
+	"github.com/hiloop/hiloop/internal/identity"
+	"github.com/hiloop/hiloop/internal/pki"
+	"github.com/hiloop/hiloop/internal/users"
+	"github.com/hiloop/hiloop/pkg/api"
+)
+
+// caller returns the principal of r; a request no authentication passed is refused (no route
+// is served without one but the trust exchange, which does not call this).
+func caller(r *http.Request) (identity.Principal, error) {
+	p, ok := identity.From(r.Context())
+	if !ok {
+		return p, errNoCredential
+	}
+	return p, nil
+}
+
+// requireAdmin refuses a caller who is not an admin.
+func requireAdmin(r *http.Request) error {
+	p, err := caller(r)
+	if err != nil {
+		return err
+	}
+	if !p.Admin {
+		return api.Errorf(api.CodeForbidden, "%s %s needs an admin: user %q is not one", r.Method, r.Pattern, p.User)
+	}
+	return nil
+}
+
+// pathUser reads {user} and lets an admin, or that user themself, through: a user sees their
+// own record and manages their own API tokens.
+func pathUser(r *http.Request, selfToo bool) (string, error) {
+	name := r.PathValue("user")
+	if err := api.ValidateName("user", name); err != nil {
+		return "", err
+	}
+	p, err := caller(r)
+	if err != nil {
+		return "", err
+	}
+	if p.Admin || (selfToo && p.User == name) {
+		return name, nil
+	}
+	return "", api.Errorf(api.CodeForbidden, "%s %s needs an admin: user %q is not one", r.Method, r.Pattern, p.User)
+}
+
+func (d *Daemon) createUser(w http.ResponseWriter, r *http.Request) error {
+	if err := requireAdmin(r); err != nil {
+		return err
+	}
+	var p api.UsersPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	ttl, err := users.ParseTTL("trust_token_ttl", p.TrustTokenTTL)
+	if err != nil {
+		return err
+	}
+	created, err := d.users.Add(p.Name, p.Admin, ttl)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, created)
+}
+
+func (d *Daemon) listUsers(w http.ResponseWriter, r *http.Request) error {
+	if err := requireAdmin(r); err != nil {
+		return err
+	}
+	list, err := d.users.List()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.UserList{Users: list})
+}
+
+func (d *Daemon) getUser(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathUser(r, true)
+	if err != nil {
+		return err
+	}
+	u, err := d.users.Get(name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, u)
+}
+
+// deleteUser removes a user and every credential of theirs; their live connections end
+// (users.Store.OnRevoke). What they own stays, for an admin to see and delete.
+func (d *Daemon) deleteUser(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathUser(r, false)
+	if err != nil {
+		return err
+	}
+	if err := d.users.Remove(name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// newTrustToken gives a user a new trust token (?ttl=, default 24h), replacing a pending one.
+func (d *Daemon) newTrustToken(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathUser(r, false)
+	if err != nil {
+		return err
+	}
+	ttl, err := users.ParseTTL("ttl", r.URL.Query().Get("ttl"))
+	if err != nil {
+		return err
+	}
+	created, err := d.users.NewTrustToken(name, ttl)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, created)
+}
+
+func (d *Daemon) createToken(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathUser(r, true)
+	if err != nil {
+		return err
+	}
+	var p api.TokensPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	ttl, err := users.ParseTTL("ttl", p.TTL)
+	if err != nil {
+		return err
+	}
+	created, err := d.users.CreateToken(name, p.Name, ttl)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, created)
+}
+
+func (d *Daemon) listTokens(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathUser(r, true)
+	if err != nil {
+		return err
+	}
+	list, err := d.users.Tokens(name)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.TokenList{Tokens: list})
+}
+
+// revokeToken deletes an API token; the connections that carried it end.
+func (d *Daemon) revokeToken(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathUser(r, true)
+	if err != nil {
+		return err
+	}
+	token := r.PathValue("token")
+	if err := api.ValidateName("token", token); err != nil {
+		return err
+	}
+	if err := d.users.RevokeToken(name, token); err != nil {
+		return err
+	}
+	d.auth.live.revokeToken(name, token)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// trust trades a trust token for a client certificate over the CSR's key. It is served
+// without a credential (authenticator.serveTrust); a bad token is one answer whatever was
+// wrong with it.
+func (d *Daemon) trust(w http.ResponseWriter, r *http.Request) error {
+	var p api.TrustPost
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
+	}
+	if p.Token == "" {
+		return users.ErrBadTrustToken
+	}
+	var fingerprint string
+	ans, err := d.users.Exchange(p.Token, func(user string) (*x509.Certificate, error) {
+		cert, err := d.tls.CA.SignClient([]byte(p.CSR), user, users.CertificateTTL)
+		if err != nil {
+			return nil, api.Errorf(api.CodeBadRequest, "%v", err)
+		}
+		fingerprint = pki.Fingerprint(cert.Raw)
+		return cert, nil
+	})
+	if err != nil {
+		return err
+	}
+	d.auditAdd(api.AuditRecord{Action: api.AuditCertificateIssued, User: ans.User, Message: fingerprint})
+	return writeJSON(w, http.StatusOK, ans)
+}
+
+func (d *Daemon) whoami(w http.ResponseWriter, r *http.Request) error {
+	p, err := caller(r)
+	if err != nil {
+		return err
+	}
+	ans := api.WhoAmI{User: p.User, Admin: p.Admin, Via: viaUnix}
+	if cred, ok := credentialOf(r); ok {
+		ans.Via, ans.Token = cred.via, cred.token
+	}
+	return writeJSON(w, http.StatusOK, ans)
+}
