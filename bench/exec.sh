@@ -38,9 +38,10 @@ install -m 0755 "$hiloop" "$work/hiloop"
 hiloop=$work/hiloop
 
 api_port=$(free_ports 1)
-echo bench-token >"$work/token"
-start_daemon --listen "127.0.0.1:$api_port" --token-file "$work/token"
-tcp="env HILOOP_HOST=http://127.0.0.1:$api_port HILOOP_TOKEN=bench-token $hiloop"
+start_daemon --listen "127.0.0.1:$api_port"
+# An API token of the built-in admin: the TCP path acts in the same namespace as the socket.
+api_token=$($hiloop user token create admin --name bench)
+tcp="env HILOOP_HOST=http://127.0.0.1:$api_port HILOOP_TOKEN=$api_token $hiloop"
 
 # A private sshd on loopback with a throwaway key: the reference.
 mkdir -p "$work/ssh"

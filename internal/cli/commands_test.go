@@ -502,6 +502,47 @@ var commandFlagCases = []struct {
 		ok(&SSHKeyRemoveOptions{Name: "laptop"}, "laptop"),
 		refused(ExitUsage),
 	}},
+	{"hiloop user add", parser(newCmdUserAdd), []flagCase{
+		ok(&UserAddOptions{Post: api.UsersPost{Name: "alice"}, Output: "table"}, "alice"),
+		ok(&UserAddOptions{Post: api.UsersPost{Name: "bob", Admin: true, TrustTokenTTL: "2h"}, Output: "json"}, "bob", "--admin", "--expires", "2h", "-o", "json"),
+		refused(ExitUsage),
+		refused(ExitUsage, "Alice"),
+		refused(ExitUsage, "a", "b"),
+	}},
+	{"hiloop user list", parser(newCmdUserList), []flagCase{
+		ok(&UserListOptions{Output: "table"}),
+		ok(&UserListOptions{Output: "yaml"}, "-o", "yaml"),
+		refused(ExitUsage, "alice"),
+	}},
+	{"hiloop user remove", parser(newCmdUserRemove), []flagCase{
+		ok(&UserRemoveOptions{Name: "alice"}, "alice"),
+		refused(ExitUsage),
+	}},
+	{"hiloop user trust-token", parser(newCmdUserTrustToken), []flagCase{
+		ok(&UserTrustTokenOptions{Name: "alice", Output: "table"}, "alice"),
+		ok(&UserTrustTokenOptions{Name: "alice", Expires: "7d", Output: "table"}, "alice", "--expires", "7d"),
+		refused(ExitUsage),
+	}},
+	{"hiloop user token create", parser(newCmdUserTokenCreate), []flagCase{
+		ok(&UserTokenCreateOptions{User: "alice", Post: api.TokensPost{Name: "ci"}}, "alice", "--name", "ci"),
+		ok(&UserTokenCreateOptions{User: "alice", Post: api.TokensPost{Name: "ci", TTL: "30d"}, Output: "json"}, "alice", "--name", "ci", "--expires", "30d", "-o", "json"),
+		refused(ExitUsage, "alice"),
+		refused(ExitUsage, "alice", "--name", "CI"),
+		refused(ExitUsage, "--name", "ci"),
+	}},
+	{"hiloop user token list", parser(newCmdUserTokenList), []flagCase{
+		ok(&UserTokenListOptions{User: "alice", Output: "table"}, "alice"),
+		refused(ExitUsage),
+	}},
+	{"hiloop user token revoke", parser(newCmdUserTokenRevoke), []flagCase{
+		ok(&UserTokenRevokeOptions{User: "alice", Token: "ci"}, "alice", "ci"),
+		refused(ExitUsage, "alice"),
+	}},
+	{"hiloop whoami", parser(newCmdWhoAmI), []flagCase{
+		ok(&WhoAmIOptions{Output: "table"}),
+		ok(&WhoAmIOptions{Output: "json"}, "-o", "json"),
+		refused(ExitUsage, "x"),
+	}},
 	{"hiloop ssh-config", parser(newCmdSSHConfig), []flagCase{
 		ok(&SSHConfigOptions{Names: []string{}}),
 		ok(&SSHConfigOptions{Names: []string{"web", "db"}}, "web", "db"),

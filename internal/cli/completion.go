@@ -40,6 +40,10 @@ var (
 		list, err := c.ListImages(ctx)
 		return list.Definitions, err
 	}
+	userNames lister = func(ctx context.Context, c *client.Client) ([]string, error) {
+		list, err := c.ListUsers(ctx)
+		return names(list, err, func(i int) string { return list[i].Name })
+	}
 	sshKeyNames lister = func(ctx context.Context, c *client.Client) ([]string, error) {
 		list, err := c.ListSSHKeys(ctx)
 		return names(list, err, func(i int) string { return list[i].Name })
@@ -98,6 +102,11 @@ var argListers = map[string][]lister{
 	"image build":             {imageNames},
 	"ssh-key remove":          {sshKeyNames},
 	"ssh-config":              {sandboxNames},
+	"user remove":             {userNames},
+	"user trust-token":        {userNames},
+	"user token create":       {userNames},
+	"user token list":         {userNames},
+	"user token revoke":       {userNames},
 }
 
 // flagListers complete the values of flags that name something, on whichever command has them.

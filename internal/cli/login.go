@@ -233,10 +233,12 @@ func newCmdAudit(f *Factory, runF func(*AuditOptions) error) *cobra.Command {
 	opts := &AuditOptions{}
 	cmd := &cobra.Command{
 		Use:   "audit [--after SEQ] [--follow]",
-		Short: "Show the daemon's audit log of provider logins, and with --follow keep watching it",
-		Long: `Show the daemon's audit log, oldest first: provider logins added, removed, refreshed or
-refused by the provider, and each harness start that used a login. The daemon keeps the newest
-10,000 records across restarts. With -o json, each line is one api.AuditRecord.
+		Short: "Show the daemon's audit log of changes and provider logins, and with --follow keep watching it",
+		Long: `Show the daemon's audit log, oldest first: every API call that changed something (any
+method but GET), with its user (USER; "as NAME" when an admin acted in another's namespace),
+its route and status, never its body; client certificates issued; provider logins added,
+removed, refreshed or refused by the provider, and each harness start that used a login. The
+daemon keeps the newest 10,000 records across restarts. With -o json, each line is one api.AuditRecord.
 
 With --follow, keep watching for new records until Ctrl-C (exit 0).`,
 		Example: `  hiloop audit
@@ -272,13 +274,24 @@ func auditRun(ctx context.Context, f *Factory, opts *AuditOptions) error {
 	}.print(ctx, f, opts.Output, opts.After, opts.Follow)
 }
 
-const auditFormat = "%-6s  %-19s  %-22s  %-8s  %-12s  %s"
+const auditFormat = "%-6s  %-19s  %-10s  %-22s  %-8s  %-12s  %s"
 
-var auditHeader = strings.TrimRight(fmt.Sprintf(auditFormat, "SEQ", "TIME", "ACTION", "PROVIDER", "KIND", "DETAIL"), " ")
+var auditHeader = strings.TrimRight(fmt.Sprintf(auditFormat, "SEQ", "TIME", "USER", "ACTION", "PROVIDER", "KIND", "DETAIL"), " ")
 
-// auditLine is one record as a table line.
+// auditLine is one record as a table line. An API call's detail is its method and path, the
+// route's names filled in, and the status it was answered with.
 func auditLine(rec api.AuditRecord) string {
 	var detail []string
+	if rec.Route != "" {
+		path := rec.Route
+		for name, v := range rec.Resources {
+			path = strings.Replace(path, "{"+name+"}", v, 1)
+		}
+		detail = append(detail, fmt.Sprintf("%s %s %d", rec.Method, path, rec.Status))
+	}
+	if rec.As != "" {
+		detail = append(detail, "as "+rec.As)
+	}
 	if rec.Sandbox != "" {
 		detail = append(detail, "sandbox "+rec.Sandbox)
 	}
@@ -291,7 +304,7 @@ func auditLine(rec api.AuditRecord) string {
 	if rec.Message != "" {
 		detail = append(detail, rec.Message)
 	}
-	line := fmt.Sprintf(auditFormat, fmt.Sprint(rec.Seq), rec.Time.Local().Format("2006-01-02T15:04:05"), rec.Action,
+	line := fmt.Sprintf(auditFormat, fmt.Sprint(rec.Seq), rec.Time.Local().Format("2006-01-02T15:04:05"), dash(rec.User), rec.Action,
 		dash(string(rec.Provider)), dash(string(rec.Kind)), strings.Join(detail, "; "))
 	return strings.TrimRight(line, " ")
 }

@@ -105,6 +105,8 @@ var rootNouns = []lazyCmd{
 	{"usage", nil, func(f *Factory) *cobra.Command { return newCmdUsage(f, nil) }, nil, nil},
 	{"image", []string{"images"}, newCmdImage, nil, nil},
 	{"ssh-key", []string{"ssh-keys"}, newCmdSSHKey, nil, nil},
+	{"user", []string{"users"}, newCmdUser, nil, nil},
+	{"whoami", nil, func(f *Factory) *cobra.Command { return newCmdWhoAmI(f, nil) }, nil, nil},
 	{"ssh-config", nil, func(f *Factory) *cobra.Command { return newCmdSSHConfig(f, nil) }, nil, nil},
 	{"system", nil, newCmdSystem, nil, nil},
 	{"remote", []string{"remotes"}, newCmdRemote, nil, nil},
