@@ -528,17 +528,6 @@ func whoIs(tx *store.Tx, user string) (Who, bool, error) {
 	return Who{User: rec.Name, Admin: rec.Admin}, true, nil
 }
 
-// Exists says whether user is a user of the daemon (the built-in admin is one).
-func (s *Store) Exists(user string) (bool, error) {
-	var ok bool
-	err := s.db.View(func(tx *store.Tx) error {
-		var err error
-		_, ok, err = whoIs(tx, user)
-		return err
-	})
-	return ok, storeErr(err)
-}
-
 // getUser returns the record of user, the built-in admin's made up.
 func getUser(tx *store.Tx, name string) (userRecord, error) {
 	if name == identity.LocalAdmin {
