@@ -1,10 +1,10 @@
 // Package auditlog owns the daemon's audit log: every API call that changes something, with its
 // user; what happens to provider logins (added, removed, refreshed or refused) and each harness
-// start that uses one; client certificates issued. It is kept in the
-// "audit" bucket of the daemon's bbolt file, numbered and bounded in size, and reaches that
-// bucket alone, through the store.Area internal/store gives it (store.Buckets declares it). Each
-// record is stored before Add returns: a call is recorded before its answer is complete. Keys, paging, trimming and the long poll are internal/seqlog's; this package keeps
-// the record and its bound.
+// start that uses one; client certificates issued. It is kept in the "audit" bucket of the
+// daemon's bbolt file, numbered and bounded in size, and reaches that bucket alone, through the
+// store.Area internal/store gives it (store.Buckets declares it). Each record is stored before
+// Add returns: a call is recorded before its answer is complete. Keys, paging, trimming and the
+// long poll are internal/seqlog's; this package keeps the record and its bound.
 package auditlog
 
 import (
