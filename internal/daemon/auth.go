@@ -34,6 +34,7 @@ type credential struct {
 	via         string
 	user        string
 	token       string // the API token's name
+	tokenID     string // and its users.TokenID
 	fingerprint string // the client certificate's
 }
 
@@ -95,7 +96,7 @@ func (a *authenticator) wrap(next http.Handler) http.Handler {
 		// Bound first, checked again after: a revocation that committed before this check
 		// refuses the request, and one after it finds the connection bound and closes it.
 		if ok, err := a.stillValid(cred); err != nil || !ok {
-			a.refuse(w, r, cmpErr(err, errNoCredential))
+			a.refuse(w, r, orElse(err, errNoCredential))
 			return
 		}
 		p, err := withAs(r, identity.Principal{User: who.User, Admin: who.Admin})
@@ -108,7 +109,8 @@ func (a *authenticator) wrap(next http.Handler) http.Handler {
 	})
 }
 
-func cmpErr(err, otherwise error) error {
+// orElse is err, or otherwise when err is nil.
+func orElse(err, otherwise error) error {
 	if err != nil {
 		return err
 	}
@@ -134,12 +136,13 @@ func (a *authenticator) authenticate(r *http.Request) (credential, users.Who, er
 		return credential{}, users.Who{}, tooManyAttempts(wait)
 	}
 	if value, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		who, name, ok, err := a.users.ByToken(strings.TrimSpace(value))
+		value = strings.TrimSpace(value)
+		who, name, ok, err := a.users.ByToken(value)
 		if err != nil {
 			return credential{}, users.Who{}, err
 		}
 		if ok {
-			return credential{via: viaToken, user: who.User, token: name}, who, nil
+			return credential{via: viaToken, user: who.User, token: name, tokenID: users.TokenID(value)}, who, nil
 		}
 	}
 	a.limit.failed(addr)
@@ -153,7 +156,7 @@ func (a *authenticator) stillValid(cred credential) (bool, error) {
 		_, ok, err := a.users.ByCertificate(cred.fingerprint)
 		return ok, err
 	case viaToken:
-		return a.users.HasToken(cred.user, cred.token)
+		return a.users.LiveToken(cred.tokenID)
 	}
 	return false, nil
 }

@@ -432,17 +432,25 @@ func (s *Store) RevokeToken(user, name string) error {
 	}))
 }
 
-// HasToken says whether user (still) exists and has a live token name.
-func (s *Store) HasToken(user, name string) (bool, error) {
+// TokenID is how an API token is told from the others without its value: the hex of its
+// SHA-256, the key it is kept under.
+func TokenID(value string) string { return string(hashKey(value)) }
+
+// LiveToken says whether the API token id (TokenID) is still good: not revoked, not expired,
+// and its user still there.
+func (s *Store) LiveToken(id string) (bool, error) {
 	var ok bool
 	err := s.db.View(func(tx *store.Tx) error {
-		var err error
-		if _, ok, err = whoIs(tx, user); err != nil || !ok {
-			return err
+		var rec tokenRecord
+		if getJSON(tx.Bucket(bucketAPITokens), []byte(id), &rec) != nil {
+			return nil
 		}
-		key, rec := findToken(tx.Bucket(bucketAPITokens), user, name)
-		ok = key != nil && (rec.Expires == nil || time.Now().Before(*rec.Expires))
-		return nil
+		if rec.Expires != nil && !time.Now().Before(*rec.Expires) {
+			return nil
+		}
+		var err error
+		_, ok, err = whoIs(tx, rec.User)
+		return err
 	})
 	return ok, storeErr(err)
 }
