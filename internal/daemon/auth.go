@@ -316,21 +316,27 @@ func (l *failLimiter) failed(addr netip.Addr) {
 	b.tokens = max(0, b.tokens-1)
 }
 
-// makeRoom forgets addresses back to a full allowance when the map is full, then any.
+// makeRoom, when the map is full, forgets a tenth of it: the addresses back to a full allowance
+// first, then those not held back now, and only then any (a flood of addresses each over its
+// limit). A tenth at a time, so that a flood pays for a sweep once in thousands of failures.
 func (l *failLimiter) makeRoom(now time.Time) {
 	if len(l.addrs) < failMaxAddrs {
 		return
 	}
-	for k, b := range l.addrs {
-		if l.refill(b, now); b.tokens >= failBurst {
-			delete(l.addrs, k)
+	target := failMaxAddrs * 9 / 10
+	for _, forget := range []func(*failBucket) bool{
+		func(b *failBucket) bool { return b.tokens >= failBurst },
+		func(b *failBucket) bool { return b.tokens >= 1 },
+		func(*failBucket) bool { return true },
+	} {
+		for k, b := range l.addrs {
+			if len(l.addrs) <= target {
+				return
+			}
+			if l.refill(b, now); forget(b) {
+				delete(l.addrs, k)
+			}
 		}
-	}
-	for k := range l.addrs {
-		if len(l.addrs) < failMaxAddrs {
-			break
-		}
-		delete(l.addrs, k)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -559,4 +560,26 @@ func (c apiCaller) authHeader() string {
 		return ""
 	}
 	return "Authorization: Bearer " + c.token + "\r\n"
+}
+
+// The limiter remembers a bounded number of addresses: a flood from many addresses forgets the
+// ones back to a full allowance first, and never grows past the bound.
+func TestFailLimiterIsBounded(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newFailLimiter(slog.New(slog.DiscardHandler))
+	l.now = func() time.Time { return now }
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}) }
+	blocked := addr(0)
+	for range failBurst {
+		l.failed(blocked)
+	}
+	for i := 1; i <= failMaxAddrs+10; i++ {
+		l.failed(addr(i))
+	}
+	if n := len(l.addrs); n > failMaxAddrs {
+		t.Errorf("%d addresses remembered, bound %d", n, failMaxAddrs)
+	}
+	if l.wait(blocked) == 0 {
+		t.Error("the address over its limit was forgotten before those with allowance left")
+	}
 }
