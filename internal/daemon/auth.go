@@ -398,12 +398,35 @@ func (l *liveConns) connState(c net.Conn, s http.ConnState) {
 
 // revokeUser closes every connection that carried a credential of user.
 func (l *liveConns) revokeUser(user string) {
-	l.close(func(c credential) bool { return c.user == user })
+	l.close(userMatch(user))
 }
 
 // revokeToken closes every connection that carried user's API token name.
 func (l *liveConns) revokeToken(user, name string) {
-	l.close(func(c credential) bool { return c.via == viaToken && c.user == user && c.token == name })
+	l.close(tokenMatch(user, name))
+}
+
+func userMatch(user string) func(credential) bool {
+	return func(c credential) bool { return c.user == user }
+}
+
+func tokenMatch(user, name string) func(credential) bool {
+	return func(c credential) bool { return c.via == viaToken && c.user == user && c.token == name }
+}
+
+// spareCaller takes the connection of r out of a revocation's reach when r carries a credential
+// it revokes (a user revoking their own token): the call is answered, and the connection closed
+// after the answer rather than under it.
+func (l *liveConns) spareCaller(w http.ResponseWriter, r *http.Request, match func(credential) bool) {
+	cred, ok := credentialOf(r)
+	if !ok || !match(cred) {
+		return
+	}
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+	w.Header().Set("Connection", "close")
 }
 
 func (l *liveConns) close(match func(credential) bool) {

@@ -508,6 +508,21 @@ func TestRevocationEndsLiveConnections(t *testing.T) {
 	}
 }
 
+// A user who revokes the token they call with gets the answer, then loses the connection.
+func TestRevokingOwnTokenIsAnswered(t *testing.T) {
+	a := startTLSAPI(t)
+	if _, err := a.d.users.Add("erin", false, 0); err != nil {
+		t.Fatal(err)
+	}
+	ci := a.token(t, "erin", "ci")
+	code, hdr, body := ci.do(t, "DELETE", "/v1/users/erin/tokens/ci", nil, nil)
+	if code != 204 || hdr.Get("Connection") != "close" {
+		t.Fatalf("revoking its own token: %d %s (Connection: %q)", code, body, hdr.Get("Connection"))
+	}
+	code, _, body = ci.do(t, "GET", "/v1/whoami", nil, nil)
+	wantError(t, code, body, 401, api.CodeUnauthorized)
+}
+
 func isClosed(err error) bool {
 	return strings.Contains(err.Error(), "reset") || strings.Contains(err.Error(), "EOF")
 }

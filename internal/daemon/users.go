@@ -98,6 +98,7 @@ func (d *Daemon) deleteUser(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	d.auth.live.spareCaller(w, r, userMatch(name))
 	if err := d.users.Remove(name); err != nil {
 		return err
 	}
@@ -164,6 +165,7 @@ func (d *Daemon) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	if err := api.ValidateName("token", token); err != nil {
 		return err
 	}
+	d.auth.live.spareCaller(w, r, tokenMatch(name, token))
 	if err := d.users.RevokeToken(name, token); err != nil {
 		return err
 	}
