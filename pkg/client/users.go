@@ -65,9 +65,3 @@ func (c *Client) RevokeToken(ctx context.Context, user, name string, opts ...Cal
 	return c.do(ctx, http.MethodDelete, "/v1/users/"+url.PathEscape(user)+"/tokens/"+url.PathEscape(name), nil, nil, opts...)
 }
 
-// WhoAmI returns the user the client's requests act as, and how they authenticate.
-func (c *Client) WhoAmI(ctx context.Context) (api.WhoAmI, error) {
-	var w api.WhoAmI
-	err := c.do(ctx, http.MethodGet, "/v1/whoami", nil, &w)
-	return w, err
-}
