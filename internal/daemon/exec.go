@@ -215,7 +215,7 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream, handed
 	}
 	// A command killed by its sandbox stopping did not fail on its own: say what happened.
 	if errors.Is(waitErr, runtime.ErrSandboxDied) || (waitErr == nil && status.Signal != 0 && stopped()) {
-		return api.ExecControl{}, api.Errorf(api.CodeSandboxNotRunning, "sandbox %q stopped while the command was running", name)
+		return api.ExecControl{}, api.Errorf(api.CodeSandboxNotRunning, "sandbox %q stopped while the command was running", bare(name))
 	}
 	if waitErr != nil {
 		return api.ExecControl{}, waitErr

@@ -121,7 +121,7 @@ func (x *exposer) expose(ctx context.Context, name string, p api.ExposurePost) (
 	if e, ok := x.open[key]; ok {
 		same := e.rec.HostAddr == p.HostAddr && (*p.HostPort == 0 || *p.HostPort == e.rec.HostPort) && (p.Auth == nil || e.rec.Auth == *p.Auth)
 		if !same {
-			return api.Exposure{}, false, api.Errorf(api.CodeExposureExists, "port %d of sandbox %q is exposed on %s already%s: `hiloop sandbox unexpose %s %d` first", p.Port, name, hostAddrPort(e.rec), authSays(e.rec.Auth), name, p.Port)
+			return api.Exposure{}, false, api.Errorf(api.CodeExposureExists, "port %d of sandbox %q is exposed on %s already%s: `hiloop sandbox unexpose %s %d` first", p.Port, bare(name), hostAddrPort(e.rec), authSays(e.rec.Auth), bare(name), p.Port)
 		}
 		return x.answer(e), false, nil
 	}
@@ -150,7 +150,7 @@ func (x *exposer) expose(ctx context.Context, name string, p api.ExposurePost) (
 		ln.Close()
 		_ = x.store.DeleteExposure(sb.ID, p.Port)
 		if err == nil {
-			err = api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
+			err = api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", bare(name))
 		}
 		return api.Exposure{}, false, err
 	}
@@ -194,7 +194,7 @@ func (x *exposer) unexpose(ctx context.Context, name string, port int) error {
 	}
 	x.mu.Unlock()
 	if !ok {
-		return api.Errorf(api.CodeExposureNotFound, "port %d of sandbox %q is not exposed", port, name)
+		return api.Errorf(api.CodeExposureNotFound, "port %d of sandbox %q is not exposed", port, bare(name))
 	}
 	if err := x.store.DeleteExposure(sb.ID, port); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err

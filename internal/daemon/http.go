@@ -26,6 +26,8 @@ type route struct {
 	idempotent bool
 	// noBody routes take no request body, and refuse one rather than ignore it.
 	noBody bool
+	// scope is whose resources the route reaches (owners.go).
+	scope scope
 }
 
 // checkShape refuses what a request must not carry whatever its route: a query parameter or an
@@ -46,8 +48,10 @@ func checkShape(r *http.Request, rt route) error {
 	return nil
 }
 
-// newMux registers routes, answering unknown paths and methods with JSON errors. Every call to
-// a route that changes something (any method but GET) is given to audit, when not nil.
+// newMux registers routes, answering unknown paths and methods with JSON errors. Every request
+// must carry a principal (identity.With, set by the listener's authentication, which also
+// applied an admin's Hiloop-As: withAs). Every call to a route that changes something (any
+// method but GET) is given to audit, when not nil.
 func newMux(routes []route, idem *idempotency, log *slog.Logger, audit func(api.AuditRecord)) http.Handler {
 	byPattern := map[string]map[string]route{}
 	var order []string
@@ -88,7 +92,19 @@ func newMux(routes []route, idem *idempotency, log *slog.Logger, audit func(api.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, log, api.Errorf(api.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	return requirePrincipal(mux, log)
+}
+
+// requirePrincipal serves next only to a request that carries a principal: one that no
+// authentication passed is refused, whatever listener served it.
+func requirePrincipal(next http.Handler, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := identity.From(r.Context()); !ok {
+			writeError(w, log, api.Errorf(api.CodeUnauthorized, "the request carries no credential"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // callRecord is the audit record of a call to rt answered with status: who made it, and the
@@ -226,12 +242,14 @@ func withVersion(version string, next http.Handler) http.Handler {
 	})
 }
 
+// pathName is the key of the sandbox a route's {name} gives: its guard (scopeSandbox) has
+// turned the name into a key of the caller's namespace, and found the sandbox. Under a route of
+// another scope it fails, rather than hand a name on as a key.
 func pathName(r *http.Request) (string, error) {
-	name := r.PathValue("name")
-	if err := api.ValidateName("sandbox", name); err != nil {
-		return "", err
+	if r.Context().Value(qualified{}) == nil {
+		return "", fmt.Errorf("%s %s names a sandbox but is not scoped by it", r.Method, r.Pattern)
 	}
-	return name, nil
+	return r.PathValue("name"), nil
 }
 
 func mustJSON(v any) string {

@@ -50,7 +50,7 @@ func testServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
 			return writeJSON(w, http.StatusOK, map[string]any{})
 		}},
 	}
-	srv := httptest.NewServer(withVersion("test", newMux(routes, newIdempotency(st, log), log, nil)))
+	srv := httptest.NewServer(asLocalAdmin(withVersion("test", newMux(routes, newIdempotency(st, log), log, nil)), log))
 	t.Cleanup(srv.Close)
 	return srv, calls
 }
@@ -233,7 +233,7 @@ func TestIdempotencyGivesHandlersTheCall(t *testing.T) {
 	routes := []route{{method: "POST", pattern: "/v1/things", idempotent: true, handle: func(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.CodeUnavailable, "call %q", store.CallOf(r.Context()))
 	}}}
-	srv := httptest.NewServer(withVersion("test", newMux(routes, newIdempotency(st, log), log, nil)))
+	srv := httptest.NewServer(asLocalAdmin(withVersion("test", newMux(routes, newIdempotency(st, log), log, nil)), log))
 	t.Cleanup(srv.Close)
 	callOf := func(key, body string) string {
 		t.Helper()

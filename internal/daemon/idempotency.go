@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -80,12 +81,14 @@ func (i *idempotency) wrap(next handlerFunc) handlerFunc {
 		}
 		sum := sha256.Sum256([]byte(r.Method + " " + r.URL.RequestURI() + "\n" + string(body)))
 		fingerprint := hex.EncodeToString(sum[:])
+		given := key
+		key = receiptKey(r, key)
 
 		defer i.lock(key)()
 		rec, err := i.store.GetReceipt(key)
 		switch {
 		case err == nil && rec.Fingerprint != fingerprint:
-			return api.Errorf(api.CodeIdempotencyKeyReused, "Idempotency-Key %q was already used with a different request", key)
+			return api.Errorf(api.CodeIdempotencyKeyReused, "Idempotency-Key %q was already used with a different request", given)
 		case err == nil:
 			if rec.ContentType != "" {
 				w.Header().Set("Content-Type", rec.ContentType)
@@ -145,4 +148,15 @@ func (r *recorder) WriteHeader(status int) {
 		r.status = status
 		r.wrote = true
 	}
+}
+
+// receiptKey is where the receipt of a request with Idempotency-Key key is kept: each
+// namespace's keys are its own, so that one user's key never replays another's answer (the
+// same URI names different resources in each). The local admin's keep their old place.
+func receiptKey(r *http.Request, key string) string {
+	ns := principal(r).Namespace()
+	if ns == identity.LocalAdmin {
+		return key
+	}
+	return ns + "\x00" + key // a header value holds no NUL
 }

@@ -55,7 +55,7 @@ func (d *Daemon) deleteImage(w http.ResponseWriter, r *http.Request) error {
 	var users []string
 	for _, sb := range list {
 		if sb.Image == name {
-			users = append(users, sb.Name)
+			users = append(users, ownedName(sb.Name))
 		}
 	}
 	if len(users) > 0 {

@@ -45,7 +45,7 @@ func (d *Daemon) portStream(w http.ResponseWriter, r *http.Request) error {
 	upstream, err := d.sandboxes.DialLoopback(r.Context(), name, net.JoinHostPort("localhost", strconv.Itoa(port)))
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return api.Errorf(api.CodePortNotListening, "nothing listens on port %d in sandbox %q (on 127.0.0.1 or ::1)", port, name)
+			return api.Errorf(api.CodePortNotListening, "nothing listens on port %d in sandbox %q (on 127.0.0.1 or ::1)", port, bare(name))
 		}
 		return err
 	}

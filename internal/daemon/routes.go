@@ -5,83 +5,93 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// routes is the whole API, one row per endpoint.
+// routes is the whole API, one row per endpoint, each behind its owner scope's guard.
 func (d *Daemon) routes() []route {
+	rows := d.routeTable()
+	for i := range rows {
+		rows[i].handle = d.guard(rows[i])
+	}
+	return rows
+}
+
+// routeTable is the whole API, one row per endpoint, with whose resources each reaches.
+func (d *Daemon) routeTable() []route {
 	return []route{
-		{method: "GET", pattern: "/v1/version", handle: d.getVersion},
-		{method: "GET", pattern: "/v1/sandboxes", handle: d.listSandboxes},
-		{method: "POST", pattern: "/v1/sandboxes", handle: d.createSandbox, idempotent: true},
-		{method: "GET", pattern: "/v1/sandboxes/{name}", handle: d.getSandbox},
-		{method: "DELETE", pattern: "/v1/sandboxes/{name}", handle: d.deleteSandbox, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/sandboxes/{name}/start", handle: d.startSandbox, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/sandboxes/{name}/stop", handle: d.stopSandbox, idempotent: true, noBody: true},
-		{method: "GET", pattern: "/v1/sandboxes/{name}/exec", handle: d.execSandbox},
-		{method: "GET", pattern: "/v1/sandboxes/{name}/ports/{port}", handle: d.portStream},
-		{method: "POST", pattern: "/v1/sandboxes/{name}/exposures", handle: d.postExposure, idempotent: true},
-		{method: "GET", pattern: "/v1/sandboxes/{name}/exposures", handle: d.listExposures},
-		{method: "DELETE", pattern: "/v1/sandboxes/{name}/exposures/{port}", handle: d.deleteExposure, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/sandboxes/{name}/grow", handle: d.growSandbox, idempotent: true},
-		{method: "GET", pattern: "/v1/sandboxes/{name}/egress/log", handle: d.sandboxEgressLog},
-		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", handle: d.restoreSandbox, idempotent: true},
-		{method: "PUT", pattern: "/v1/sandboxes/{name}/egress", handle: d.putEgress, idempotent: true},
-		{method: "PUT", pattern: "/v1/sandboxes/{name}/budget", handle: d.putSandboxBudget, idempotent: true},
-		{method: "POST", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.createSnapshot, idempotent: true},
-		{method: "GET", pattern: "/v1/sandboxes/{name}/snapshots", handle: d.listSnapshots},
-		{method: "GET", pattern: "/v1/snapshots", handle: d.listSnapshots},
-		{method: "GET", pattern: "/v1/snapshots/{snapshot}", handle: d.getSnapshot},
-		{method: "DELETE", pattern: "/v1/snapshots/{snapshot}", handle: d.deleteSnapshot, idempotent: true, noBody: true},
-		{method: "GET", pattern: "/v1/sandboxes/{name}/ssh", handle: d.sshInfo},
-		{method: "GET", pattern: "/v1/ssh-keys", handle: d.listSSHKeys},
-		{method: "POST", pattern: "/v1/ssh-keys", handle: d.addSSHKey, idempotent: true},
-		{method: "DELETE", pattern: "/v1/ssh-keys/{key}", handle: d.removeSSHKey, idempotent: true, noBody: true},
-		{method: "GET", pattern: "/v1/sessions", handle: d.listSessions},
-		{method: "POST", pattern: "/v1/sessions", handle: d.createSession, idempotent: true},
-		{method: "GET", pattern: "/v1/sessions/{id}", handle: d.getSession},
-		{method: "DELETE", pattern: "/v1/sessions/{id}", handle: d.deleteSession, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/sessions/{id}/prompt", handle: d.promptSession, idempotent: true},
-		{method: "POST", pattern: "/v1/sessions/{id}/cancel", handle: d.cancelSession, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/sessions/{id}/permissions/{tool_call_id}", handle: d.answerPermission, idempotent: true},
-		{method: "GET", pattern: "/v1/sessions/{id}/events", handle: d.sessionEvents},
-		{method: "GET", pattern: "/v1/sessions/{id}/stream", handle: d.streamSession},
-		{method: "PUT", pattern: "/v1/sessions/{id}/budget", handle: d.putSessionBudget, idempotent: true},
-		{method: "GET", pattern: "/v1/usage", handle: d.getUsage},
+		{method: "GET", pattern: "/v1/version", scope: scopePublic, handle: d.getVersion},
+		{method: "GET", pattern: "/v1/sandboxes", scope: scopeList, handle: d.listSandboxes},
+		{method: "POST", pattern: "/v1/sandboxes", scope: scopeList, handle: d.createSandbox, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}", scope: scopeSandbox, handle: d.getSandbox},
+		{method: "DELETE", pattern: "/v1/sandboxes/{name}", scope: scopeSandbox, handle: d.deleteSandbox, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/start", scope: scopeSandbox, handle: d.startSandbox, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/stop", scope: scopeSandbox, handle: d.stopSandbox, idempotent: true, noBody: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/exec", scope: scopeSandbox, handle: d.execSandbox},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/ports/{port}", scope: scopeSandbox, handle: d.portStream},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/exposures", scope: scopeSandbox, handle: d.postExposure, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/exposures", scope: scopeSandbox, handle: d.listExposures},
+		{method: "DELETE", pattern: "/v1/sandboxes/{name}/exposures/{port}", scope: scopeSandbox, handle: d.deleteExposure, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/grow", scope: scopeSandbox, handle: d.growSandbox, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/egress/log", scope: scopeSandbox, handle: d.sandboxEgressLog},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/restore", scope: scopeSandbox, handle: d.restoreSandbox, idempotent: true},
+		{method: "PUT", pattern: "/v1/sandboxes/{name}/egress", scope: scopeSandbox, handle: d.putEgress, idempotent: true},
+		{method: "PUT", pattern: "/v1/sandboxes/{name}/budget", scope: scopeSandbox, handle: d.putSandboxBudget, idempotent: true},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/snapshots", scope: scopeSandbox, handle: d.createSnapshot, idempotent: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/snapshots", scope: scopeSandbox, handle: d.listSnapshots},
+		{method: "GET", pattern: "/v1/snapshots", scope: scopeList, handle: d.listSnapshots},
+		{method: "GET", pattern: "/v1/snapshots/{snapshot}", scope: scopeSnapshot, handle: d.getSnapshot},
+		{method: "DELETE", pattern: "/v1/snapshots/{snapshot}", scope: scopeSnapshot, handle: d.deleteSnapshot, idempotent: true, noBody: true},
+		{method: "GET", pattern: "/v1/sandboxes/{name}/ssh", scope: scopeSandbox, handle: d.sshInfo},
+		{method: "GET", pattern: "/v1/ssh-keys", scope: scopeSSHKey, handle: d.listSSHKeys},
+		{method: "POST", pattern: "/v1/ssh-keys", scope: scopeSSHKey, handle: d.addSSHKey, idempotent: true},
+		{method: "DELETE", pattern: "/v1/ssh-keys/{key}", scope: scopeSSHKey, handle: d.removeSSHKey, idempotent: true, noBody: true},
+		{method: "GET", pattern: "/v1/sessions", scope: scopeList, handle: d.listSessions},
+		{method: "POST", pattern: "/v1/sessions", scope: scopeList, handle: d.createSession, idempotent: true},
+		{method: "GET", pattern: "/v1/sessions/{id}", scope: scopeSession, handle: d.getSession},
+		{method: "DELETE", pattern: "/v1/sessions/{id}", scope: scopeSession, handle: d.deleteSession, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/sessions/{id}/prompt", scope: scopeSession, handle: d.promptSession, idempotent: true},
+		{method: "POST", pattern: "/v1/sessions/{id}/cancel", scope: scopeSession, handle: d.cancelSession, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/sessions/{id}/permissions/{tool_call_id}", scope: scopeSession, handle: d.answerPermission, idempotent: true},
+		{method: "GET", pattern: "/v1/sessions/{id}/events", scope: scopeSession, handle: d.sessionEvents},
+		{method: "GET", pattern: "/v1/sessions/{id}/stream", scope: scopeSession, handle: d.streamSession},
+		{method: "PUT", pattern: "/v1/sessions/{id}/budget", scope: scopeSession, handle: d.putSessionBudget, idempotent: true},
+		{method: "GET", pattern: "/v1/usage", scope: scopeList, handle: d.getUsage},
 		// Creating and rotating a secret honour no Idempotency-Key: a receipt keeps a hash of the
 		// request body, which holds the value, and the bbolt file must reveal nothing of it.
-		{method: "POST", pattern: "/v1/secrets", handle: d.createSecret},
-		{method: "GET", pattern: "/v1/secrets", handle: d.listSecrets},
-		{method: "GET", pattern: "/v1/secrets/{secret}", handle: d.getSecret},
-		{method: "DELETE", pattern: "/v1/secrets/{secret}", handle: d.deleteSecret, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/secrets/{secret}/rotate", handle: d.rotateSecret},
-		{method: "POST", pattern: "/v1/sandboxes/{name}/secrets", handle: d.attachSandboxSecret, idempotent: true},
-		{method: "PUT", pattern: "/v1/logins/{provider}", handle: d.putLogin},
-		{method: "GET", pattern: "/v1/logins", handle: d.listLogins},
-		{method: "GET", pattern: "/v1/logins/{provider}", handle: d.getLogin},
-		{method: "DELETE", pattern: "/v1/logins/{provider}", handle: d.deleteLogin, idempotent: true, noBody: true},
-		{method: "GET", pattern: "/v1/audit", handle: d.auditRecords},
-		{method: "DELETE", pattern: "/v1/sandboxes/{name}/secrets/{secret}", handle: d.detachSandboxSecret, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/secrets", scope: scopeSecret, handle: d.createSecret},
+		{method: "GET", pattern: "/v1/secrets", scope: scopeSecret, handle: d.listSecrets},
+		{method: "GET", pattern: "/v1/secrets/{secret}", scope: scopeSecret, handle: d.getSecret},
+		{method: "DELETE", pattern: "/v1/secrets/{secret}", scope: scopeSecret, handle: d.deleteSecret, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/secrets/{secret}/rotate", scope: scopeSecret, handle: d.rotateSecret},
+		{method: "POST", pattern: "/v1/sandboxes/{name}/secrets", scope: scopeSandbox, handle: d.attachSandboxSecret, idempotent: true},
+		{method: "PUT", pattern: "/v1/logins/{provider}", scope: scopeLogin, handle: d.putLogin},
+		{method: "GET", pattern: "/v1/logins", scope: scopeLogin, handle: d.listLogins},
+		{method: "GET", pattern: "/v1/logins/{provider}", scope: scopeLogin, handle: d.getLogin},
+		{method: "DELETE", pattern: "/v1/logins/{provider}", scope: scopeLogin, handle: d.deleteLogin, idempotent: true, noBody: true},
+		{method: "GET", pattern: "/v1/audit", scope: scopeUser, handle: d.auditRecords},
+		{method: "DELETE", pattern: "/v1/sandboxes/{name}/secrets/{secret}", scope: scopeSandbox, handle: d.detachSandboxSecret, idempotent: true, noBody: true},
 		// The users and their credentials (users.go). None honours an Idempotency-Key but the
 		// deletes: a receipt would keep the answer, which holds a token's value.
-		{method: "POST", pattern: "/v1/users", handle: d.createUser},
-		{method: "GET", pattern: "/v1/users", handle: d.listUsers},
-		{method: "GET", pattern: "/v1/users/{user}", handle: d.getUser},
-		{method: "DELETE", pattern: "/v1/users/{user}", handle: d.deleteUser, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/users/{user}/trust-token", handle: d.newTrustToken, noBody: true},
-		{method: "POST", pattern: "/v1/users/{user}/tokens", handle: d.createToken},
-		{method: "GET", pattern: "/v1/users/{user}/tokens", handle: d.listTokens},
-		{method: "DELETE", pattern: "/v1/users/{user}/tokens/{token}", handle: d.revokeToken, idempotent: true, noBody: true},
-		{method: "POST", pattern: trustPath, handle: d.trust},
-		{method: "GET", pattern: "/v1/whoami", handle: d.whoami},
-		{method: "GET", pattern: "/v1/images", handle: d.listImages},
-		{method: "GET", pattern: "/v1/images/{name}", handle: d.getImage},
-		{method: "DELETE", pattern: "/v1/images/{name}", handle: d.deleteImage, idempotent: true, noBody: true},
-		{method: "POST", pattern: "/v1/images/{name}/build", handle: d.buildImage},
+		{method: "POST", pattern: "/v1/users", scope: scopeUser, handle: d.createUser},
+		{method: "GET", pattern: "/v1/users", scope: scopeUser, handle: d.listUsers},
+		{method: "GET", pattern: "/v1/users/{user}", scope: scopeAccount, handle: d.getUser},
+		{method: "DELETE", pattern: "/v1/users/{user}", scope: scopeUser, handle: d.deleteUser, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/users/{user}/trust-token", scope: scopeUser, handle: d.newTrustToken, noBody: true},
+		{method: "POST", pattern: "/v1/users/{user}/tokens", scope: scopeAccount, handle: d.createToken},
+		{method: "GET", pattern: "/v1/users/{user}/tokens", scope: scopeAccount, handle: d.listTokens},
+		{method: "DELETE", pattern: "/v1/users/{user}/tokens/{token}", scope: scopeAccount, handle: d.revokeToken, idempotent: true, noBody: true},
+		{method: "POST", pattern: trustPath, scope: scopePublic, handle: d.trust},
+		{method: "GET", pattern: "/v1/whoami", scope: scopePublic, handle: d.whoami},
+		{method: "GET", pattern: "/v1/images", scope: scopeImage, handle: d.listImages},
+		{method: "GET", pattern: "/v1/images/{name}", scope: scopeImage, handle: d.getImage},
+		{method: "DELETE", pattern: "/v1/images/{name}", scope: scopeImageMutation, handle: d.deleteImage, idempotent: true, noBody: true},
+		{method: "POST", pattern: "/v1/images/{name}/build", scope: scopeImageMutation, handle: d.buildImage},
 		// Import and pull honour no Idempotency-Key: an archive is too large to hash again, and
 		// a pull's body may hold a registry login the bbolt file must not keep a trace of.
-		{method: "POST", pattern: "/v1/images/{name}/import", handle: d.importImage},
-		{method: "POST", pattern: "/v1/images/{name}/pull", handle: d.pullImage},
+		{method: "POST", pattern: "/v1/images/{name}/import", scope: scopeImageMutation, handle: d.importImage},
+		{method: "POST", pattern: "/v1/images/{name}/pull", scope: scopeImageMutation, handle: d.pullImage},
 	}
 }
 
@@ -98,18 +108,23 @@ func (d *Daemon) getVersion(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) listSandboxes(w http.ResponseWriter, r *http.Request) error {
-	list, err := d.sandboxes.List(r.Context())
+	all, err := d.sandboxes.List(r.Context())
 	if err != nil {
 		return err
 	}
-	for i := range list {
-		if list[i], err = d.withSecrets(list[i]); err != nil {
+	show := visible(r)
+	list := make([]api.Sandbox, 0, len(all))
+	for _, sb := range all {
+		if !show(sb.Name) {
+			continue
+		}
+		if sb, err = d.withSecrets(sb); err != nil {
 			return err
 		}
-		if list[i], err = d.withSandboxUsage(list[i]); err != nil {
+		if sb, err = d.withSandboxUsage(sb); err != nil {
 			return err
 		}
-		list[i] = d.withExposures(list[i])
+		list = append(list, present(d.withExposures(sb)))
 	}
 	return writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: list})
 }
@@ -119,7 +134,7 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
-	if err := d.checkCreate(&p); err != nil {
+	if err := d.checkCreate(r, &p); err != nil {
 		return err
 	}
 	sb, err := d.sandboxes.Create(r.Context(), p)
@@ -141,18 +156,26 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if sb, err = d.withSandboxUsage(sb); err != nil {
 		return err
 	}
-	return d.writeSandbox(w, http.StatusCreated, sb)
+	return d.writeSandbox(w, http.StatusCreated, present(sb))
 }
 
 // checkCreate normalises a create request and refuses it, naming every problem at once, when
 // any of its values is invalid, above what the host has, or names a secret that does not exist;
 // the refusal then also says what else stands in its way (sandbox.Manager.CheckCreate). A
 // request with valid values goes on to the manager's Create, which refuses what the host
-// lacks for it together.
-func (d *Daemon) checkCreate(p *api.SandboxesPost) error {
+// lacks for it together. The names it gives (its own, its snapshot's) become keys of the
+// caller's namespace, so that a name taken in another namespace is not in its way.
+func (d *Daemon) checkCreate(r *http.Request, p *api.SandboxesPost) error {
 	defaultCPUs, defaultMemory := p.CPUs == 0, p.MemoryMB == 0
 	var ps api.Problems
 	ps.Add("", p.Normalize())
+	ns := principal(r).Namespace()
+	if !ps.Has("name") {
+		p.Name = identity.Key(ns, p.Name)
+	}
+	if p.FromSnapshot != "" && !ps.Has("from_snapshot") {
+		p.FromSnapshot = identity.Key(ns, p.FromSnapshot)
+	}
 	d.host.fitHost(p, defaultCPUs, defaultMemory, &ps)
 	// The secrets must exist before anything is made; one deleted in the meantime fails the
 	// attach after the create, and the sandbox is left without it.
@@ -180,7 +203,7 @@ func (d *Daemon) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	if sb, err = d.withSandboxUsage(sb); err != nil {
 		return err
 	}
-	return d.writeSandbox(w, http.StatusOK, sb)
+	return d.writeSandbox(w, http.StatusOK, present(sb))
 }
 
 func (d *Daemon) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -208,7 +231,7 @@ func (d *Daemon) startSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sb)
+	return writeJSON(w, http.StatusOK, present(sb))
 }
 
 func (d *Daemon) stopSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -220,7 +243,7 @@ func (d *Daemon) stopSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sb)
+	return writeJSON(w, http.StatusOK, present(sb))
 }
 
 func (d *Daemon) growSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -239,7 +262,7 @@ func (d *Daemon) growSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sb)
+	return writeJSON(w, http.StatusOK, present(sb))
 }
 
 func (d *Daemon) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -251,11 +274,15 @@ func (d *Daemon) restoreSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
-	sb, err := d.sandboxes.Restore(r.Context(), name, p.Snapshot)
+	snapshot, err := qualify(r, "snapshot", p.Snapshot)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sb)
+	sb, err := d.sandboxes.Restore(r.Context(), name, snapshot)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, present(sb))
 }
 
 // putEgress replaces a sandbox's egress policy; a running sandbox's next connections follow it.
@@ -275,7 +302,7 @@ func (d *Daemon) putEgress(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sb)
+	return writeJSON(w, http.StatusOK, present(sb))
 }
 
 func (d *Daemon) createSnapshot(w http.ResponseWriter, r *http.Request) error {
@@ -287,29 +314,43 @@ func (d *Daemon) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
+	// A snapshot is its sandbox's owner's, named in their namespace; the manager names one
+	// that has no name after its sandbox, whose key is of that namespace.
+	if p.Name != "" {
+		if p.Name, err = qualify(r, "snapshot", p.Name); err != nil {
+			return err
+		}
+	}
 	sn, err := d.sandboxes.Snapshot(r.Context(), name, p)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, sn)
+	return writeJSON(w, http.StatusCreated, presentSnapshot(sn))
 }
 
-// listSnapshots lists every snapshot, or a sandbox's when the path names one.
+// listSnapshots lists the caller's snapshots (every user's with all_users), or a sandbox's
+// when the path names one.
 func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	sandbox := ""
+	show := func(string) bool { return true }
 	if r.PathValue("name") != "" {
 		name, err := pathName(r)
 		if err != nil {
 			return err
 		}
-		if _, err := d.sandboxes.Get(r.Context(), name); err != nil {
-			return err
-		}
 		sandbox = name
+	} else {
+		show = visible(r)
 	}
-	list, err := d.sandboxes.ListSnapshots(sandbox)
+	all, err := d.sandboxes.ListSnapshots(sandbox)
 	if err != nil {
 		return err
+	}
+	list := make([]api.Snapshot, 0, len(all))
+	for _, sn := range all {
+		if show(sn.Name) {
+			list = append(list, presentSnapshot(sn))
+		}
 	}
 	return writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: list})
 }
@@ -319,7 +360,7 @@ func (d *Daemon) getSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sn)
+	return writeJSON(w, http.StatusOK, presentSnapshot(sn))
 }
 
 func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/hiloop/hiloop/internal/eventlog"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -25,6 +26,11 @@ func (d *Daemon) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
+	if err := p.Normalize(); err != nil {
+		return err
+	}
+	// The session is in the caller's namespace: on their sandbox of that name.
+	p.Sandbox = identity.Key(principal(r).Namespace(), p.Sandbox)
 	se, err := d.sessions.Create(r.Context(), p)
 	if err != nil {
 		return err
@@ -43,24 +49,34 @@ func (d *Daemon) createSession(w http.ResponseWriter, r *http.Request) error {
 	if se, err = d.withSessionUsage(se); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, se)
+	return writeJSON(w, http.StatusCreated, presentSession(se))
 }
 
+// listSessions lists the caller's sessions (every user's with all_users), or those of one of
+// their sandboxes (?sandbox=NAME).
 func (d *Daemon) listSessions(w http.ResponseWriter, r *http.Request) error {
 	sandbox := r.URL.Query().Get("sandbox")
 	if sandbox != "" {
-		if err := api.ValidateName("sandbox", sandbox); err != nil {
+		key, err := sandboxKeyOf(r, sandbox)
+		if err != nil {
 			return err
 		}
+		sandbox = key
 	}
-	list, err := d.sessions.List(r.Context(), sandbox)
+	all, err := d.sessions.List(r.Context(), sandbox)
 	if err != nil {
 		return err
 	}
-	for i := range list {
-		if list[i], err = d.withSessionUsage(list[i]); err != nil {
+	show := visible(r)
+	list := make([]api.Session, 0, len(all))
+	for _, se := range all {
+		if !show(se.Sandbox) {
+			continue
+		}
+		if se, err = d.withSessionUsage(se); err != nil {
 			return err
 		}
+		list = append(list, presentSession(se))
 	}
 	return writeJSON(w, http.StatusOK, api.SessionList{Sessions: list})
 }
@@ -73,7 +89,7 @@ func (d *Daemon) getSession(w http.ResponseWriter, r *http.Request) error {
 	if se, err = d.withSessionUsage(se); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, se)
+	return writeJSON(w, http.StatusOK, presentSession(se))
 }
 
 func (d *Daemon) deleteSession(w http.ResponseWriter, r *http.Request) error {
@@ -112,7 +128,7 @@ func (d *Daemon) cancelSession(w http.ResponseWriter, r *http.Request) error {
 	if se, err = d.withSessionUsage(se); err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, se)
+	return writeJSON(w, http.StatusOK, presentSession(se))
 }
 
 func (d *Daemon) answerPermission(w http.ResponseWriter, r *http.Request) error {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/usage"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -14,19 +15,11 @@ import (
 // the API names sandboxes, so these handlers translate. They read the store's records, not the
 // sandbox manager, so that a sandbox busy in a transition still answers.
 
-// getUsage serves GET /v1/usage?sandbox=NAME&session=ID&since=RFC3339: the model usage of every
-// sandbox, or one sandbox's, or one session's, from since on, by sandbox, session, model and day.
+// getUsage serves GET /v1/usage?sandbox=NAME&session=ID&since=RFC3339: the model usage of the
+// caller's sandboxes (every user's with all_users), or one sandbox's, or one session's, from
+// since on, by sandbox, session, model and day.
 func (d *Daemon) getUsage(w http.ResponseWriter, r *http.Request) error {
 	q, err := d.usageQuery(r)
-	if err != nil {
-		return err
-	}
-	// The records of requests that have ended are queued for the writer; wait for them, so
-	// that a report asked for after a turn counts all of it.
-	if err := d.usage.Flush(); err != nil {
-		return err
-	}
-	rep, err := d.usage.Query(q)
 	if err != nil {
 		return err
 	}
@@ -38,11 +31,29 @@ func (d *Daemon) getUsage(w http.ResponseWriter, r *http.Request) error {
 	for _, rec := range recs {
 		names[rec.ID] = rec.Name
 	}
+	if all, _ := allUsers(r); !all {
+		// A deleted sandbox's usage stays, by id, with no record to say whose it was: the
+		// local admin's, who administers the host, sees it.
+		show, local := visible(r), principal(r).Namespace() == identity.LocalAdmin
+		q.Sandboxes = func(id string) bool {
+			key, ok := names[id]
+			return (ok && show(key)) || (!ok && local)
+		}
+	}
+	// The records of requests that have ended are queued for the writer; wait for them, so
+	// that a report asked for after a turn counts all of it.
+	if err := d.usage.Flush(); err != nil {
+		return err
+	}
+	rep, err := d.usage.Query(q)
+	if err != nil {
+		return err
+	}
 	return writeJSON(w, http.StatusOK, usageReport(rep, names))
 }
 
-// usageQuery reads the query of GET /v1/usage, resolving the sandbox's name and the session to
-// ids.
+// usageQuery reads the query of GET /v1/usage, resolving the sandbox's name (in the caller's
+// namespace) and the session (of that namespace) to ids.
 func (d *Daemon) usageQuery(r *http.Request) (usage.Query, error) {
 	var q usage.Query
 	v := r.URL.Query()
@@ -55,19 +66,26 @@ func (d *Daemon) usageQuery(r *http.Request) (usage.Query, error) {
 	}
 	sandbox := v.Get("sandbox")
 	if sandbox != "" {
-		rec, err := d.sandboxRecord(sandbox)
+		key, err := sandboxKeyOf(r, sandbox)
 		if err != nil {
 			return q, err
 		}
-		q.SandboxID = rec.ID
+		rec, err := d.sandboxRecord(key)
+		if err != nil {
+			return q, err
+		}
+		q.SandboxID, sandbox = rec.ID, key
 	}
 	if id := v.Get("session"); id != "" {
 		rec, err := d.sessionRecord(id)
 		if err != nil {
 			return q, err
 		}
+		if !identity.InNamespace(rec.Sandbox, principal(r).Namespace()) {
+			return q, sessionNotFound(id)
+		}
 		if sandbox != "" && rec.Sandbox != sandbox {
-			return q, api.Errorf(api.CodeInvalidArgument, "session %s is in sandbox %q, not %q", id, rec.Sandbox, sandbox)
+			return q, api.Errorf(api.CodeInvalidArgument, "session %s is in sandbox %q, not %q", id, bare(rec.Sandbox), bare(sandbox))
 		}
 		q.SandboxID, q.SessionID = rec.SandboxID, rec.ID
 	}
@@ -194,14 +212,11 @@ func (d *Daemon) modelUsage(sandboxID, sessionID string) (*api.ModelUsage, error
 	return u, nil
 }
 
-// sandboxRecord is the stored record of the sandbox named name.
-func (d *Daemon) sandboxRecord(name string) (store.Sandbox, error) {
-	if err := api.ValidateName("sandbox", name); err != nil {
-		return store.Sandbox{}, err
-	}
-	rec, err := d.store.GetSandbox(name)
+// sandboxRecord is the stored record of the sandbox with key.
+func (d *Daemon) sandboxRecord(key string) (store.Sandbox, error) {
+	rec, err := d.store.GetSandbox(key)
 	if errors.Is(err, store.ErrNotFound) {
-		return rec, sandboxNotFound(name)
+		return rec, sandboxNotFound(key)
 	}
 	return rec, err
 }
@@ -218,8 +233,8 @@ func (d *Daemon) sessionRecord(id string) (store.Session, error) {
 	return rec, err
 }
 
-func sandboxNotFound(name string) error {
-	return api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
+func sandboxNotFound(key string) error {
+	return api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", bare(key))
 }
 
 func sessionNotFound(id string) error {
@@ -231,14 +246,18 @@ func usageTotals(t usage.Totals) api.UsageTotals {
 		CacheWriteTokens: t.CacheWrite, TotalTokens: t.Total(), Requests: t.Requests}
 }
 
-// usageReport is rep as the API shows it, sandboxes named by names (id → name). A sandbox
-// deleted since the query keeps its id alone.
+// usageReport is rep as the API shows it, sandboxes named by names (id → key) with their
+// owners. A sandbox deleted since the query keeps its id alone.
 func usageReport(rep usage.Report, names map[string]string) api.UsageReport {
 	groups := func(gs []usage.Group) []api.UsageGroup {
 		out := make([]api.UsageGroup, 0, len(gs))
 		for _, g := range gs {
-			out = append(out, api.UsageGroup{Sandbox: names[g.SandboxID], SandboxID: g.SandboxID, Session: g.SessionID,
-				Model: g.Model, Day: g.Day, UsageTotals: usageTotals(g.Totals)})
+			ug := api.UsageGroup{SandboxID: g.SandboxID, Session: g.SessionID, Model: g.Model, Day: g.Day,
+				UsageTotals: usageTotals(g.Totals)}
+			if key, ok := names[g.SandboxID]; ok && g.SandboxID != "" {
+				ug.Owner, ug.Sandbox = identity.Split(key)
+			}
+			out = append(out, ug)
 		}
 		return out
 	}

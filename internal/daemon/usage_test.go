@@ -42,7 +42,7 @@ func usageDaemon(t *testing.T) (*Daemon, *httptest.Server) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	d := &Daemon{store: st, usage: u, log: log}
-	srv := httptest.NewServer(newMux(d.routes(), newIdempotency(st, log), log, nil))
+	srv := httptest.NewServer(asLocalAdmin(newMux(d.routes(), newIdempotency(st, log), log, nil), log))
 	t.Cleanup(srv.Close)
 	return d, srv
 }
@@ -95,13 +95,13 @@ func TestGetUsage(t *testing.T) {
 	want := api.UsageReport{
 		Total: totals(157, 18, 3),
 		BySandbox: []api.UsageGroup{
-			{Sandbox: "db", SandboxID: "id-db", UsageTotals: totals(7, 3, 1)},
-			{Sandbox: "web", SandboxID: "id-web", UsageTotals: totals(150, 15, 2)},
+			{Sandbox: "db", Owner: "admin", SandboxID: "id-db", UsageTotals: totals(7, 3, 1)},
+			{Sandbox: "web", Owner: "admin", SandboxID: "id-web", UsageTotals: totals(150, 15, 2)},
 		},
 		BySession: []api.UsageGroup{
-			{Sandbox: "db", SandboxID: "id-db", UsageTotals: totals(7, 3, 1)},
-			{Sandbox: "web", SandboxID: "id-web", UsageTotals: totals(50, 5, 1)},
-			{Sandbox: "web", SandboxID: "id-web", Session: "s1", UsageTotals: totals(100, 10, 1)},
+			{Sandbox: "db", Owner: "admin", SandboxID: "id-db", UsageTotals: totals(7, 3, 1)},
+			{Sandbox: "web", Owner: "admin", SandboxID: "id-web", UsageTotals: totals(50, 5, 1)},
+			{Sandbox: "web", Owner: "admin", SandboxID: "id-web", Session: "s1", UsageTotals: totals(100, 10, 1)},
 		},
 		ByModel: []api.UsageGroup{{Model: "haiku", UsageTotals: totals(50, 5, 1)}, {Model: "opus", UsageTotals: totals(107, 13, 2)}},
 		ByDay:   []api.UsageGroup{{Day: "2025-06-30", UsageTotals: totals(150, 15, 2)}, {Day: "2025-07-01", UsageTotals: totals(7, 3, 1)}},

@@ -35,7 +35,7 @@ func (m *Manager) admitStart(rec *store.Sandbox) error {
 	// the create, but the room may have gone since): held until the state records the promise.
 	m.budgetMu.Lock()
 	defer m.budgetMu.Unlock()
-	what := fmt.Sprintf("start sandbox %q", rec.Name)
+	what := fmt.Sprintf("start sandbox %q", displayName(rec.Name))
 	if rec.StorageClass == string(api.StorageEphemeral) {
 		what += ", whose ephemeral workspace is made at every start"
 	}

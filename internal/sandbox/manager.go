@@ -271,7 +271,7 @@ func (m *Manager) createRoom(ps *api.Problems, rec store.Sandbox, p api.Sandboxe
 		ps.Add("", err)
 		return
 	}
-	what := fmt.Sprintf("create sandbox %q", rec.Name)
+	what := fmt.Sprintf("create sandbox %q", displayName(rec.Name))
 	if err := room.storage.refusal(what, ws); err != nil {
 		ps.Add("workspace_gib", err)
 	} else if !p.NoStart {
@@ -316,7 +316,7 @@ func (m *Manager) createdBefore(ctx context.Context, name string) (api.Sandbox, 
 }
 
 func sandboxExists(name string) error {
-	return api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", name)
+	return api.Errorf(api.CodeSandboxExists, "sandbox %q already exists", displayName(name))
 }
 
 func (m *Manager) create(ctx context.Context, rec *store.Sandbox, p api.SandboxesPost) error {
@@ -352,7 +352,7 @@ func (m *Manager) fork(ctx context.Context, rec *store.Sandbox, snapName string)
 		return err
 	}
 	if want := int64(rec.WorkspaceGiB) * gib; want != 0 && want < sn.CapacityBytes {
-		return api.Errorf(api.CodeGrowNotLarger, "snapshot %q holds a %d GiB workspace: a sandbox made from it needs at least that (omit --workspace-gib)", snapName, sn.CapacityBytes/gib)
+		return api.Errorf(api.CodeGrowNotLarger, "snapshot %q holds a %d GiB workspace: a sandbox made from it needs at least that (omit --workspace-gib)", displayName(snapName), sn.CapacityBytes/gib)
 	}
 	info, err := snapper.CreateFromSnapshot(ctx, rec.ID, sn.ID, nil)
 	if err != nil {
@@ -484,7 +484,7 @@ func (m *Manager) start(ctx context.Context, rec *store.Sandbox) error {
 		if errors.As(err, &apiErr) {
 			return apiErr
 		}
-		return fmt.Errorf("start sandbox %q: %w", rec.Name, err)
+		return fmt.Errorf("start sandbox %q: %w", displayName(rec.Name), err)
 	}
 	now := time.Now().UTC()
 	rec.StartedAt = &now
@@ -529,7 +529,7 @@ func (m *Manager) startContainer(ctx context.Context, rec *store.Sandbox, img im
 	}
 	spec := runtime.Spec{
 		ID:        rec.ID,
-		Hostname:  rec.Name,
+		Hostname:  displayName(rec.Name),
 		ImageDir:  img.Path,
 		LayerDir:  layerDir,
 		Workspace: waitWorkspace,
@@ -632,7 +632,7 @@ func (m *Manager) stop(ctx context.Context, rec *store.Sandbox) error {
 	err := m.stopContainer(ctx, rec)
 	if err != nil {
 		_ = m.setState(rec, api.StateFailed, err.Error())
-		return fmt.Errorf("stop sandbox %q: %w", rec.Name, err)
+		return fmt.Errorf("stop sandbox %q: %w", displayName(rec.Name), err)
 	}
 	rec.StartedAt = nil
 	return m.setState(rec, api.StateStopped, "")
@@ -697,7 +697,7 @@ func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
 	}
 	if err != nil {
 		_ = m.setState(rec, api.StateFailed, err.Error())
-		return fmt.Errorf("delete sandbox %q: %w", rec.Name, err)
+		return fmt.Errorf("delete sandbox %q: %w", displayName(rec.Name), err)
 	}
 	return m.store.DeleteSandbox(rec.Name)
 }
@@ -772,13 +772,13 @@ func notRunning(rec store.Sandbox) error {
 	if state == string(api.StateRunning) {
 		state = "not answering"
 	}
-	return api.Errorf(api.CodeSandboxNotRunning, "sandbox %q is %s: start it with `hiloop sandbox start %s`", rec.Name, state, rec.Name)
+	return api.Errorf(api.CodeSandboxNotRunning, "sandbox %q is %s: start it with `hiloop sandbox start %s`", displayName(rec.Name), state, displayName(rec.Name))
 }
 
 func (m *Manager) record(name string) (store.Sandbox, error) {
 	rec, err := m.store.GetSandbox(name)
 	if errors.Is(err, store.ErrNotFound) {
-		return rec, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", name)
+		return rec, api.Errorf(api.CodeSandboxNotFound, "sandbox %q not found", displayName(name))
 	}
 	return rec, err
 }
@@ -945,7 +945,7 @@ func (m *Manager) SetEgressPolicy(ctx context.Context, name string, p api.Egress
 	live := m.egress != nil && rec.State == string(api.StateRunning)
 	if live {
 		if err := m.egress.SetPolicy(rec.ID, p); err != nil {
-			return api.Sandbox{}, fmt.Errorf("egress policy of %q: %w", name, err)
+			return api.Sandbox{}, fmt.Errorf("egress policy of %q: %w", displayName(name), err)
 		}
 	}
 	rec.Egress = storeEgress(&p)

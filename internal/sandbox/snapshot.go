@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/units"
 	"github.com/hiloop/hiloop/internal/volume"
@@ -73,7 +74,7 @@ func (m *Manager) Grow(ctx context.Context, name string, sizeGiB int) (api.Sandb
 	}
 	m.budgetMu.Lock()
 	defer m.budgetMu.Unlock()
-	ps.Add("workspace_gib", m.admitStorage(fmt.Sprintf("grow the workspace of %q to %d GiB", name, sizeGiB), int64(sizeGiB-recordedGiB(rec))*gib))
+	ps.Add("workspace_gib", m.admitStorage(fmt.Sprintf("grow the workspace of %q to %d GiB", displayName(name), sizeGiB), int64(sizeGiB-recordedGiB(rec))*gib))
 	if err := ps.Err(); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -104,9 +105,11 @@ func (m *Manager) Snapshot(ctx context.Context, name string, p api.SnapshotsPost
 		return api.Snapshot{}, err
 	}
 	if p.Name == "" {
-		p.Name = api.DefaultSnapshotName(name, time.Now())
+		// Named after the bare name, in the sandbox's namespace: a key cut short could lose it.
+		ns, bare := identity.Split(name)
+		p.Name = identity.Key(ns, api.DefaultSnapshotName(bare, time.Now()))
 	}
-	if err := api.ValidateName("snapshot", p.Name); err != nil {
+	if err := validKey("snapshot", p.Name); err != nil {
 		return api.Snapshot{}, err
 	}
 	// Start, stop and delete wait for the seal; exec does not.
@@ -116,7 +119,7 @@ func (m *Manager) Snapshot(ctx context.Context, name string, p api.SnapshotsPost
 		return api.Snapshot{}, err
 	}
 	if rec.StorageClass != string(api.StorageDurable) {
-		return api.Snapshot{}, api.Errorf(api.CodeInvalidArgument, "sandbox %q has an ephemeral workspace: only durable workspaces can be snapshotted", name)
+		return api.Snapshot{}, api.Errorf(api.CodeInvalidArgument, "sandbox %q has an ephemeral workspace: only durable workspaces can be snapshotted", displayName(name))
 	}
 	if _, err := admit(opSnapshot, rec); err != nil {
 		return api.Snapshot{}, err
@@ -137,7 +140,7 @@ func (m *Manager) Snapshot(ctx context.Context, name string, p api.SnapshotsPost
 			if old, err := m.store.GetSnapshot(p.Name); err == nil && sn.Call.Made(old.Call) && old.State == string(api.SnapshotReady) {
 				return snapshotView(old, nil), nil
 			}
-			return api.Snapshot{}, api.Errorf(api.CodeSnapshotExists, "snapshot %q already exists", p.Name)
+			return api.Snapshot{}, api.Errorf(api.CodeSnapshotExists, "snapshot %q already exists", displayName(p.Name))
 		}
 		return api.Snapshot{}, err
 	}
@@ -229,7 +232,7 @@ func (m *Manager) dropSnapshot(ctx context.Context, snapper volume.Snapshotter, 
 		return err
 	}
 	if err := snapper.DeleteSnapshot(ctx, sn.ID); err != nil {
-		return fmt.Errorf("delete snapshot %q: %w", sn.Name, err)
+		return fmt.Errorf("delete snapshot %q: %w", displayName(sn.Name), err)
 	}
 	return nil
 }
@@ -241,7 +244,7 @@ func (m *Manager) Restore(ctx context.Context, name, snapName string) (api.Sandb
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	if err := api.ValidateName("snapshot", snapName); err != nil {
+	if err := validKey("snapshot", snapName); err != nil {
 		return api.Sandbox{}, err
 	}
 	defer m.lock(name)()
@@ -254,14 +257,14 @@ func (m *Manager) Restore(ctx context.Context, name, snapName string) (api.Sandb
 		return api.Sandbox{}, err
 	}
 	if rec.StorageClass != string(api.StorageDurable) {
-		return api.Sandbox{}, api.Errorf(api.CodeInvalidArgument, "sandbox %q has an ephemeral workspace: restore needs a durable one", name)
+		return api.Sandbox{}, api.Errorf(api.CodeInvalidArgument, "sandbox %q has an ephemeral workspace: restore needs a durable one", displayName(name))
 	}
 	if _, err := admit(opRestore, rec); err != nil {
 		return api.Sandbox{}, err
 	}
 	m.budgetMu.Lock()
 	defer m.budgetMu.Unlock()
-	if err := m.admitStorage(fmt.Sprintf("restore snapshot %q into %q", snapName, name), max(0, sn.CapacityBytes-int64(recordedGiB(rec))*gib)); err != nil {
+	if err := m.admitStorage(fmt.Sprintf("restore snapshot %q into %q", displayName(snapName), displayName(name)), max(0, sn.CapacityBytes-int64(recordedGiB(rec))*gib)); err != nil {
 		return api.Sandbox{}, err
 	}
 	info, err := snapper.Restore(ctx, rec.ID, sn.ID, nil)
@@ -288,12 +291,12 @@ func (m *Manager) readySnapshot(name string) (store.Snapshot, error) {
 }
 
 func (m *Manager) snapshotRecord(name string) (store.Snapshot, error) {
-	if err := api.ValidateName("snapshot", name); err != nil {
+	if err := validKey("snapshot", name); err != nil {
 		return store.Snapshot{}, err
 	}
 	sn, err := m.store.GetSnapshot(name)
 	if errors.Is(err, store.ErrNotFound) {
-		return sn, api.Errorf(api.CodeSnapshotNotFound, "snapshot %q not found", name)
+		return sn, api.Errorf(api.CodeSnapshotNotFound, "snapshot %q not found", displayName(name))
 	}
 	return sn, err
 }
@@ -320,7 +323,7 @@ func (m *Manager) deleteSnapshotsOf(ctx context.Context, sandboxID string) error
 }
 
 func snapshotInProgress(name string) error {
-	return api.Errorf(api.CodeSnapshotInProgress, "snapshot %q is still sealing: repeat that snapshot request (with the same idempotency key) to wait for its outcome", name)
+	return api.Errorf(api.CodeSnapshotInProgress, "snapshot %q is still sealing: repeat that snapshot request (with the same idempotency key) to wait for its outcome", displayName(name))
 }
 
 func snapshotView(sn store.Snapshot, s *sealing) api.Snapshot {

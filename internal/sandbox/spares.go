@@ -465,7 +465,7 @@ func (m *Manager) adoptSpare(ctx context.Context, rec *store.Sandbox, sp spare, 
 	}
 	workspaceMade := false
 	spec := runtime.AdoptSpec{
-		Hostname: rec.Name,
+		Hostname: displayName(rec.Name),
 		Workspace: func() (string, error) {
 			workspaceMade = true
 			if sp.volume {

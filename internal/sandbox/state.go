@@ -142,7 +142,7 @@ func ruleOf(s api.SandboxState) stateRule {
 var refusals = map[operation]func(rec store.Sandbox) error{
 	opExec: notRunning,
 	opRestore: func(rec store.Sandbox) error {
-		return api.Errorf(api.CodeInvalidState, "sandbox %q is %s: stop it before restoring (`hiloop sandbox stop %s`)", rec.Name, rec.State, rec.Name)
+		return api.Errorf(api.CodeInvalidState, "sandbox %q is %s: stop it before restoring (`hiloop sandbox stop %s`)", displayName(rec.Name), rec.State, displayName(rec.Name))
 	},
 }
 
@@ -155,7 +155,7 @@ func admit(op operation, rec store.Sandbox) (verdict, error) {
 	if refuse, ok := refusals[op]; ok {
 		return refused, refuse(rec)
 	}
-	return refused, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", rec.Name, rec.State)
+	return refused, api.Errorf(api.CodeInvalidState, "sandbox %q is %s", displayName(rec.Name), rec.State)
 }
 
 // checkTransition returns an error unless the machine has an edge from one state to another; a
@@ -163,7 +163,7 @@ func admit(op operation, rec store.Sandbox) (verdict, error) {
 func checkTransition(rec store.Sandbox, to api.SandboxState) error {
 	from := api.SandboxState(rec.State)
 	if !slices.Contains(ruleOf(from).next, to) {
-		return fmt.Errorf("sandbox %q: the state machine has no transition from %s to %s", rec.Name, from, to)
+		return fmt.Errorf("sandbox %q: the state machine has no transition from %s to %s", displayName(rec.Name), from, to)
 	}
 	return nil
 }

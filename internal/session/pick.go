@@ -8,6 +8,7 @@ import (
 
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/harness"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -27,7 +28,7 @@ func (s *Service) pickHarness(sb api.Sandbox, want string) (string, error) {
 	if s.cfg.Images != nil {
 		img, err := s.cfg.Images.Get(sb.Image)
 		if errors.Is(err, images.ErrNotBuilt) || errors.Is(err, images.ErrUnknown) {
-			return "", api.Errorf(api.CodeImageNotFound, "image %q of sandbox %q is not built: run `hiloop image build %s`", sb.Image, sb.Name, sb.Image)
+			return "", api.Errorf(api.CodeImageNotFound, "image %q of sandbox %q is not built: run `hiloop image build %s`", sb.Image, displayName(sb.Name), sb.Image)
 		}
 		if err != nil {
 			return "", err
@@ -41,7 +42,7 @@ func (s *Service) pickHarness(sb api.Sandbox, want string) (string, error) {
 	if want == "" {
 		if len(available) == 0 {
 			return "", api.Errorf(api.CodeHarnessNotInImage, "sandbox %q has no harness to run: its image %q carries none; %s",
-				sb.Name, sb.Image, s.useImage(harness.Names()...))
+				displayName(sb.Name), sb.Image, s.useImage(harness.Names()...))
 		}
 		return available[0], nil
 	}
@@ -53,7 +54,7 @@ func (s *Service) pickHarness(sb api.Sandbox, want string) (string, error) {
 		// Only the fake harness comes with sandboxd rather than an image.
 		return "", api.Errorf(api.CodeHarnessNotInImage, "harness %s comes with sandboxd, and this sandboxd runs without it (see sandboxd --fake-agent-path)", want)
 	}
-	return "", api.Errorf(api.CodeHarnessNotInImage, "harness %s is not in image %q of sandbox %q; %s", want, sb.Image, sb.Name, s.useImage(want))
+	return "", api.Errorf(api.CodeHarnessNotInImage, "harness %s is not in image %q of sandbox %q; %s", want, sb.Image, displayName(sb.Name), s.useImage(want))
 }
 
 // useImage says which image to create a sandbox from to get one of the harnesses hs.
@@ -77,4 +78,10 @@ func (s *Service) useImage(hs ...string) string {
 	}
 	return fmt.Sprintf("create a sandbox with %s (`hiloop sandbox create NAME --image %s`, after `hiloop image build %s`)",
 		strings.Join(flags, " or "), defs[0], defs[0])
+}
+
+// displayName is the name a sandbox's key (internal/identity) shows its owner.
+func displayName(key string) string {
+	_, name := identity.Split(key)
+	return name
 }

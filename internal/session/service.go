@@ -26,6 +26,7 @@ import (
 
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/harness"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -223,9 +224,13 @@ func (s *Service) Close() {
 
 // Create creates a session on a sandbox, with the harness named or, for none, the first the
 // sandbox has; one the sandbox lacks is harness_not_in_image. The harness starts with the first
-// prompt.
+// prompt. p.Sandbox is the sandbox's key (internal/identity): the session is its owner's.
 func (s *Service) Create(ctx context.Context, p api.SessionsPost) (api.Session, error) {
-	if err := p.Normalize(); err != nil {
+	key := p.Sandbox
+	_, p.Sandbox = identity.Split(key) // the name is checked, the namespace is the caller's
+	err := p.Normalize()
+	p.Sandbox = key
+	if err != nil {
 		return api.Session{}, err
 	}
 	if p.Harness != "" {

@@ -21,6 +21,9 @@ type Query struct {
 	SandboxID string
 	SessionID string
 	Since     time.Time
+	// Sandboxes, if not nil, keeps the usage of the sandboxes whose ids it reports true for
+	// (the API's: those of the caller's namespace).
+	Sandboxes func(id string) bool
 }
 
 // Group is the usage of one group of a Report: the fields it is grouped by are set, the others
@@ -99,6 +102,9 @@ func (s *Store) Query(q Query) (Report, error) {
 	rp := newReport(q.Since.UTC())
 	err := s.db.View(func(tx *store.Tx) error {
 		return s.eachSandbox(tx, q.SandboxID, func(id string, sb *bolt.Bucket) error {
+			if q.Sandboxes != nil && !q.Sandboxes(id) {
+				return nil
+			}
 			from := uint32(0)
 			if !q.Since.IsZero() {
 				from = hourOf(q.Since)

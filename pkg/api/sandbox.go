@@ -144,6 +144,8 @@ type Sandbox struct {
 	MemoryMB int `json:"memory_mb"`
 	// Name is the sandbox's name, also its hostname.
 	Name string `json:"name"`
+	// Owner is the user whose namespace the sandbox is in, e.g. "admin".
+	Owner string `json:"owner"`
 	// ID is the daemon's internal id, stable for the sandbox's life.
 	ID string `json:"id"`
 	// Image is the image the root filesystem comes from.

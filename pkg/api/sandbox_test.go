@@ -136,15 +136,15 @@ func TestSandboxWire(t *testing.T) {
 		{SandboxesPost{Name: "web", Egress: &Egress{Mode: EgressOpen, Deny: []string{"x.example.com"}}},
 			`{"name":"web","egress":{"mode":"open","deny":["x.example.com"]}}`},
 		{EgressPut{Egress: Egress{Mode: EgressClosed}}, `{"egress":{"mode":"closed"}}`},
-		{Sandbox{CPUs: 2, MemoryMB: 2048, Name: "web", ID: "i1", Image: "base", State: StateRunning, PermissionPolicy: PolicyAutoApprove,
+		{Sandbox{CPUs: 2, MemoryMB: 2048, Name: "web", Owner: "admin", ID: "i1", Image: "base", State: StateRunning, PermissionPolicy: PolicyAutoApprove,
 			Workspace: Workspace{StorageClass: StorageEphemeral, CapacityBytes: 1 << 30, Resizable: true, Driver: "xfs"},
 			Rootfs:    Rootfs{CapacityBytes: 10 << 30, Limited: true},
 			Egress:    Egress{Mode: EgressClosed, Allow: []string{"api.example.com:443"}, Deny: []string{"*.example.net"}},
 			CreatedAt: started, StartedAt: &started},
-			`{"cpus":2,"memory_mb":2048,"name":"web","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"rootfs":{"capacity_bytes":10737418240,"limited":true},"permission_policy":"auto-approve","egress":{"mode":"closed","allow":["api.example.com:443"],"deny":["*.example.net"]},"created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
+			`{"cpus":2,"memory_mb":2048,"name":"web","owner":"admin","id":"i1","image":"base","state":"running","workspace":{"storage_class":"ephemeral","capacity_bytes":1073741824,"resizable":true,"driver":"xfs"},"rootfs":{"capacity_bytes":10737418240,"limited":true},"permission_policy":"auto-approve","egress":{"mode":"closed","allow":["api.example.com:443"],"deny":["*.example.net"]},"created_at":"2026-11-29T10:15:00Z","started_at":"2026-11-29T10:15:00Z"}`},
 		// A sandbox reports its limits even when zero (a create request leaves them out).
 		{Sandbox{Name: "web", CreatedAt: started},
-			`{"cpus":0,"memory_mb":0,"name":"web","id":"","image":"","state":"","workspace":{"storage_class":"","capacity_bytes":0,"resizable":false,"driver":""},"rootfs":{"capacity_bytes":0,"limited":false},"permission_policy":"","egress":{"mode":""},"created_at":"2026-11-29T10:15:00Z"}`},
+			`{"cpus":0,"memory_mb":0,"name":"web","owner":"","id":"","image":"","state":"","workspace":{"storage_class":"","capacity_bytes":0,"resizable":false,"driver":""},"rootfs":{"capacity_bytes":0,"limited":false},"permission_policy":"","egress":{"mode":""},"created_at":"2026-11-29T10:15:00Z"}`},
 	} {
 		b, err := json.Marshal(tc.v)
 		if err != nil || string(b) != tc.want {

@@ -175,6 +175,8 @@ type Session struct {
 	ID string `json:"id"`
 	// Sandbox is the sandbox its harness runs in.
 	Sandbox string `json:"sandbox"`
+	// Owner is the user whose namespace its sandbox is in; the session is theirs.
+	Owner string `json:"owner"`
 	// Harness is the harness adapter's name.
 	Harness string `json:"harness"`
 	// Cwd is the working directory of the session in the sandbox.

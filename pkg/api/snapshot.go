@@ -13,7 +13,8 @@ const (
 
 // SnapshotsPost is the body of POST /v1/sandboxes/{name}/snapshots.
 type SnapshotsPost struct {
-	// Name is the snapshot's name, unique on the daemon (default "<sandbox>-<UTC time>").
+	// Name is the snapshot's name, unique in its owner's namespace (default
+	// "<sandbox>-<UTC time>").
 	Name string `json:"name,omitempty"`
 }
 
@@ -21,6 +22,8 @@ type SnapshotsPost struct {
 type Snapshot struct {
 	// Name is the snapshot's name, e.g. "web-20261129-101500".
 	Name string `json:"name"`
+	// Owner is the user whose namespace the snapshot is in (its sandbox's owner).
+	Owner string `json:"owner"`
 	// ID is the daemon's internal id.
 	ID string `json:"id"`
 	// Sandbox is the name of the sandbox it was taken of (which may since have been deleted).

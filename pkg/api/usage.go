@@ -62,6 +62,9 @@ func (p BudgetPut) Validate() error {
 type UsageGroup struct {
 	// Sandbox is the sandbox's name (by_sandbox, by_session).
 	Sandbox string `json:"sandbox,omitempty"`
+	// Owner is the sandbox's owner (by_sandbox, by_session); left out for a sandbox deleted
+	// since, whose owner is no longer known.
+	Owner string `json:"owner,omitempty"`
 	// SandboxID is the sandbox's id; usage is kept by id, and goes with the sandbox.
 	SandboxID string `json:"sandbox_id,omitempty"`
 	// Session is the session's id (by_session); left out for the usage of the sandbox that no
