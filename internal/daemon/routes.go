@@ -10,8 +10,10 @@ import (
 )
 
 // routes is the whole API, one row per endpoint, each behind its owner scope's guard.
-func (d *Daemon) routes() []route {
-	rows := d.routeTable()
+func (d *Daemon) routes() []route { return d.guarded(d.routeTable()) }
+
+// guarded puts each of rows behind its scope's guard.
+func (d *Daemon) guarded(rows []route) []route {
 	for i := range rows {
 		rows[i].handle = d.guard(rows[i])
 	}

@@ -225,3 +225,74 @@ func TestPutBudgets(t *testing.T) {
 		t.Errorf("PUT the budget of a deleted sandbox: code %q, want sandbox_not_found", code)
 	}
 }
+
+// TestUsageByNamespace: a user's usage report holds their sandboxes alone, the admin's theirs
+// and those of deleted sandboxes, and all_users every one, each with its owner.
+func TestUsageByNamespace(t *testing.T) {
+	d, _ := usageDaemon(t)
+	if err := d.store.CreateSandbox(store.Sandbox{ID: "id-api", Name: "bob.api"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.store.CreateSession(store.Session{ID: "s2", Sandbox: "bob.api", SandboxID: "id-api"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, id := range []string{"id-web", "id-api", "id-gone"} {
+		d.usage.Add(usage.Record{Time: now, SandboxID: id, Provider: "anthropic", Tokens: usage.Tokens{Input: 10}, Status: 200})
+	}
+	srv := httptest.NewServer(asTestUser(newMux(d.routes(), newIdempotency(d.store, d.log), d.log)))
+	t.Cleanup(srv.Close)
+	report := func(user, query string) (api.UsageReport, api.ErrorCode) {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/usage"+query, nil)
+		req.Header.Set("Test-User", user)
+		if user == "admin" {
+			req.Header.Set("Test-Admin", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var rep api.UsageReport
+		if resp.StatusCode != http.StatusOK {
+			return rep, errorCode(t, string(b))
+		}
+		if err := json.Unmarshal(b, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep, ""
+	}
+	sandboxes := func(rep api.UsageReport) string {
+		var out []string
+		for _, g := range rep.BySandbox {
+			out = append(out, g.Owner+"/"+g.Sandbox+"/"+g.SandboxID)
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tc := range []struct{ user, query, want string }{
+		{"bob", "", "bob/api/id-api"},
+		{"bob", "?sandbox=api", "bob/api/id-api"},
+		{"bob", "?session=s2", ""}, // no usage of the session, and no refusal
+		{"admin", "", "//id-gone admin/web/id-web"},
+		{"admin", "?all_users=true", "bob/api/id-api //id-gone admin/web/id-web"},
+	} {
+		rep, code := report(tc.user, tc.query)
+		if code != "" || sandboxes(rep) != tc.want {
+			t.Errorf("%s: GET /v1/usage%s = %s %q, want %q", tc.user, tc.query, code, sandboxes(rep), tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		user, query string
+		code        api.ErrorCode
+	}{
+		{"bob", "?sandbox=web", api.CodeSandboxNotFound},
+		{"bob", "?session=s1", api.CodeSessionNotFound},
+		{"bob", "?all_users=true", api.CodeForbidden},
+		{"admin", "?sandbox=api", api.CodeSandboxNotFound},
+	} {
+		if _, code := report(tc.user, tc.query); code != tc.code {
+			t.Errorf("%s: GET /v1/usage%s = %q, want %s", tc.user, tc.query, code, tc.code)
+		}
+	}
+}
