@@ -42,7 +42,7 @@ type Client struct {
 	as      string // Hiloop-As
 	http    *retryablehttp.Client
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	local   bool // on the daemon's unix socket
+	local   bool   // on the daemon's unix socket
 
 	daemonVersion atomic.Value // string: the version the daemon last reported
 }
@@ -189,6 +189,11 @@ func (c *Client) authorize(h http.Header) {
 	}
 }
 
+// SetAs makes every later call act in user's namespace, as an admin may (the Hiloop-As
+// header); "" returns to the caller's own. The daemon refuses it from a user who is not an
+// admin.
+func (c *Client) SetAs(user string) { c.as = user }
+
 // Host returns the address the client talks to.
 func (c *Client) Host() string { return c.host }
 
@@ -224,6 +229,16 @@ type CallOption func(*http.Request)
 // WithIdempotencyKey sends key as the call's Idempotency-Key instead of a fresh random one.
 func WithIdempotencyKey(key string) CallOption {
 	return func(r *http.Request) { r.Header.Set(api.IdempotencyKeyHeader, key) }
+}
+
+// AllUsers makes a list call list every user's resources, each with its owner: an admin's
+// (all_users=true); the daemon refuses it from a user who is not an admin.
+func AllUsers() CallOption {
+	return func(r *http.Request) {
+		q := r.URL.Query()
+		q.Set("all_users", "true")
+		r.URL.RawQuery = q.Encode()
+	}
 }
 
 // do sends a request and decodes a JSON answer into out (if not nil).

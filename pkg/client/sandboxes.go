@@ -30,10 +30,10 @@ func (c *Client) GetSandbox(ctx context.Context, name string) (api.Sandbox, erro
 	return sb, err
 }
 
-// ListSandboxes returns every sandbox.
-func (c *Client) ListSandboxes(ctx context.Context) ([]api.Sandbox, error) {
+// ListSandboxes returns the caller's sandboxes (every user's with AllUsers).
+func (c *Client) ListSandboxes(ctx context.Context, opts ...CallOption) ([]api.Sandbox, error) {
 	var l api.SandboxList
-	err := c.do(ctx, http.MethodGet, "/v1/sandboxes", nil, &l)
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes", nil, &l, opts...)
 	return l.Sandboxes, err
 }
 
@@ -90,14 +90,15 @@ func (c *Client) CreateSnapshot(ctx context.Context, sandbox string, p api.Snaps
 	return sn, err
 }
 
-// ListSnapshots returns every snapshot, or the ones of sandbox if it is not empty.
-func (c *Client) ListSnapshots(ctx context.Context, sandbox string) ([]api.Snapshot, error) {
+// ListSnapshots returns the caller's snapshots (every user's with AllUsers), or the ones of
+// sandbox if it is not empty.
+func (c *Client) ListSnapshots(ctx context.Context, sandbox string, opts ...CallOption) ([]api.Snapshot, error) {
 	path := "/v1/snapshots"
 	if sandbox != "" {
 		path = "/v1/sandboxes/" + url.PathEscape(sandbox) + "/snapshots"
 	}
 	var l api.SnapshotList
-	err := c.do(ctx, http.MethodGet, path, nil, &l)
+	err := c.do(ctx, http.MethodGet, path, nil, &l, opts...)
 	return l.Snapshots, err
 }
 

@@ -25,14 +25,15 @@ func (c *Client) CreateSession(ctx context.Context, p api.SessionsPost, opts ...
 	return s, err
 }
 
-// ListSessions returns every session, or the ones in sandbox if it is not empty.
-func (c *Client) ListSessions(ctx context.Context, sandbox string) ([]api.Session, error) {
+// ListSessions returns the caller's sessions (every user's with AllUsers), or the ones in
+// sandbox if it is not empty.
+func (c *Client) ListSessions(ctx context.Context, sandbox string, opts ...CallOption) ([]api.Session, error) {
 	path := "/v1/sessions"
 	if sandbox != "" {
 		path += "?sandbox=" + url.QueryEscape(sandbox)
 	}
 	var l api.SessionList
-	err := c.do(ctx, http.MethodGet, path, nil, &l)
+	err := c.do(ctx, http.MethodGet, path, nil, &l, opts...)
 	return l.Sessions, err
 }
 

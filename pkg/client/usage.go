@@ -10,9 +10,9 @@ import (
 )
 
 // Usage returns the model usage through the model route, in total and by sandbox, session,
-// model and day: of every sandbox, or of the sandbox named (when not ""), or of one session
-// (when not ""), from since on (zero: all of it).
-func (c *Client) Usage(ctx context.Context, sandbox, session string, since time.Time) (api.UsageReport, error) {
+// model and day: of the caller's sandboxes (every user's with AllUsers), or of the sandbox
+// named (when not ""), or of one session (when not ""), from since on (zero: all of it).
+func (c *Client) Usage(ctx context.Context, sandbox, session string, since time.Time, opts ...CallOption) (api.UsageReport, error) {
 	q := url.Values{}
 	if sandbox != "" {
 		q.Set("sandbox", sandbox)
@@ -28,7 +28,7 @@ func (c *Client) Usage(ctx context.Context, sandbox, session string, since time.
 		path += "?" + q.Encode()
 	}
 	var rep api.UsageReport
-	err := c.do(ctx, http.MethodGet, path, nil, &rep)
+	err := c.do(ctx, http.MethodGet, path, nil, &rep, opts...)
 	return rep, err
 }
 
