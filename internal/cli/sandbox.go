@@ -275,7 +275,8 @@ func growth(w api.Workspace) string {
 
 // SandboxListOptions are the flags of `hiloop sandbox list`.
 type SandboxListOptions struct {
-	Output string
+	AllUsers bool
+	Output   string
 }
 
 func newCmdSandboxList(f *Factory, runF func(*SandboxListOptions) error) *cobra.Command {
@@ -292,6 +293,7 @@ func newCmdSandboxList(f *Factory, runF func(*SandboxListOptions) error) *cobra.
 			return runCommand(cmd, f, opts, runF, sandboxListRun)
 		},
 	}
+	addAllUsersFlag(cmd, &opts.AllUsers)
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -301,17 +303,17 @@ func sandboxListRun(ctx context.Context, f *Factory, opts *SandboxListOptions) e
 	if err != nil {
 		return err
 	}
-	list, err := c.ListSandboxes(ctx)
+	list, err := c.ListSandboxes(ctx, listOptions(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SandboxList{Sandboxes: list}, func(t *table) {
-		t.head("NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")
+		t.head(withUser(opts.AllUsers, "USER", "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "WORKSPACE", "AGE")...)
 		for _, sb := range list {
-			t.row(sb.Name, stateText(sb), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
+			t.row(withUser(opts.AllUsers, sb.Owner, sb.Name, stateText(sb), sb.Image, strconv.FormatFloat(sb.CPUs, 'g', -1, 64),
 				fmt.Sprintf("%d MiB", sb.MemoryMB),
 				fmt.Sprintf("%s %s", capacity(sb.Workspace), sb.Workspace.StorageClass),
-				age(sb.CreatedAt))
+				age(sb.CreatedAt))...)
 		}
 	})
 }

@@ -137,8 +137,9 @@ func sessionNewRun(ctx context.Context, f *Factory, opts *SessionNewOptions) err
 
 // SessionListOptions are the argument and flags of `hiloop session list`.
 type SessionListOptions struct {
-	Sandbox string // "" for the sessions of every sandbox
-	Output  string
+	Sandbox  string // "" for the sessions of every sandbox
+	AllUsers bool
+	Output   string
 }
 
 func newCmdSessionList(f *Factory, runF func(*SessionListOptions) error) *cobra.Command {
@@ -159,6 +160,7 @@ func newCmdSessionList(f *Factory, runF func(*SessionListOptions) error) *cobra.
 			return runCommand(cmd, f, opts, runF, sessionListRun)
 		},
 	}
+	addAllUsersFlag(cmd, &opts.AllUsers)
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -168,15 +170,15 @@ func sessionListRun(ctx context.Context, f *Factory, opts *SessionListOptions) e
 	if err != nil {
 		return err
 	}
-	list, err := c.ListSessions(ctx, opts.Sandbox)
+	list, err := c.ListSessions(ctx, opts.Sandbox, listOptions(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SessionList{Sessions: list}, func(t *table) {
-		t.head("ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "AGE")
+		t.head(withUser(opts.AllUsers, "USER", "ID", "SANDBOX", "HARNESS", "POLICY", "STATE", "EVENTS", "AGE")...)
 		for _, s := range list {
-			t.row(s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
-				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt))
+			t.row(withUser(opts.AllUsers, s.Owner, s.ID, s.Sandbox, s.Harness, string(s.PermissionPolicy), string(s.State),
+				strconv.FormatUint(s.LastSeq, 10), age(s.CreatedAt))...)
 		}
 	})
 }

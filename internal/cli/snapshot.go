@@ -204,8 +204,9 @@ func pollSnapshotProgress(ctx context.Context, c *client.Client, name string, pr
 
 // SnapshotListOptions are the argument and flags of `hiloop sandbox snapshot list`.
 type SnapshotListOptions struct {
-	Sandbox string // "" for every sandbox's snapshots
-	Output  string
+	Sandbox  string // "" for every sandbox's snapshots
+	AllUsers bool
+	Output   string
 }
 
 func newCmdSnapshotList(f *Factory, runF func(*SnapshotListOptions) error) *cobra.Command {
@@ -225,6 +226,7 @@ func newCmdSnapshotList(f *Factory, runF func(*SnapshotListOptions) error) *cobr
 			return runCommand(cmd, f, opts, runF, snapshotListRun)
 		},
 	}
+	addAllUsersFlag(cmd, &opts.AllUsers)
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -234,14 +236,15 @@ func snapshotListRun(ctx context.Context, f *Factory, opts *SnapshotListOptions)
 	if err != nil {
 		return err
 	}
-	list, err := c.ListSnapshots(ctx, opts.Sandbox)
+	list, err := c.ListSnapshots(ctx, opts.Sandbox, listOptions(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SnapshotList{Snapshots: list}, func(t *table) {
-		t.head("NAME", "SANDBOX", "STATE", "CAPACITY", "DATA", "AGE")
+		t.head(withUser(opts.AllUsers, "USER", "NAME", "SANDBOX", "STATE", "CAPACITY", "DATA", "AGE")...)
 		for _, sn := range list {
-			t.row(sn.Name, sn.Sandbox, string(sn.State), formatBytes(sn.CapacityBytes), formatBytes(sn.AllocatedBytes), age(sn.CreatedAt))
+			t.row(withUser(opts.AllUsers, sn.Owner, sn.Name, sn.Sandbox, string(sn.State), formatBytes(sn.CapacityBytes),
+				formatBytes(sn.AllocatedBytes), age(sn.CreatedAt))...)
 		}
 	})
 }

@@ -18,8 +18,9 @@ type UsageOptions struct {
 	Sandbox string
 	Session string
 	// Since is the --since value as given; it is turned into a time when the command runs.
-	Since  string
-	Output string
+	Since    string
+	AllUsers bool
+	Output   string
 }
 
 func newCmdUsage(f *Factory, runF func(*UsageOptions) error) *cobra.Command {
@@ -65,6 +66,7 @@ answer is the api.UsageReport the daemon sent.`,
 	fl.StringVar(&opts.Sandbox, "sandbox", "", "only this sandbox's usage")
 	fl.StringVar(&opts.Session, "session", "", "only this session's usage")
 	fl.StringVar(&opts.Since, "since", "", "only usage from then on: a duration back from now (24h, 7d) or an RFC 3339 time")
+	addAllUsersFlag(cmd, &opts.AllUsers)
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -100,7 +102,7 @@ func usageRun(ctx context.Context, f *Factory, opts *UsageOptions) error {
 	if err != nil {
 		return err
 	}
-	rep, err := c.Usage(ctx, opts.Sandbox, opts.Session, since)
+	rep, err := c.Usage(ctx, opts.Sandbox, opts.Session, since, listOptions(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
@@ -124,9 +126,12 @@ func usageRun(ctx context.Context, f *Factory, opts *UsageOptions) error {
 			}
 			t.row()
 		}
-		section([]string{"SANDBOX"}, rep.BySandbox, func(g api.UsageGroup) []string { return []string{sandboxLabel(g)} })
-		section([]string{"SANDBOX", "SESSION"}, rep.BySession, func(g api.UsageGroup) []string {
-			return []string{sandboxLabel(g), orNone(g.Session, "(none)")}
+		all := opts.AllUsers
+		section(withUser(all, "USER", "SANDBOX"), rep.BySandbox, func(g api.UsageGroup) []string {
+			return withUser(all, orNone(g.Owner, "-"), sandboxLabel(g))
+		})
+		section(withUser(all, "USER", "SANDBOX", "SESSION"), rep.BySession, func(g api.UsageGroup) []string {
+			return withUser(all, orNone(g.Owner, "-"), sandboxLabel(g), orNone(g.Session, "(none)"))
 		})
 		section([]string{"MODEL"}, rep.ByModel, func(g api.UsageGroup) []string { return []string{orNone(g.Model, "(unknown)")} })
 		section([]string{"DAY (UTC)"}, rep.ByDay, func(g api.UsageGroup) []string { return []string{g.Day} })

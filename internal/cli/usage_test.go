@@ -214,3 +214,31 @@ func TestModelUsageRows(t *testing.T) {
 		}
 	}
 }
+
+// --all-users asks for every user's usage and leads the sandbox sections with USER.
+func TestUsageAllUsers(t *testing.T) {
+	d, f, out := newFakeUsage(t)
+	tot := api.UsageTotals{InputTokens: 10, TotalTokens: 10, Requests: 1}
+	d.report = api.UsageReport{
+		Total:     tot,
+		BySandbox: []api.UsageGroup{{Sandbox: "web", Owner: "bob", SandboxID: "id-web", UsageTotals: tot}},
+		BySession: []api.UsageGroup{{Sandbox: "web", Owner: "bob", SandboxID: "id-web", UsageTotals: tot}},
+		ByModel:   []api.UsageGroup{{Model: "m", UsageTotals: tot}},
+		ByDay:     []api.UsageGroup{{Day: "2025-06-30", UsageTotals: tot}},
+	}
+	if code := run(f, "usage", "--all-users"); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if q := d.queries[len(d.queries)-1]; q.Get("all_users") != "true" {
+		t.Errorf("the daemon was asked %v", q)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if len(lines) < 5 || !strings.HasPrefix(lines[0], "USER") || !strings.HasPrefix(lines[1], "bob") ||
+		!strings.HasPrefix(lines[3], "USER") || !strings.HasPrefix(lines[4], "bob") {
+		t.Errorf("table:\n%s", out)
+	}
+	out.Reset()
+	if code := run(f, "usage"); code != 0 || strings.Contains(out.String(), "USER") || d.queries[len(d.queries)-1].Has("all_users") {
+		t.Errorf("without --all-users: exit %d, asked %v,\n%s", code, d.queries[len(d.queries)-1], out)
+	}
+}
