@@ -117,7 +117,7 @@ func (m *Manager) liveViewBy(ctx context.Context, rec store.Sandbox, look func(i
 	switch look(rec.ID) {
 	case runtime.Gone:
 		sb.State = api.StateFailed
-		sb.Error = "the sandbox's init is gone: `hiloop sandbox start " + rec.Name + "` starts it again"
+		sb.Error = "the sandbox's init is gone: `hiloop sandbox start " + displayName(rec.Name) + "` starts it again"
 	case runtime.Unresponsive:
 		sb.Unresponsive = true
 	}
