@@ -114,13 +114,15 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 	genv := s.cfg.Gateway
 	release := func() {}
 	if s.cfg.Credentials != nil && ad.Install != "" {
+		// key.sandbox is the sandbox's key: identity.Split names its owner, whose provider
+		// logins its harnesses use.
 		sb, err := s.boxes.Get(ctx, key.sandbox)
 		if err == nil {
 			genv.Keys, release, err = s.cfg.Credentials(sb.ID, key.sandbox, key.harness)
 		}
 		if err != nil {
 			logf.Close()
-			return nil, &turnError{msg: fmt.Sprintf("start harness %s in sandbox %s: its model route keys: %v", key.harness, key.sandbox, err)}
+			return nil, &turnError{msg: fmt.Sprintf("start harness %s in sandbox %s: its model route keys: %v", key.harness, displayName(key.sandbox), err)}
 		}
 	}
 	var env []string
@@ -131,7 +133,7 @@ func (s *Service) startHarness(ctx context.Context, key procKey) (*harnessProc, 
 	if err != nil {
 		release()
 		logf.Close()
-		return nil, &turnError{msg: fmt.Sprintf("start harness %s in sandbox %s: %v", key.harness, key.sandbox, err)}
+		return nil, &turnError{msg: fmt.Sprintf("start harness %s in sandbox %s: %v", key.harness, displayName(key.sandbox), err)}
 	}
 	pctx, stop := context.WithCancel(context.Background())
 	p := &harnessProc{

@@ -456,10 +456,10 @@ func (s *Service) logFull(id string, full *eventlog.FullError) {
 func fullMessage(rec store.Session, full *eventlog.FullError) string {
 	if full.Sandbox != "" {
 		return fmt.Sprintf("the event logs of sandbox %s's sessions are full (%s): delete the sessions you no longer need (`hiloop session delete ID`) or use another sandbox",
-			rec.Sandbox, full.Measure())
+			displayName(rec.Sandbox), full.Measure())
 	}
 	return fmt.Sprintf("the event log of session %s is full (%s): start a new session (`hiloop session new %s`) and delete this one (`hiloop session delete %s`) to give its space back",
-		rec.ID, full.Measure(), rec.Sandbox, rec.ID)
+		rec.ID, full.Measure(), displayName(rec.Sandbox), rec.ID)
 }
 
 // fullError turns a log's refusal of a session's prompt into the API's session_log_full; any
@@ -665,7 +665,7 @@ func (s *Service) SandboxStopped(name string) {
 	}
 	s.mu.Unlock()
 	for _, p := range procs {
-		p.fail(fmt.Errorf("sandbox %s stopped", name))
+		p.fail(fmt.Errorf("sandbox %s stopped", displayName(name)))
 	}
 }
 

@@ -39,15 +39,15 @@ func (s *Service) drive(t *turn, rec store.Session, text string) (api.StopReason
 	if err == nil && sb.ID != rec.SandboxID {
 		// The session's sandbox was deleted and its cascade has not run yet (or failed): this
 		// is another sandbox under the same name.
-		err = api.Errorf(api.CodeSandboxNotFound, "sandbox %s that this session ran in was deleted", rec.Sandbox)
+		err = api.Errorf(api.CodeSandboxNotFound, "sandbox %s that this session ran in was deleted", displayName(rec.Sandbox))
 	}
 	if err == nil && sb.State != api.StateRunning && s.stoppedSince(t) {
-		err = fmt.Errorf("sandbox %s was stopped after this prompt was accepted: prompt again to start it", rec.Sandbox)
+		err = fmt.Errorf("sandbox %s was stopped after this prompt was accepted: prompt again to start it", displayName(rec.Sandbox))
 	} else if err == nil && sb.State != api.StateRunning {
 		s.lg.Info("starting the sandbox for a prompt", "sandbox", rec.Sandbox, "session", rec.ID)
 		// Not cut short by a cancel: a sandbox start runs to its end either way.
 		if _, err = s.boxes.Start(context.WithoutCancel(ctx), rec.Sandbox); err != nil {
-			err = fmt.Errorf("start sandbox %s for the prompt: %w", rec.Sandbox, err)
+			err = fmt.Errorf("start sandbox %s for the prompt: %w", displayName(rec.Sandbox), err)
 		}
 	}
 	if cancelled(ctx) {
