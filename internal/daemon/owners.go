@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 
+	"github.com/hiloop/hiloop/internal/handoff"
 	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -56,43 +58,55 @@ const (
 // guard returns rt's handler behind its scope's checks; the handler then finds, in r's path
 // values, keys of the caller's namespace instead of the names the request gave.
 func (d *Daemon) guard(rt route) handlerFunc {
-	next := rt.handle
 	return func(w http.ResponseWriter, r *http.Request) error {
-		p := principal(r)
-		switch rt.scope {
-		case scopePublic, scopeImage, scopeSecret, scopeSSHKey, scopeLogin, scopeAccount:
-		case scopeList:
-			if _, err := allUsers(r); err != nil {
-				return err
-			}
-		case scopeSandbox:
-			key, err := d.ownSandbox(r)
-			if err != nil {
-				return err
-			}
-			r = r.WithContext(context.WithValue(r.Context(), qualified{}, true))
-			r.SetPathValue("name", key)
-		case scopeSnapshot:
-			key, err := d.ownSnapshot(r)
-			if err != nil {
-				return err
-			}
-			r.SetPathValue("snapshot", key)
-		case scopeSession:
-			if err := d.ownSession(r); err != nil {
-				return err
-			}
-		case scopeImageMutation:
-			if !p.Admin {
-				return api.Errorf(api.CodeForbidden, "%s images needs an admin: the image catalog is the host's, shared by every user", imageVerb(r.Method))
-			}
-		default: // scopeUser, and a route that declares none
-			if !p.Admin {
-				return api.Errorf(api.CodeForbidden, "%s %s needs an admin", r.Method, r.Pattern)
-			}
+		r, err := d.check(rt.scope, r)
+		if err != nil {
+			// Refused before its handler could take them: what a local client handed off
+			// with the request (an exec's stdio, a forwarded connection) is closed now, not
+			// held until the client hangs up.
+			c, _ := r.Context().Value(connKey{}).(net.Conn)
+			closeFiles(handoff.Take(c))
+			return err
 		}
-		return next(w, r)
+		return rt.handle(w, r)
 	}
+}
+
+// check makes scope's checks of r, returning r as its handler gets it.
+func (d *Daemon) check(sc scope, r *http.Request) (*http.Request, error) {
+	switch sc {
+	case scopePublic, scopeImage, scopeSecret, scopeSSHKey, scopeLogin, scopeAccount:
+		return r, nil
+	case scopeList:
+		_, err := allUsers(r)
+		return r, err
+	case scopeSandbox:
+		key, err := d.ownSandbox(r)
+		if err != nil {
+			return r, err
+		}
+		r = r.WithContext(context.WithValue(r.Context(), qualified{}, true))
+		r.SetPathValue("name", key)
+		return r, nil
+	case scopeSnapshot:
+		key, err := d.ownSnapshot(r)
+		if err == nil {
+			r.SetPathValue("snapshot", key)
+		}
+		return r, err
+	case scopeSession:
+		return r, d.ownSession(r)
+	case scopeImageMutation:
+		if !principal(r).Admin {
+			return r, api.Errorf(api.CodeForbidden, "%s images needs an admin: the image catalog is the host's, shared by every user", imageVerb(r.Method))
+		}
+		return r, nil
+	}
+	// scopeUser, and a route that declares none.
+	if !principal(r).Admin {
+		return r, api.Errorf(api.CodeForbidden, "%s %s needs an admin", r.Method, r.Pattern)
+	}
+	return r, nil
 }
 
 // qualified marks, in a request's context, that its guard turned {name} into a sandbox's key.

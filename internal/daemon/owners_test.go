@@ -1,16 +1,21 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hiloop/hiloop/internal/handoff"
 	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -361,5 +366,64 @@ func TestPresent(t *testing.T) {
 	}
 	if se := presentSession(api.Session{ID: "x", Sandbox: "bob.web"}); se.Sandbox != "web" || se.Owner != "bob" {
 		t.Errorf("presentSession = %+v", se)
+	}
+}
+
+// A request refused by its guard closes what the client handed off with it (here an exec's
+// stdout) at once, though the client keeps the connection open: the handler that would have
+// taken it never runs.
+func TestRefusalClosesTheHandoff(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.CreateSandbox(store.Sandbox{ID: "id-web", Name: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	d := &Daemon{store: st, log: log}
+	sock := filepath.Join(t.TempDir(), "s")
+	uln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(w, r.WithContext(identity.With(r.Context(), identity.Principal{User: "bob"})))
+		})
+	}
+	srv := &http.Server{Handler: bob(newMux(d.routes(), newIdempotency(st, log), log)), ConnContext: withConn}
+	go srv.Serve(handoff.Listen(uln))
+	t.Cleanup(func() { srv.Close() })
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := "GET /v1/sandboxes/web/exec HTTP/1.1\r\nHost: unix\r\n" + api.ExecHandoffHeader + ": 1\r\n\r\n"
+	if _, err := handoff.Send(c, []*os.File{pw}).Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("bob's exec in the admin's web: %d, want 404", resp.StatusCode)
+	}
+	pw.Close() // the client's own copy: the daemon's must be closed already
+	if err := pr.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pr.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read the handed-off pipe: %d, %v; want EOF: the daemon still holds its end", n, err)
 	}
 }
