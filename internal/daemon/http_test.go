@@ -260,3 +260,41 @@ func TestIdempotencyGivesHandlersTheCall(t *testing.T) {
 		t.Errorf("a request without a key was given %s", got)
 	}
 }
+
+// Idempotency keys are each namespace's own: bob's key is not the admin's, so his request is
+// served, not answered with the admin's receipt, and the admin's replay is still the admin's.
+func TestIdempotencyKeysPerNamespace(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.DiscardHandler)
+	routes := []route{{method: "POST", pattern: "/v1/things", idempotent: true, handle: func(w http.ResponseWriter, r *http.Request) error {
+		return writeJSON(w, http.StatusCreated, map[string]string{"by": principal(r).Namespace()})
+	}}}
+	srv := httptest.NewServer(asTestUser(newMux(routes, newIdempotency(st, log), log)))
+	t.Cleanup(srv.Close)
+	send := func(user string) string {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/things", strings.NewReader("{}"))
+		req.Header.Set(api.IdempotencyKeyHeader, "k1")
+		req.Header.Set("Test-User", user)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(b))
+	}
+	for _, tc := range []struct{ user, want string }{
+		{"admin", `{"by":"admin"}`},
+		{"bob", `{"by":"bob"}`},
+		{"admin", `{"by":"admin"}`},
+		{"bob", `{"by":"bob"}`},
+	} {
+		if got := send(tc.user); got != tc.want {
+			t.Errorf("%s with key k1: %s, want %s", tc.user, got, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/hiloop/hiloop/internal/handoff"
 	"github.com/hiloop/hiloop/internal/identity"
@@ -98,7 +99,7 @@ func (d *Daemon) check(sc scope, r *http.Request) (*http.Request, error) {
 		return r, d.ownSession(r)
 	case scopeImageMutation:
 		if !principal(r).Admin {
-			return r, api.Errorf(api.CodeForbidden, "%s images needs an admin: the image catalog is the host's, shared by every user", imageVerb(r.Method))
+			return r, api.Errorf(api.CodeForbidden, "%s images needs an admin: the image catalog is the host's, shared by every user", imageVerb(r))
 		}
 		return r, nil
 	}
@@ -113,9 +114,14 @@ func (d *Daemon) check(sc scope, r *http.Request) (*http.Request, error) {
 type qualified struct{}
 
 // imageVerb names what an image mutation does, for its refusal.
-func imageVerb(method string) string {
-	if method == http.MethodDelete {
+func imageVerb(r *http.Request) string {
+	switch {
+	case r.Method == http.MethodDelete:
 		return "deleting"
+	case strings.HasSuffix(r.Pattern, "/import"):
+		return "importing"
+	case strings.HasSuffix(r.Pattern, "/pull"):
+		return "pulling"
 	}
 	return "building"
 }
