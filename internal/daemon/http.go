@@ -96,10 +96,11 @@ func newMux(routes []route, idem *idempotency, log *slog.Logger, audit func(api.
 }
 
 // requirePrincipal serves next only to a request that carries a principal: one that no
-// authentication passed is refused, whatever listener served it.
+// authentication passed is refused, whatever listener served it. The trust exchange alone
+// takes none: its trust token is the credential.
 func requirePrincipal(next http.Handler, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := identity.From(r.Context()); !ok {
+		if _, ok := identity.From(r.Context()); !ok && (r.Method != http.MethodPost || r.URL.Path != trustPath) {
 			writeError(w, log, api.Errorf(api.CodeUnauthorized, "the request carries no credential"))
 			return
 		}

@@ -273,7 +273,7 @@ func TestIdempotencyKeysPerNamespace(t *testing.T) {
 	routes := []route{{method: "POST", pattern: "/v1/things", idempotent: true, handle: func(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusCreated, map[string]string{"by": principal(r).Namespace()})
 	}}}
-	srv := httptest.NewServer(asTestUser(newMux(routes, newIdempotency(st, log), log)))
+	srv := httptest.NewServer(asTestUser(newMux(routes, newIdempotency(st, log), log, nil)))
 	t.Cleanup(srv.Close)
 	send := func(user string) string {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/things", strings.NewReader("{}"))

@@ -26,6 +26,17 @@ import (
 // scope is what the daemon checks before the route's handler runs (owners.go).
 var routeScopes = map[string]scope{
 	"GET /v1/version": scopePublic,
+	"GET /v1/whoami":  scopePublic,
+	"POST /v1/trust":  scopePublic,
+
+	"POST /v1/users":                         scopeUser,
+	"GET /v1/users":                          scopeUser,
+	"GET /v1/users/{user}":                   scopeAccount,
+	"DELETE /v1/users/{user}":                scopeUser,
+	"POST /v1/users/{user}/trust-token":      scopeUser,
+	"POST /v1/users/{user}/tokens":           scopeAccount,
+	"GET /v1/users/{user}/tokens":            scopeAccount,
+	"DELETE /v1/users/{user}/tokens/{token}": scopeAccount,
 
 	"GET /v1/sandboxes":                                 scopeList,
 	"POST /v1/sandboxes":                                scopeList,
@@ -159,7 +170,7 @@ func ownersFixture(t *testing.T) (url string, reached *[]string) {
 			return writeJSON(w, http.StatusOK, map[string]string{"key": key})
 		}
 	}
-	srv := httptest.NewServer(asTestUser(newMux(d.guarded(rows), newIdempotency(st, log), log)))
+	srv := httptest.NewServer(asTestUser(newMux(d.guarded(rows), newIdempotency(st, log), log, nil)))
 	t.Cleanup(srv.Close)
 	return srv.URL, reached
 }
@@ -168,7 +179,12 @@ func ownersFixture(t *testing.T) (url string, reached *[]string) {
 // Test-Admin: 1: headers only tests send, where a listener's authentication sets the principal.
 func asTestUser(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := identity.Principal{User: r.Header.Get("Test-User"), Admin: r.Header.Get("Test-Admin") == "1"}
+		// As a listener's authentication does: the user, then an admin's Hiloop-As.
+		p, err := withAs(r, identity.Principal{User: r.Header.Get("Test-User"), Admin: r.Header.Get("Test-Admin") == "1"})
+		if err != nil {
+			writeError(w, slog.New(slog.DiscardHandler), err)
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(identity.With(r.Context(), p)))
 	})
 }
@@ -346,7 +362,7 @@ func TestNoPrincipalIsRefused(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
 	d := &Daemon{store: st, log: log}
-	srv := httptest.NewServer(newMux(d.routes(), newIdempotency(st, log), log))
+	srv := httptest.NewServer(newMux(d.routes(), newIdempotency(st, log), log, nil))
 	t.Cleanup(srv.Close)
 	if code := call(t, "GET", srv.URL+"/v1/version", "", &api.VersionInfo{}); code != api.CodeUnauthorized {
 		t.Errorf("no principal: %q, want unauthorized", code)
@@ -393,7 +409,7 @@ func TestRefusalClosesTheHandoff(t *testing.T) {
 			next.ServeHTTP(w, r.WithContext(identity.With(r.Context(), identity.Principal{User: "bob"})))
 		})
 	}
-	srv := &http.Server{Handler: bob(newMux(d.routes(), newIdempotency(st, log), log)), ConnContext: withConn}
+	srv := &http.Server{Handler: bob(newMux(d.routes(), newIdempotency(st, log), log, nil)), ConnContext: withConn}
 	go srv.Serve(handoff.Listen(uln))
 	t.Cleanup(func() { srv.Close() })
 

@@ -240,7 +240,7 @@ func TestUsageByNamespace(t *testing.T) {
 	for _, id := range []string{"id-web", "id-api", "id-gone"} {
 		d.usage.Add(usage.Record{Time: now, SandboxID: id, Provider: "anthropic", Tokens: usage.Tokens{Input: 10}, Status: 200})
 	}
-	srv := httptest.NewServer(asTestUser(newMux(d.routes(), newIdempotency(d.store, d.log), d.log)))
+	srv := httptest.NewServer(asTestUser(newMux(d.routes(), newIdempotency(d.store, d.log), d.log, nil)))
 	t.Cleanup(srv.Close)
 	report := func(user, query string) (api.UsageReport, api.ErrorCode) {
 		req, _ := http.NewRequest("GET", srv.URL+"/v1/usage"+query, nil)
