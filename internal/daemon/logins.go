@@ -9,19 +9,25 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-func loginProvider(r *http.Request) (api.LoginProvider, error) {
-	p := api.LoginProvider(r.PathValue("provider"))
-	if api.LoginKinds(p) == nil {
-		return "", api.Errorf(api.CodeInvalidArgument, "unknown login provider %q: give claude or codex", p)
+// loginProvider is the provider a request's path names, and the user whose login it acts on:
+// the namespace the request acts in. A user has logins of their own only.
+func loginProvider(r *http.Request) (user string, p api.LoginProvider, err error) {
+	who, err := caller(r)
+	if err != nil {
+		return "", "", err
 	}
-	return p, nil
+	p = api.LoginProvider(r.PathValue("provider"))
+	if api.LoginKinds(p) == nil {
+		return "", "", api.Errorf(api.CodeInvalidArgument, "unknown login provider %q: give claude or codex", p)
+	}
+	return who.Namespace(), p, nil
 }
 
-// putLogin serves PUT /v1/logins/{provider}: the provider's login, replacing any before it. A
-// ChatGPT login is refreshed once at once, which checks it and takes it over (the copy it came
-// from must sign in again: its refresh token is spent).
+// putLogin serves PUT /v1/logins/{provider}: the caller's login for the provider, replacing
+// any before it. A ChatGPT login is refreshed once at once, which checks it and takes it over
+// (the copy it came from must sign in again: its refresh token is spent).
 func (d *Daemon) putLogin(w http.ResponseWriter, r *http.Request) error {
-	p, err := loginProvider(r)
+	user, p, err := loginProvider(r)
 	if err != nil {
 		return err
 	}
@@ -32,7 +38,7 @@ func (d *Daemon) putLogin(w http.ResponseWriter, r *http.Request) error {
 	if err := body.Validate(p); err != nil {
 		return err
 	}
-	l, err := d.logins.Put(p, body, time.Now())
+	l, err := d.logins.Put(user, p, body, time.Now())
 	if err != nil {
 		return err
 	}
@@ -41,18 +47,31 @@ func (d *Daemon) putLogin(w http.ResponseWriter, r *http.Request) error {
 		// token, the new one must be stored, or the login is lost.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Minute)
 		defer cancel()
-		if err := d.logins.RefreshChatGPT(ctx, time.Now()); err != nil {
+		if err := d.logins.RefreshChatGPT(ctx, user, time.Now()); err != nil {
 			return err
 		}
-		if l, err = d.logins.Get(p); err != nil {
+		if l, err = d.logins.Get(user, p); err != nil {
 			return err
 		}
 	}
 	return writeJSON(w, http.StatusOK, l)
 }
 
+// listLogins lists the caller's logins, or with all_users=true (an admin only) every user's.
 func (d *Daemon) listLogins(w http.ResponseWriter, r *http.Request) error {
-	list, err := d.logins.List()
+	who, err := caller(r)
+	if err != nil {
+		return err
+	}
+	all, err := allUsers(r)
+	if err != nil {
+		return err
+	}
+	user := who.Namespace()
+	if all {
+		user = ""
+	}
+	list, err := d.logins.List(user)
 	if err != nil {
 		return err
 	}
@@ -60,11 +79,11 @@ func (d *Daemon) listLogins(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) getLogin(w http.ResponseWriter, r *http.Request) error {
-	p, err := loginProvider(r)
+	user, p, err := loginProvider(r)
 	if err != nil {
 		return err
 	}
-	l, err := d.logins.Get(p)
+	l, err := d.logins.Get(user, p)
 	if err != nil {
 		return err
 	}
@@ -72,11 +91,11 @@ func (d *Daemon) getLogin(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) deleteLogin(w http.ResponseWriter, r *http.Request) error {
-	p, err := loginProvider(r)
+	user, p, err := loginProvider(r)
 	if err != nil {
 		return err
 	}
-	if err := d.logins.Delete(p, time.Now()); err != nil {
+	if err := d.logins.Delete(user, p, time.Now()); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

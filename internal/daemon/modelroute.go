@@ -14,6 +14,7 @@ import (
 	"github.com/hiloop/hiloop/internal/harness/claudecode"
 	"github.com/hiloop/hiloop/internal/harness/codex"
 	"github.com/hiloop/hiloop/internal/harness/opencode"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/modelroute"
 	"github.com/hiloop/hiloop/internal/usage"
@@ -92,14 +93,19 @@ func (d *Daemon) modelRoute(sandboxID string) (gateway.ModelRoute, error) {
 }
 
 // routeCredential is the credential for provider p in the sandbox: an API-key secret attached
-// to the sandbox as the provider's key variable wins, else the operator's login. A ChatGPT
-// login is the ChatGPT route's credential only, and that route has no other.
+// to the sandbox as the provider's key variable wins, else the login of the sandbox's owner
+// (whoever started the harness: the owner's login is the sandbox's). A ChatGPT login is the
+// ChatGPT route's credential only, and that route has no other.
 func (d *Daemon) routeCredential(_ context.Context, sandboxID string, p modelroute.Provider) (modelroute.Credential, error) {
 	if key, err := d.keySecret(sandboxID, p); err != nil || key != "" {
 		return modelroute.Credential{APIKey: key}, err
 	}
+	owner, err := d.sandboxOwner(sandboxID)
+	if err != nil {
+		return modelroute.Credential{}, err
+	}
 	login := providerLogin[p]
-	c, err := d.logins.Credential(login)
+	c, err := d.logins.Credential(owner, login)
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && apiErr.Code == api.CodeLoginNotFound {
 		return modelroute.Credential{}, fmt.Errorf("%w: add one with `hiloop login add %s`, or attach a secret as %s", modelroute.ErrNoCredential, login, providerKeyEnv[p])
@@ -240,6 +246,22 @@ func (d *Daemon) routeFailed(sandboxID, sessionID string, msg func(session strin
 	}
 }
 
+// sandboxOwner is the user who owns the sandbox with the given id: whose logins its harnesses
+// use.
+func (d *Daemon) sandboxOwner(id string) (string, error) {
+	boxes, err := d.store.ListSandboxes()
+	if err != nil {
+		return "", err
+	}
+	for _, b := range boxes {
+		if b.ID == id {
+			owner, _ := identity.Split(b.Name)
+			return owner, nil
+		}
+	}
+	return "", api.Errorf(api.CodeSandboxNotFound, "no sandbox has the id %q", id)
+}
+
 // sandboxName is the name of the sandbox with the given id, for the audit log; the id when
 // the store does not know it.
 func (d *Daemon) sandboxName(id string) string {
@@ -261,10 +283,13 @@ func (d *Daemon) sessionSandbox(sessionID string) string {
 	return "SANDBOX"
 }
 
-// harnessKeys mints the route tokens of one harness start; release revokes them. Codex whose
-// OpenAI credential is a ChatGPT login (no OPENAI_API_KEY secret attached) gets a placeholder
-// ChatGPT login instead of an OpenAI key: it runs in ChatGPT mode against the route.
+// harnessKeys mints the route tokens of one harness start; release revokes them. The logins
+// are those of the sandbox's owner (sandbox is its key), whoever starts the harness, and the
+// audit log records whose each start used. Codex whose OpenAI credential is a ChatGPT login
+// (no OPENAI_API_KEY secret attached) gets a placeholder ChatGPT login instead of an OpenAI
+// key: it runs in ChatGPT mode against the route.
 func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, func(), error) {
+	owner, _ := identity.Split(sandbox)
 	providers := harnessProviders[name]
 	if len(providers) == 0 {
 		return harness.Keys{}, func() {}, nil
@@ -275,14 +300,14 @@ func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, fun
 	}
 	var keys harness.Keys
 	for _, p := range providers {
-		l, lerr := d.logins.Get(providerLogin[p])
+		l, lerr := d.logins.Get(owner, providerLogin[p])
 		if lerr == nil {
 			d.freshen(l)
-			d.auditAdd(api.AuditRecord{Action: api.AuditHarnessLoginUsed, Provider: l.Provider, Kind: l.Kind, Sandbox: sandbox, Harness: name})
+			d.auditAdd(api.AuditRecord{Action: api.AuditHarnessLoginUsed, Provider: l.Provider, Kind: l.Kind, Owner: owner, Sandbox: sandbox, Harness: name})
 		}
 		if p == modelroute.OpenAI && name == codex.Name && lerr == nil && l.Kind == api.LoginChatGPT {
 			if key, err := d.keySecret(sandboxID, p); err == nil && key == "" {
-				if keys.ChatGPT, err = d.chatGPTPlaceholders(start); err != nil {
+				if keys.ChatGPT, err = d.chatGPTPlaceholders(start, owner); err != nil {
 					d.routeCfg.Tokens.Revoke(start.ID)
 					return harness.Keys{}, nil, err
 				}
@@ -304,11 +329,11 @@ func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, fun
 	return keys, func() { d.routeCfg.Tokens.Revoke(start.ID) }, nil
 }
 
-// chatGPTPlaceholders is the placeholder ChatGPT login of a harness start, on the codex
-// login's plan.
-func (d *Daemon) chatGPTPlaceholders(start modelroute.Start) (*adapter.ChatGPTLogin, error) {
+// chatGPTPlaceholders is the placeholder ChatGPT login of a harness start, on the plan of the
+// codex login of owner, the sandbox's owner.
+func (d *Daemon) chatGPTPlaceholders(start modelroute.Start, owner string) (*adapter.ChatGPTLogin, error) {
 	var plan string
-	if c, err := d.logins.Credential(api.LoginCodex); err == nil {
+	if c, err := d.logins.Credential(owner, api.LoginCodex); err == nil {
 		plan = c.PlanType
 	}
 	t, err := d.routeCfg.Tokens.ChatGPTPlaceholders(start, plan)
@@ -358,7 +383,7 @@ func (d *Daemon) freshen(l api.Login) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := d.logins.RefreshChatGPT(ctx, time.Now()); err != nil {
+	if err := d.logins.RefreshChatGPT(ctx, l.Owner, time.Now()); err != nil {
 		d.log.Warn("renew the chatgpt login for a harness start", "err", err)
 	}
 }

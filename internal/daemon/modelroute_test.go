@@ -15,7 +15,9 @@ import (
 
 	"github.com/hiloop/hiloop/internal/auditlog"
 	"github.com/hiloop/hiloop/internal/fakeprovider"
+	"github.com/hiloop/hiloop/internal/harness/claudecode"
 	"github.com/hiloop/hiloop/internal/harness/codex"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/modelroute"
 	"github.com/hiloop/hiloop/internal/secrets"
@@ -38,7 +40,7 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 	// An auth.json whose access token expires in 20 minutes: inside logins.RenewBefore.
 	access := logins.UnsignedJWT(map[string]any{"exp": float64(time.Now().Add(20 * time.Minute).Unix())})
 	auth, _ := json.Marshal(map[string]any{"tokens": map[string]string{"id_token": access, "access_token": access, "refresh_token": "rt-0"}})
-	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: string(auth)}, time.Now()); err != nil {
+	if _, err := d.logins.Put(identity.LocalAdmin, api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: string(auth)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -72,7 +74,7 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 		}
 		seen[k] = true
 	}
-	l, err := d.logins.Get(api.LoginCodex)
+	l, err := d.logins.Get(identity.LocalAdmin, api.LoginCodex)
 	if err != nil || l.RefreshedAt == nil || time.Until(*l.ExpiresAt) < 25*time.Minute {
 		t.Fatalf("the login after the starts: %+v %v", l, err)
 	}
@@ -94,6 +96,85 @@ func TestHarnessStartsRefreshAChatGPTLoginOnce(t *testing.T) {
 	}
 }
 
+// A sandbox's harnesses use the logins of its owner, whoever starts them: bob's sandbox gets
+// bob's login, the admin's sandbox the admin's, and the audit log says whose each start used.
+// A user without a login of the provider gets none of another user's.
+func TestHarnessUsesTheSandboxOwnersLogin(t *testing.T) {
+	d := newLoginDaemon(t)
+	got := make(chan string, 4)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("X-Api-Key")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"m","usage":{"input_tokens":3,"output_tokens":4}}`)
+	}))
+	defer upstream.Close()
+	cfg := *d.routeCfg
+	cfg.Upstream = map[modelroute.Provider]string{modelroute.Anthropic: upstream.URL}
+	cfg.Transport = &http.Transport{}
+	cfg.Credential = d.routeCredential
+	send := func(sandboxID, tok string) (int, string) {
+		t.Helper()
+		rt, err := modelroute.New(sandboxID, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodPost, "/anthropic/v1/messages", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("X-Api-Key", tok)
+		w := httptest.NewRecorder()
+		rt.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			return w.Code, w.Body.String()
+		}
+		return w.Code, <-got
+	}
+	start := func(sandboxID, sandbox string) string {
+		t.Helper()
+		k, release, err := d.harnessKeys(sandboxID, sandbox, claudecode.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(release)
+		return k.Anthropic
+	}
+
+	// bob has no claude login yet: the admin's is not his to use.
+	if _, err := d.logins.Put(identity.LocalAdmin, api.LoginClaude, api.LoginPut{Kind: api.LoginAPIKey, Value: "sk-ant-ADMIN"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	bobTok := start("bob-id", "bob.box")
+	if code, body := send("bob-id", bobTok); code != http.StatusUnauthorized || !strings.Contains(body, "hiloop login add claude") {
+		t.Errorf("bob's sandbox without a login of bob's: %d %s, want 401 saying to add one", code, body)
+	}
+	if _, err := d.logins.Put("bob", api.LoginClaude, api.LoginPut{Kind: api.LoginAPIKey, Value: "sk-ant-BOB"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if code, key := send("bob-id", bobTok); key != "sk-ant-BOB" {
+		t.Errorf("bob's sandbox sent %d %q upstream, want bob's key", code, key)
+	}
+	if code, key := send("sandbox-id", start("sandbox-id", "box")); key != "sk-ant-ADMIN" {
+		t.Errorf("the admin's sandbox sent %d %q upstream, want the admin's key", code, key)
+	}
+	recs, err := d.audit.Since(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used []string
+	for _, r := range recs {
+		if r.Action == api.AuditHarnessLoginUsed {
+			used = append(used, r.Sandbox+":"+r.Owner)
+		}
+	}
+	// bob's first start found no login of his: nothing used, nothing recorded.
+	if strings.Join(used, " ") != "box:admin" {
+		t.Errorf("harness starts recorded with their logins' owners: %q", used)
+	}
+	start("bob-id", "bob.box")
+	recs, _ = d.audit.Since(0, 0)
+	if last := recs[len(recs)-1]; last.Action != api.AuditHarnessLoginUsed || last.Owner != "bob" || last.Sandbox != "bob.box" {
+		t.Errorf("bob's start with his login recorded as %+v", last)
+	}
+}
+
 // newLoginDaemon is a daemon with what its logins and model route tokens need: secrets, the
 // audit log, logins and the route's token keys.
 func newLoginDaemon(t *testing.T) *Daemon {
@@ -108,7 +189,13 @@ func newLoginDaemon(t *testing.T) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil)), secrets: sec}
+	d := &Daemon{log: slog.New(slog.NewTextHandler(io.Discard, nil)), secrets: sec, store: st}
+	// The sandboxes the tests start harnesses in: the local admin's and bob's.
+	for name, id := range map[string]string{"box": "sandbox-id", "other": "other-id", "bob.box": "bob-id"} {
+		if err := st.CreateSandbox(store.Sandbox{ID: id, Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if d.audit, err = auditlog.Open(st.Owned("internal/auditlog")); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +252,7 @@ func TestRouteFollowsTheLoginKind(t *testing.T) {
 	access := logins.UnsignedJWT(map[string]any{"exp": float64(time.Now().Add(3 * time.Hour).Unix())})
 	id := logins.UnsignedJWT(map[string]any{"https://api.openai.com/auth": map[string]any{"chatgpt_plan_type": "plus"}})
 	auth, _ := json.Marshal(map[string]any{"tokens": map[string]string{"id_token": id, "access_token": access, "refresh_token": "rt-0", "account_id": "acct-1"}})
-	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: string(auth)}, time.Now()); err != nil {
+	if _, err := d.logins.Put(identity.LocalAdmin, api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: string(auth)}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	keys, release, err := d.harnessKeys("sandbox-id", "box", codex.Name)
@@ -185,7 +272,7 @@ func TestRouteFollowsTheLoginKind(t *testing.T) {
 	if err := sp.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.secrets.Create(sp, time.Now()); err != nil {
+	if _, err := d.secrets.Create(identity.LocalAdmin, sp, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.secrets.Attach("other-id", "other", []api.SecretAttachment{{Secret: "openai", Env: "OPENAI_API_KEY"}}); err != nil {
@@ -202,7 +289,7 @@ func TestRouteFollowsTheLoginKind(t *testing.T) {
 		t.Errorf("OpenAI route with a ChatGPT login: %d %s, want 401 saying why", code, got)
 	}
 
-	if _, err := d.logins.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginAPIKey, Value: "sk-proj-REAL"}, time.Now()); err != nil {
+	if _, err := d.logins.Put(identity.LocalAdmin, api.LoginCodex, api.LoginPut{Kind: api.LoginAPIKey, Value: "sk-proj-REAL"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if code, got := send("/openai/v1/responses", openai); got != "api /v1/responses Bearer sk-proj-REAL " {

@@ -162,11 +162,12 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 }
 
 // checkCreate normalises a create request and refuses it, naming every problem at once, when
-// any of its values is invalid, above what the host has, or names a secret that does not exist;
-// the refusal then also says what else stands in its way (sandbox.Manager.CheckCreate). A
-// request with valid values goes on to the manager's Create, which refuses what the host
-// lacks for it together. The names it gives (its own, its snapshot's) become keys of the
-// caller's namespace, so that a name taken in another namespace is not in its way.
+// any of its values is invalid, above what the host has, or names a secret its owner does not
+// have (another user's is not found); the refusal then also says what else stands in its way
+// (sandbox.Manager.CheckCreate). A request with valid values goes on to the manager's Create,
+// which refuses what the host lacks for it together. The names it gives (its own, its
+// snapshot's) become keys of the caller's namespace, so that a name taken in another
+// namespace is not in its way.
 func (d *Daemon) checkCreate(r *http.Request, p *api.SandboxesPost) error {
 	defaultCPUs, defaultMemory := p.CPUs == 0, p.MemoryMB == 0
 	var ps api.Problems
@@ -183,7 +184,7 @@ func (d *Daemon) checkCreate(r *http.Request, p *api.SandboxesPost) error {
 	// attach after the create, and the sandbox is left without it.
 	for i, a := range p.Secrets {
 		if at := fmt.Sprintf("secrets[%d]", i); !ps.Has(at) {
-			_, err := d.secrets.Get(a.Secret)
+			_, err := d.secrets.Get(ns, a.Secret)
 			ps.Add(at+".secret", err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hiloop/hiloop/internal/gateway"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -53,15 +54,25 @@ func secretEnv(st *secrets.Store, id string) ([]string, error) {
 	return env, nil
 }
 
-func secretName(r *http.Request) (string, error) {
-	name := r.PathValue("secret")
-	if err := api.ValidateName("secret", name); err != nil {
-		return "", err
+// secretName is the secret a request names, in the namespace it acts in (Namespace): a user
+// reaches their own secrets only.
+func secretName(r *http.Request) (namespace, name string, err error) {
+	p, err := caller(r)
+	if err != nil {
+		return "", "", err
 	}
-	return name, nil
+	name = r.PathValue("secret")
+	if err := api.ValidateName("secret", name); err != nil {
+		return "", "", err
+	}
+	return p.Namespace(), name, nil
 }
 
 func (d *Daemon) createSecret(w http.ResponseWriter, r *http.Request) error {
+	who, err := caller(r)
+	if err != nil {
+		return err
+	}
 	var p api.SecretsPost
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
@@ -69,15 +80,29 @@ func (d *Daemon) createSecret(w http.ResponseWriter, r *http.Request) error {
 	if err := p.Normalize(); err != nil {
 		return err
 	}
-	s, err := d.secrets.Create(p, time.Now())
+	s, err := d.secrets.Create(who.Namespace(), p, time.Now())
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusCreated, s)
 }
 
+// listSecrets lists the secrets of the request's namespace, or with all_users=true (an admin
+// only) every user's.
 func (d *Daemon) listSecrets(w http.ResponseWriter, r *http.Request) error {
-	list, err := d.secrets.List()
+	who, err := caller(r)
+	if err != nil {
+		return err
+	}
+	all, err := allUsers(r)
+	if err != nil {
+		return err
+	}
+	owner := who.Namespace()
+	if all {
+		owner = ""
+	}
+	list, err := d.secrets.List(owner)
 	if err != nil {
 		return err
 	}
@@ -85,11 +110,11 @@ func (d *Daemon) listSecrets(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) getSecret(w http.ResponseWriter, r *http.Request) error {
-	name, err := secretName(r)
+	ns, name, err := secretName(r)
 	if err != nil {
 		return err
 	}
-	s, err := d.secrets.Get(name)
+	s, err := d.secrets.Get(ns, name)
 	if err != nil {
 		return err
 	}
@@ -99,11 +124,11 @@ func (d *Daemon) getSecret(w http.ResponseWriter, r *http.Request) error {
 // deleteSecret deletes a secret and detaches it from every sandbox at once: its placeholders
 // are worthless from the next request on.
 func (d *Daemon) deleteSecret(w http.ResponseWriter, r *http.Request) error {
-	name, err := secretName(r)
+	ns, name, err := secretName(r)
 	if err != nil {
 		return err
 	}
-	if _, err := d.secrets.Delete(name); err != nil {
+	if _, err := d.secrets.Delete(ns, name); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -111,7 +136,7 @@ func (d *Daemon) deleteSecret(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) rotateSecret(w http.ResponseWriter, r *http.Request) error {
-	name, err := secretName(r)
+	ns, name, err := secretName(r)
 	if err != nil {
 		return err
 	}
@@ -122,7 +147,7 @@ func (d *Daemon) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	s, err := d.secrets.Rotate(name, p.Value, time.Now())
+	s, err := d.secrets.Rotate(ns, name, p.Value, time.Now())
 	if err != nil {
 		return err
 	}
@@ -130,9 +155,9 @@ func (d *Daemon) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 }
 
 // attachSandboxSecret attaches a secret to a sandbox, running or not: its next processes see
-// the placeholder.
+// the placeholder. The secret is the sandbox owner's (secrets.Store.Attach).
 func (d *Daemon) attachSandboxSecret(w http.ResponseWriter, r *http.Request) error {
-	name, err := pathName(r)
+	name, err := pathName(r) // the key, in the caller's namespace (the guard's)
 	if err != nil {
 		return err
 	}
@@ -147,20 +172,20 @@ func (d *Daemon) attachSandboxSecret(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	if err := d.secrets.Attach(sb.ID, sb.Name, []api.SecretAttachment{p}); err != nil {
+	if err := d.secrets.Attach(sb.ID, name, []api.SecretAttachment{p}); err != nil {
 		return err
 	}
-	return d.writeSandbox(w, http.StatusOK, sb)
+	return d.writeSandbox(w, http.StatusOK, present(sb))
 }
 
 // detachSandboxSecret detaches a secret from a sandbox: its next processes lack the variable,
 // and the placeholder is worthless from the next request on.
 func (d *Daemon) detachSandboxSecret(w http.ResponseWriter, r *http.Request) error {
-	name, err := pathName(r)
+	name, err := pathName(r) // the key, in the caller's namespace (the guard's)
 	if err != nil {
 		return err
 	}
-	secret, err := secretName(r)
+	_, secret, err := secretName(r)
 	if err != nil {
 		return err
 	}
@@ -168,14 +193,15 @@ func (d *Daemon) detachSandboxSecret(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	found, err := d.secrets.Detach(sb.ID, secret)
+	owner, bare := identity.Split(name)
+	found, err := d.secrets.Detach(sb.ID, identity.Key(owner, secret))
 	if err != nil {
 		return err
 	}
 	if !found {
-		return api.Errorf(api.CodeSecretNotFound, "secret %q is not attached to sandbox %q", secret, name)
+		return api.Errorf(api.CodeSecretNotFound, "secret %q is not attached to sandbox %q", secret, bare)
 	}
-	return d.writeSandbox(w, http.StatusOK, sb)
+	return d.writeSandbox(w, http.StatusOK, present(sb))
 }
 
 // withSecrets adds the sandbox's attached secrets (names and variables) to its view.
@@ -186,7 +212,8 @@ func (d *Daemon) withSecrets(sb api.Sandbox) (api.Sandbox, error) {
 	}
 	sb.Secrets = nil
 	for _, a := range atts {
-		sb.Secrets = append(sb.Secrets, api.SecretAttachment{Secret: a.Secret, Env: a.Env})
+		_, secret := identity.Split(a.Secret)
+		sb.Secrets = append(sb.Secrets, api.SecretAttachment{Secret: secret, Env: a.Env})
 	}
 	return sb, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -29,7 +30,7 @@ func TestSecretEnvAndBindings(t *testing.T) {
 	if err := p.Normalize(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Create(p, time.Now()); err != nil {
+	if _, err := st.Create(identity.LocalAdmin, p, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	logged := 0
@@ -58,7 +59,7 @@ func TestSecretEnvAndBindings(t *testing.T) {
 		t.Fatalf("value %q", v)
 	}
 	// A rotation reaches a binding already handed out, at its next request.
-	if _, err := st.Rotate("api-key", "two", time.Now()); err != nil {
+	if _, err := st.Rotate(identity.LocalAdmin, "api-key", "two", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if v := b.Value(); string(v) != "two" {
@@ -89,7 +90,7 @@ func TestSecretEnvAndBindings(t *testing.T) {
 	if b.Placeholder == placeholder {
 		t.Fatal("a re-attached secret kept the placeholder of its detached attachment")
 	}
-	if _, err := st.Delete("api-key"); err != nil {
+	if _, err := st.Delete(identity.LocalAdmin, "api-key"); err != nil {
 		t.Fatal(err)
 	}
 	if v := b.Value(); v != nil || len(lookup("api.example.test")) != 0 {

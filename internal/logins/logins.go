@@ -4,9 +4,14 @@
 // a ChatGPT login is refreshed. Values are sealed under the master key the secrets use; the API
 // never returns them and a sandbox never sees them. It keeps the bucket "logins" and reaches
 // only that, through the store.Area that internal/store gives it (store.Buckets declares it).
+//
+// Logins are per user: each user has at most one login per provider, kept under the key
+// identity.Key(user, provider) (the bare provider for the local admin, so the logins added
+// before users existed are the admin's as they are). Every method takes the user.
 package logins
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,11 +22,12 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-var bucketLogins = []byte("logins") // provider → record JSON, value sealed
+var bucketLogins = []byte("logins") // identity.Key(user, provider) → record JSON, value sealed
 
 // Sealer seals values under the daemon's master key; *secrets.Store is one.
 type Sealer interface {
@@ -68,8 +74,8 @@ type Store struct {
 	// Refresh is how a ChatGPT login is renewed; nil leaves chatgpt logins unrefreshed.
 	Refresh *Refresher
 
-	refreshMu   sync.Mutex // one refresh at a time
-	lastAttempt time.Time  // of a refresh, guarded by refreshMu
+	refreshMu   sync.Mutex           // one refresh at a time
+	lastAttempt map[string]time.Time // of a refresh, by user; guarded by refreshMu
 }
 
 // Open opens the logins kept in db (the store.Area of this package), sealed by sealer.
@@ -81,19 +87,25 @@ func Open(db *store.Area, sealer Sealer) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("logins: %w", err)
 	}
-	return &Store{db: db, sealer: sealer}, nil
+	return &Store{db: db, sealer: sealer, lastAttempt: map[string]time.Time{}}, nil
 }
 
-func purpose(p api.LoginProvider) string { return "login\x00" + string(p) }
+// loginKey is where user's login for provider is kept.
+func loginKey(user string, p api.LoginProvider) string { return identity.Key(user, string(p)) }
+
+// purpose binds a sealed login to its key: the local admin's are the bare providers they were
+// sealed with before users existed.
+func purpose(key string) string { return "login\x00" + key }
 
 // NotFound is the error for a provider without a login.
 func NotFound(p api.LoginProvider) error {
 	return api.Errorf(api.CodeLoginNotFound, "no %s login: add one with `hiloop login add %s`", p, p)
 }
 
-// Put stores provider's login, replacing any before it, and returns how the API shows it.
-// body must have been validated for provider.
-func (s *Store) Put(provider api.LoginProvider, body api.LoginPut, now time.Time) (api.Login, error) {
+// Put stores user's login for provider, replacing any before it, and returns how the API shows
+// it. body must have been validated for provider.
+func (s *Store) Put(user string, provider api.LoginProvider, body api.LoginPut, now time.Time) (api.Login, error) {
+	key := loginKey(user, provider)
 	rec := record{Kind: body.Kind, Status: api.LoginOK, CreatedAt: now, UpdatedAt: now}
 	plain := []byte(body.Value)
 	fp := plain
@@ -113,17 +125,17 @@ func (s *Store) Put(provider api.LoginProvider, body api.LoginPut, now time.Time
 		plain, _ = json.Marshal(f.Tokens)
 		fp = []byte(f.Tokens.RefreshToken)
 	}
-	rec.Sealed = s.sealer.Seal(purpose(provider), plain)
+	rec.Sealed = s.sealer.Seal(purpose(key), plain)
 	rec.Fingerprint = s.sealer.Fingerprint(fp)
 	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketLogins)
 		var old record
-		if ok, err := getJSON(b, []byte(provider), &old); err != nil {
+		if ok, err := getJSON(b, []byte(key), &old); err != nil {
 			return err
 		} else if ok {
 			rec.CreatedAt = old.CreatedAt
 		}
-		return putJSON(b, []byte(provider), rec)
+		return putJSON(b, []byte(key), rec)
 	})
 	if err != nil {
 		return api.Login{}, err
@@ -131,27 +143,28 @@ func (s *Store) Put(provider api.LoginProvider, body api.LoginPut, now time.Time
 	if body.Kind == api.LoginChatGPT {
 		// A new login is refreshed at once whatever was attempted with the one before it.
 		s.refreshMu.Lock()
-		s.lastAttempt = time.Time{}
+		delete(s.lastAttempt, user)
 		s.refreshMu.Unlock()
 	}
-	s.audit(api.AuditRecord{Time: now, Action: api.AuditLoginAdded, Provider: provider, Kind: body.Kind})
-	return view(provider, rec), nil
+	s.audit(api.AuditRecord{Time: now, Action: api.AuditLoginAdded, Provider: provider, Kind: body.Kind, Owner: user})
+	return view(key, rec), nil
 }
 
-// Get returns provider's login.
-func (s *Store) Get(provider api.LoginProvider) (api.Login, error) {
-	rec, err := s.get(provider)
+// Get returns user's login for provider.
+func (s *Store) Get(user string, provider api.LoginProvider) (api.Login, error) {
+	rec, err := s.get(user, provider)
 	if err != nil {
 		return api.Login{}, err
 	}
-	return view(provider, rec), nil
+	return view(loginKey(user, provider), rec), nil
 }
 
-func (s *Store) get(provider api.LoginProvider) (record, error) {
+// get reads user's login for provider; another user's is not found in the same words as none.
+func (s *Store) get(user string, provider api.LoginProvider) (record, error) {
 	var rec record
 	var ok bool
 	err := s.db.View(func(tx *store.Tx) (err error) {
-		ok, err = getJSON(tx.Bucket(bucketLogins), []byte(provider), &rec)
+		ok, err = getJSON(tx.Bucket(bucketLogins), []byte(loginKey(user, provider)), &rec)
 		return err
 	})
 	if err == nil && !ok {
@@ -160,42 +173,48 @@ func (s *Store) get(provider api.LoginProvider) (record, error) {
 	return rec, err
 }
 
-// List returns every login, by provider.
-func (s *Store) List() ([]api.Login, error) {
+// List returns user's logins by provider; with user "" every user's, by owner and provider.
+func (s *Store) List(user string) ([]api.Login, error) {
 	out := []api.Login{}
 	err := s.db.View(func(tx *store.Tx) error {
 		return tx.Bucket(bucketLogins).ForEach(func(k, v []byte) error {
+			if user != "" && !identity.InNamespace(string(k), user) {
+				return nil
+			}
 			var rec record
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return fmt.Errorf("logins: decode %q: %w", k, err)
 			}
-			out = append(out, view(api.LoginProvider(k), rec))
+			out = append(out, view(string(k), rec))
 			return nil
 		})
 	})
-	slices.SortFunc(out, func(a, b api.Login) int { return strings.Compare(string(a.Provider), string(b.Provider)) })
+	slices.SortFunc(out, func(a, b api.Login) int {
+		return cmp.Or(strings.Compare(a.Owner, b.Owner), strings.Compare(string(a.Provider), string(b.Provider)))
+	})
 	return out, err
 }
 
-// Delete removes provider's login; the model route refuses the provider's requests from the
-// next one on.
-func (s *Store) Delete(provider api.LoginProvider, now time.Time) error {
+// Delete removes user's login for provider; the model route refuses the provider's requests
+// of user's sandboxes from the next one on.
+func (s *Store) Delete(user string, provider api.LoginProvider, now time.Time) error {
+	key := []byte(loginKey(user, provider))
 	var rec record
 	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketLogins)
-		ok, err := getJSON(b, []byte(provider), &rec)
+		ok, err := getJSON(b, key, &rec)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return NotFound(provider)
 		}
-		return b.Delete([]byte(provider))
+		return b.Delete(key)
 	})
 	if err != nil {
 		return err
 	}
-	s.audit(api.AuditRecord{Time: now, Action: api.AuditLoginRemoved, Provider: provider, Kind: rec.Kind})
+	s.audit(api.AuditRecord{Time: now, Action: api.AuditLoginRemoved, Provider: provider, Kind: rec.Kind, Owner: user})
 	return nil
 }
 
@@ -214,17 +233,18 @@ type Credential struct {
 // ErrNeedsReconnect is returned (wrapped in an *api.Error) for a login the provider refused.
 var ErrNeedsReconnect = errors.New("the login needs reconnecting")
 
-// Credential returns provider's credential: an *api.Error with CodeLoginNotFound when there is
-// none, and one that says to reconnect when the provider refused the login's refresh.
-func (s *Store) Credential(provider api.LoginProvider) (Credential, error) {
-	rec, err := s.get(provider)
+// Credential returns the credential of user's login for provider: an *api.Error with
+// CodeLoginNotFound when there is none, and one that says to reconnect when the provider
+// refused the login's refresh.
+func (s *Store) Credential(user string, provider api.LoginProvider) (Credential, error) {
+	rec, err := s.get(user, provider)
 	if err != nil {
 		return Credential{}, err
 	}
 	if rec.Status == api.LoginNeedsReconnect {
 		return Credential{}, api.Errorf(api.CodeLoginNeedsReconnect, "the %s login needs reconnecting (%s): add it again with `hiloop login add %s`", provider, rec.StatusMessage, provider)
 	}
-	plain, err := s.sealer.Open(purpose(provider), rec.Sealed)
+	plain, err := s.sealer.Open(purpose(loginKey(user, provider)), rec.Sealed)
 	if err != nil {
 		return Credential{}, fmt.Errorf("logins: open the %s login: %w", provider, err)
 	}
@@ -245,9 +265,12 @@ func (s *Store) audit(r api.AuditRecord) {
 	}
 }
 
-func view(p api.LoginProvider, rec record) api.Login {
+// view is how the API shows the login kept under key.
+func view(key string, rec record) api.Login {
+	owner, p := identity.Split(key)
 	l := api.Login{
-		Provider:      p,
+		Provider:      api.LoginProvider(p),
+		Owner:         owner,
 		Kind:          rec.Kind,
 		Fingerprint:   rec.Fingerprint,
 		Status:        rec.Status,

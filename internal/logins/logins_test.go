@@ -15,12 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
 const apiKey = "sk-ant-api03-THE-REAL-KEY-0123456789"
+
+// admin is the local admin, whose logins are kept under the bare provider.
+const admin = identity.LocalAdmin
 
 func open(t *testing.T) (*Store, string, *[]api.AuditRecord) {
 	t.Helper()
@@ -60,7 +64,7 @@ func codeOf(err error) api.ErrorCode {
 func TestAPIKeySealedAndNeverShown(t *testing.T) {
 	s, path, audit := open(t)
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	l, err := s.Put(api.LoginClaude, api.LoginPut{Kind: api.LoginAPIKey, Value: apiKey}, now)
+	l, err := s.Put(admin, api.LoginClaude, api.LoginPut{Kind: api.LoginAPIKey, Value: apiKey}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,35 +76,35 @@ func TestAPIKeySealedAndNeverShown(t *testing.T) {
 	if bytes.Contains(shown, []byte("REAL-KEY")) {
 		t.Fatalf("the API shows the value: %s", shown)
 	}
-	c, err := s.Credential(api.LoginClaude)
+	c, err := s.Credential(admin, api.LoginClaude)
 	if err != nil || c.Token != apiKey || c.Kind != api.LoginAPIKey {
 		t.Fatalf("credential %+v %v", c, err)
 	}
-	if _, err := s.Credential(api.LoginCodex); codeOf(err) != api.CodeLoginNotFound {
+	if _, err := s.Credential(admin, api.LoginCodex); codeOf(err) != api.CodeLoginNotFound {
 		t.Fatalf("codex credential without a login: %v", err)
 	}
 
 	// Replacing keeps the creation time and changes the fingerprint.
 	later := now.Add(time.Hour)
-	l2, err := s.Put(api.LoginClaude, api.LoginPut{Kind: api.LoginOAuthToken, Value: "sk-ant-oat01-OTHER"}, later)
+	l2, err := s.Put(admin, api.LoginClaude, api.LoginPut{Kind: api.LoginOAuthToken, Value: "sk-ant-oat01-OTHER"}, later)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !l2.CreatedAt.Equal(now) || !l2.UpdatedAt.Equal(later) || l2.Fingerprint == l.Fingerprint || l2.Kind != api.LoginOAuthToken {
 		t.Fatalf("replaced login %+v", l2)
 	}
-	list, err := s.List()
+	list, err := s.List(admin)
 	if err != nil || len(list) != 1 || list[0].Kind != api.LoginOAuthToken {
 		t.Fatalf("list %+v %v", list, err)
 	}
 
-	if err := s.Delete(api.LoginClaude, later); err != nil {
+	if err := s.Delete(admin, api.LoginClaude, later); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Credential(api.LoginClaude); codeOf(err) != api.CodeLoginNotFound {
+	if _, err := s.Credential(admin, api.LoginClaude); codeOf(err) != api.CodeLoginNotFound {
 		t.Fatalf("credential after delete: %v", err)
 	}
-	if err := s.Delete(api.LoginClaude, later); codeOf(err) != api.CodeLoginNotFound {
+	if err := s.Delete(admin, api.LoginClaude, later); codeOf(err) != api.CodeLoginNotFound {
 		t.Fatalf("second delete: %v", err)
 	}
 	var actions []string
@@ -178,7 +182,7 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 	s.Refresh = &Refresher{TokenURL: srv.URL, Client: srv.Client()}
 
 	first := jwt(now.Add(30*time.Minute), "access-0")
-	l, err := s.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-0")}, now)
+	l, err := s.Put(admin, api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-0")}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +196,7 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.RefreshChatGPT(context.Background(), now); err != nil {
+			if err := s.RefreshChatGPT(context.Background(), admin, now); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -201,24 +205,24 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 	if n := ep.calls.Load(); n != 1 {
 		t.Fatalf("the token endpoint was called %d times, want 1", n)
 	}
-	c, err := s.Credential(api.LoginCodex)
+	c, err := s.Credential(admin, api.LoginCodex)
 	// The refresh answer left out the id token: the plan is still the login's.
 	if err != nil || c.Token != jwt(ep.exp, "access-b") || c.AccountID != "acct-1" || c.PlanType != "pro" {
 		t.Fatalf("credential after refresh %+v %v", c, err)
 	}
-	l, _ = s.Get(api.LoginCodex)
+	l, _ = s.Get(admin, api.LoginCodex)
 	if l.RefreshedAt == nil || !l.ExpiresAt.Equal(ep.exp) {
 		t.Fatalf("login after refresh %+v", l)
 	}
 
 	// A minute later the next refresh uses the rotated refresh token (the old one is refused).
-	if err := s.RefreshChatGPT(context.Background(), now.Add(MinRefreshInterval)); err != nil {
+	if err := s.RefreshChatGPT(context.Background(), admin, now.Add(MinRefreshInterval)); err != nil {
 		t.Fatal(err)
 	}
 	if n := ep.calls.Load(); n != 2 {
 		t.Fatalf("calls %d, want 2", n)
 	}
-	if c, _ := s.Credential(api.LoginCodex); c.Token != jwt(ep.exp, "access-c") {
+	if c, _ := s.Credential(admin, api.LoginCodex); c.Token != jwt(ep.exp, "access-c") {
 		t.Fatalf("credential after the second refresh %+v", c)
 	}
 
@@ -226,14 +230,14 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 	ep.mu.Lock()
 	ep.valid = "something-else"
 	ep.mu.Unlock()
-	err = s.RefreshChatGPT(context.Background(), now.Add(2*MinRefreshInterval))
+	err = s.RefreshChatGPT(context.Background(), admin, now.Add(2*MinRefreshInterval))
 	if codeOf(err) != api.CodeLoginNeedsReconnect || !strings.Contains(err.Error(), "invalid_grant") {
 		t.Fatalf("refused refresh: %v", err)
 	}
-	if _, err := s.Credential(api.LoginCodex); codeOf(err) != api.CodeLoginNeedsReconnect {
+	if _, err := s.Credential(admin, api.LoginCodex); codeOf(err) != api.CodeLoginNeedsReconnect {
 		t.Fatalf("credential of a refused login: %v", err)
 	}
-	l, _ = s.Get(api.LoginCodex)
+	l, _ = s.Get(admin, api.LoginCodex)
 	if l.Status != api.LoginNeedsReconnect || !strings.Contains(l.StatusMessage, "invalid_grant") {
 		t.Fatalf("login %+v", l)
 	}
@@ -249,17 +253,17 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 	ep.mu.Lock()
 	ep.valid = "refresh-new"
 	ep.mu.Unlock()
-	if _, err := s.Put(api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-new")}, now); err != nil {
+	if _, err := s.Put(admin, api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-new")}, now); err != nil {
 		t.Fatal(err)
 	}
 	calls := ep.calls.Load()
-	if err := s.RefreshChatGPT(context.Background(), now.Add(2*MinRefreshInterval)); err != nil {
+	if err := s.RefreshChatGPT(context.Background(), admin, now.Add(2*MinRefreshInterval)); err != nil {
 		t.Fatal(err)
 	}
 	if ep.calls.Load() != calls+1 {
 		t.Fatalf("a login added again within a minute of a refused refresh was not refreshed")
 	}
-	if l, _ := s.Get(api.LoginCodex); l.Status != api.LoginOK {
+	if l, _ := s.Get(admin, api.LoginCodex); l.Status != api.LoginOK {
 		t.Fatalf("the login added again: %+v", l)
 	}
 
@@ -268,5 +272,105 @@ func TestChatGPTRefreshOnceForManyAndRotates(t *testing.T) {
 		if bytes.Contains(raw, []byte(v)) {
 			t.Fatalf("the bbolt file holds %q in clear", v)
 		}
+	}
+}
+
+// TestPerUser: each user has their own login per provider; one user's is not found for
+// another (never forbidden), lists show the user's own, and a refresh renews only its owner's.
+func TestPerUser(t *testing.T) {
+	s, _, audit := open(t)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := s.Put(admin, api.LoginClaude, api.LoginPut{Kind: api.LoginAPIKey, Value: apiKey}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put("bob", api.LoginClaude, api.LoginPut{Kind: api.LoginOAuthToken, Value: "sk-ant-oat01-BOB"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put("bob", api.LoginCodex, api.LoginPut{Kind: api.LoginAPIKey, Value: "sk-proj-BOB"}, now); err != nil {
+		t.Fatal(err)
+	}
+	// The same provider for two users: each credential is its owner's.
+	if c, err := s.Credential(admin, api.LoginClaude); err != nil || c.Token != apiKey {
+		t.Fatalf("admin's claude credential %+v %v", c, err)
+	}
+	if c, err := s.Credential("bob", api.LoginClaude); err != nil || c.Token != "sk-ant-oat01-BOB" || c.Kind != api.LoginOAuthToken {
+		t.Fatalf("bob's claude credential %+v %v", c, err)
+	}
+	// Another user's login is not found, in the very words of a login nobody has.
+	_, errOther := s.Credential(admin, api.LoginCodex)
+	_, errNone := s.Credential("carol", api.LoginCodex)
+	if codeOf(errOther) != api.CodeLoginNotFound || errOther.Error() != errNone.Error() {
+		t.Fatalf("admin asking for a codex login only bob has: %v; carol, who nobody gave one: %v", errOther, errNone)
+	}
+	if _, err := s.Get("carol", api.LoginClaude); codeOf(err) != api.CodeLoginNotFound {
+		t.Fatalf("carol's claude login: %v", err)
+	}
+	if err := s.Delete("carol", api.LoginClaude, now); codeOf(err) != api.CodeLoginNotFound {
+		t.Fatalf("carol deleting: %v", err)
+	}
+	owners := func(list []api.Login) string {
+		var out []string
+		for _, l := range list {
+			out = append(out, l.Owner+"/"+string(l.Provider))
+		}
+		return strings.Join(out, " ")
+	}
+	if l, err := s.List("bob"); err != nil || owners(l) != "bob/claude bob/codex" {
+		t.Fatalf("bob's list %s %v", owners(l), err)
+	}
+	if l, err := s.List(admin); err != nil || owners(l) != "admin/claude" {
+		t.Fatalf("admin's own list %s %v", owners(l), err)
+	}
+	if l, err := s.List(""); err != nil || owners(l) != "admin/claude bob/claude bob/codex" {
+		t.Fatalf("every user's list %s %v", owners(l), err)
+	}
+	// Deleting bob's leaves admin's.
+	if err := s.Delete("bob", api.LoginClaude, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Credential(admin, api.LoginClaude); err != nil {
+		t.Fatalf("admin's claude login after bob deleted his: %v", err)
+	}
+	var rec []string
+	for _, r := range *audit {
+		rec = append(rec, r.Action+":"+r.Owner+"/"+string(r.Provider))
+	}
+	if got := strings.Join(rec, " "); got != "login_added:admin/claude login_added:bob/claude login_added:bob/codex login_removed:bob/claude" {
+		t.Fatalf("audit %s", got)
+	}
+}
+
+// TestChatGPTRefreshPerUser: two users' ChatGPT logins refresh apart, each with its own
+// refresh token, and one's refresh does not hold back the other's within the minute.
+func TestChatGPTRefreshPerUser(t *testing.T) {
+	s, _, _ := open(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	ep := &tokenEndpoint{valid: "refresh-0", exp: now.Add(10 * 24 * time.Hour)}
+	srv := httptest.NewServer(ep)
+	defer srv.Close()
+	s.Refresh = &Refresher{TokenURL: srv.URL, Client: srv.Client()}
+	first := jwt(now.Add(30*time.Minute), "access-0")
+	if _, err := s.Put("bob", api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-0")}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(admin, api.LoginCodex, api.LoginPut{Kind: api.LoginChatGPT, Value: authJSON(first, "refresh-admin")}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RefreshChatGPT(context.Background(), "bob", now); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.Credential("bob", api.LoginCodex); c.Token != jwt(ep.exp, "access-b") {
+		t.Fatalf("bob's credential after his refresh %+v", c)
+	}
+	if c, _ := s.Credential(admin, api.LoginCodex); c.Token != first {
+		t.Fatalf("admin's credential changed with bob's refresh: %+v", c)
+	}
+	// The admin's refresh token is not the endpoint's valid one: refused, and only the
+	// admin's login needs reconnecting.
+	if err := s.RefreshChatGPT(context.Background(), admin, now); codeOf(err) != api.CodeLoginNeedsReconnect {
+		t.Fatalf("admin's refresh: %v", err)
+	}
+	if l, _ := s.Get("bob", api.LoginCodex); l.Status != api.LoginOK {
+		t.Fatalf("bob's login %+v", l)
 	}
 }

@@ -118,27 +118,28 @@ func (r *Refresher) refresh(ctx context.Context, t chatGPTTokens) (chatGPTTokens
 	return n, nil
 }
 
-// RefreshChatGPT renews the codex login's access token now, unless one was attempted less than
-// MinRefreshInterval ago: callers at the same moment share one request, and each gets the
-// login as it then is. It is what a harness's own refresh attempt leads to.
-func (s *Store) RefreshChatGPT(ctx context.Context, now time.Time) error {
+// RefreshChatGPT renews the access token of user's codex login now, unless one was attempted
+// less than MinRefreshInterval ago: callers at the same moment share one request, and each
+// gets the login as it then is. It is what a harness's own refresh attempt leads to.
+func (s *Store) RefreshChatGPT(ctx context.Context, user string, now time.Time) error {
 	if s.Refresh == nil {
 		return errors.New("logins: no refresher")
 	}
 	s.refreshMu.Lock()
 	defer s.refreshMu.Unlock()
-	if !s.lastAttempt.IsZero() && now.Sub(s.lastAttempt) < MinRefreshInterval {
+	if last, ok := s.lastAttempt[user]; ok && now.Sub(last) < MinRefreshInterval {
 		return nil
 	}
-	rec, err := s.get(api.LoginCodex)
+	rec, err := s.get(user, api.LoginCodex)
 	if err != nil {
 		return err
 	}
 	if rec.Kind != api.LoginChatGPT || rec.Status != api.LoginOK {
 		return nil
 	}
-	s.lastAttempt = now
-	plain, err := s.sealer.Open(purpose(api.LoginCodex), rec.Sealed)
+	s.lastAttempt[user] = now
+	key := loginKey(user, api.LoginCodex)
+	plain, err := s.sealer.Open(purpose(key), rec.Sealed)
 	if err != nil {
 		return fmt.Errorf("logins: open the codex login: %w", err)
 	}
@@ -152,7 +153,7 @@ func (s *Store) RefreshChatGPT(ctx context.Context, now time.Time) error {
 	case errors.As(err, &rj):
 		rec.Status, rec.StatusMessage, rec.UpdatedAt = api.LoginNeedsReconnect, rj.msg, now
 	case err != nil:
-		s.audit(api.AuditRecord{Time: now, Action: api.AuditLoginRefreshFailed, Provider: api.LoginCodex, Kind: rec.Kind, Message: err.Error()})
+		s.audit(api.AuditRecord{Time: now, Action: api.AuditLoginRefreshFailed, Provider: api.LoginCodex, Kind: rec.Kind, Owner: user, Message: err.Error()})
 		return fmt.Errorf("logins: refresh the codex login: %w", err)
 	default:
 		exp, err := jwtExpiry(n.AccessToken)
@@ -160,40 +161,47 @@ func (s *Store) RefreshChatGPT(ctx context.Context, now time.Time) error {
 			exp = now.Add(RenewBefore) // unknown: try again when Run next looks
 		}
 		sealed, _ := json.Marshal(n)
-		rec.Sealed = s.sealer.Seal(purpose(api.LoginCodex), sealed)
+		rec.Sealed = s.sealer.Seal(purpose(key), sealed)
 		rec.ExpiresAt, rec.RefreshedAt, rec.UpdatedAt = exp, now, now
 	}
 	stored := rec.UpdatedAt
 	err = s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketLogins)
 		var cur record
-		ok, err := getJSON(b, []byte(api.LoginCodex), &cur)
+		ok, err := getJSON(b, []byte(key), &cur)
 		if err != nil || !ok || cur.Fingerprint != rec.Fingerprint {
 			return err // removed or replaced meanwhile: the new login wins
 		}
-		return putJSON(b, []byte(api.LoginCodex), rec)
+		return putJSON(b, []byte(key), rec)
 	})
 	if err != nil {
 		return fmt.Errorf("logins: store the refreshed codex login: %w", err)
 	}
 	if rec.Status == api.LoginNeedsReconnect {
-		s.audit(api.AuditRecord{Time: stored, Action: api.AuditLoginRefreshFailed, Provider: api.LoginCodex, Kind: rec.Kind, Message: rec.StatusMessage + "; the login needs reconnecting"})
+		s.audit(api.AuditRecord{Time: stored, Action: api.AuditLoginRefreshFailed, Provider: api.LoginCodex, Kind: rec.Kind, Owner: user, Message: rec.StatusMessage + "; the login needs reconnecting"})
 		return api.Errorf(api.CodeLoginNeedsReconnect, "the codex login needs reconnecting (%s): add it again with `hiloop login add codex`", rec.StatusMessage)
 	}
-	s.audit(api.AuditRecord{Time: stored, Action: api.AuditLoginRefreshed, Provider: api.LoginCodex, Kind: rec.Kind})
+	s.audit(api.AuditRecord{Time: stored, Action: api.AuditLoginRefreshed, Provider: api.LoginCodex, Kind: rec.Kind, Owner: user})
 	return nil
 }
 
-// Run renews the ChatGPT login RenewBefore its access token expires, looking every CheckEvery,
-// until ctx ends.
+// Run renews every user's ChatGPT login RenewBefore its access token expires, looking every
+// CheckEvery, until ctx ends.
 func (s *Store) Run(ctx context.Context, log func(msg string, args ...any)) {
 	tick := time.NewTicker(CheckEvery)
 	defer tick.Stop()
 	for {
-		if rec, err := s.get(api.LoginCodex); err == nil && rec.Kind == api.LoginChatGPT &&
-			rec.Status == api.LoginOK && time.Until(rec.ExpiresAt) < RenewBefore {
-			if err := s.RefreshChatGPT(ctx, time.Now()); err != nil && log != nil {
-				log("refresh the codex chatgpt login", "err", err)
+		all, err := s.List("")
+		if err != nil && log != nil {
+			log("list the logins to renew", "err", err)
+		}
+		for _, l := range all {
+			if l.Provider != api.LoginCodex || l.Kind != api.LoginChatGPT || l.Status != api.LoginOK ||
+				(l.ExpiresAt != nil && time.Until(*l.ExpiresAt) >= RenewBefore) {
+				continue
+			}
+			if err := s.RefreshChatGPT(ctx, l.Owner, time.Now()); err != nil && log != nil {
+				log("refresh the codex chatgpt login", "owner", l.Owner, "err", err)
 			}
 		}
 		select {

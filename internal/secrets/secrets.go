@@ -5,9 +5,15 @@
 // bbolt file alone reveals nothing and a sealed value cannot be moved to another name. It keeps
 // the buckets "secrets", "secret_attachments" and "secrets_meta" and reaches only those, through
 // the store.Area that internal/store gives it (store.Buckets declares them as its own).
+//
+// Secret names are per user (internal/identity): a secret is kept under its key, the bare name
+// in the local admin's namespace and USER.NAME in any other user's, so the secrets made before
+// users existed are the admin's as they are. Every method takes the owner and the bare name,
+// and a sandbox is given only its owner's secrets.
 package secrets
 
 import (
+	"cmp"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
@@ -29,6 +35,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -40,8 +47,8 @@ const KeySize = 32
 const PlaceholderPrefix = "hiloop-secret-"
 
 var (
-	bucketSecrets     = []byte("secrets")            // name → record JSON, value sealed
-	bucketAttachments = []byte("secret_attachments") // sandbox id \x00 secret → Attachment JSON
+	bucketSecrets     = []byte("secrets")            // secret key → record JSON, value sealed
+	bucketAttachments = []byte("secret_attachments") // sandbox id \x00 secret key → Attachment JSON
 	bucketMeta        = []byte("secrets_meta")       // keyCheck → the check value, sealed
 	keyCheck          = []byte("key_check")
 )
@@ -52,29 +59,29 @@ const checkPlain = "hiloop master key check v1"
 
 // record is a secret as the bbolt file keeps it.
 type record struct {
-	Name        string    `json:"name"`
+	Name        string    `json:"name"` // the secret's key (identity.Key)
 	Hosts       []string  `json:"hosts"`
 	Header      string    `json:"header"`
 	Format      string    `json:"format"`
 	PathPrefix  string    `json:"path_prefix,omitempty"`
-	Sealed      []byte    `json:"sealed"` // nonce ‖ AES-256-GCM(value), the name as additional data
+	Sealed      []byte    `json:"sealed"` // nonce ‖ AES-256-GCM(value), the key as additional data
 	Fingerprint string    `json:"fingerprint"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
 
-// Attachment is one secret attached to one sandbox.
+// Attachment is one secret attached to one sandbox: always a secret of the sandbox's owner.
 type Attachment struct {
 	SandboxID   string `json:"sandbox_id"`
-	Sandbox     string `json:"sandbox"` // its name, for Secret.UsedBy
-	Secret      string `json:"secret"`
+	Sandbox     string `json:"sandbox"` // its key, for Secret.UsedBy
+	Secret      string `json:"secret"`  // the secret's key
 	Env         string `json:"env"`
 	Placeholder string `json:"placeholder"`
 }
 
 // Secret is a secret with what the gateway needs to put it in a request; never its value.
 type Secret struct {
-	Name       string
+	Name       string // the bare name
 	Hosts      []string
 	Header     string
 	Format     string
@@ -210,44 +217,50 @@ func (s *Store) fingerprint(value []byte) string {
 	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))[:16]
 }
 
-func adFor(name string) []byte { return []byte("secret\x00" + name) }
+// adFor binds a sealed value to the secret's key: the local admin's keys are the bare names
+// they were sealed with before users existed.
+func adFor(key string) []byte { return []byte("secret\x00" + key) }
 
+// notFound is the error for a secret the owner does not have: another user's secret of that
+// name is not found in the same words, so the answer tells nothing about other users.
 func notFound(name string) error {
 	return api.Errorf(api.CodeSecretNotFound, "secret %q not found", name)
 }
 
-// Create stores a new secret from p, which the caller has normalised.
-func (s *Store) Create(p api.SecretsPost, now time.Time) (api.Secret, error) {
+// Create stores a new secret of owner from p, which the caller has normalised.
+func (s *Store) Create(owner string, p api.SecretsPost, now time.Time) (api.Secret, error) {
+	key := identity.Key(owner, p.Name)
 	rec := record{
-		Name: p.Name, Hosts: p.Hosts, Header: p.Header, Format: p.Format, PathPrefix: p.PathPrefix,
-		Sealed: s.seal([]byte(p.Value), adFor(p.Name)), Fingerprint: s.fingerprint([]byte(p.Value)),
+		Name: key, Hosts: p.Hosts, Header: p.Header, Format: p.Format, PathPrefix: p.PathPrefix,
+		Sealed: s.seal([]byte(p.Value), adFor(key)), Fingerprint: s.fingerprint([]byte(p.Value)),
 		CreatedAt: now.UTC(), UpdatedAt: now.UTC(),
 	}
 	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketSecrets)
-		if b.Get([]byte(p.Name)) != nil {
+		if b.Get([]byte(key)) != nil {
 			return api.Errorf(api.CodeSecretExists, "secret %q exists: rotate it to change its value, or delete it first", p.Name)
 		}
-		return putJSON(b, []byte(p.Name), rec)
+		return putJSON(b, []byte(key), rec)
 	})
 	if err != nil {
 		return api.Secret{}, err
 	}
-	return s.Get(p.Name)
+	return s.Get(owner, p.Name)
 }
 
-// Rotate replaces a secret's value; its bindings and attachments stay.
-func (s *Store) Rotate(name, value string, now time.Time) (api.Secret, error) {
+// Rotate replaces the value of owner's secret name; its bindings and attachments stay.
+func (s *Store) Rotate(owner, name, value string, now time.Time) (api.Secret, error) {
+	key := identity.Key(owner, name)
 	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketSecrets)
 		var rec record
-		if err := getJSON(b, []byte(name), &rec); err != nil {
+		if err := getJSON(b, []byte(key), &rec); err != nil {
 			return err
 		}
-		rec.Sealed = s.seal([]byte(value), adFor(name))
+		rec.Sealed = s.seal([]byte(value), adFor(key))
 		rec.Fingerprint = s.fingerprint([]byte(value))
 		rec.UpdatedAt = now.UTC()
-		return putJSON(b, []byte(name), rec)
+		return putJSON(b, []byte(key), rec)
 	})
 	if errors.Is(err, errNotFound) {
 		return api.Secret{}, notFound(name)
@@ -255,22 +268,23 @@ func (s *Store) Rotate(name, value string, now time.Time) (api.Secret, error) {
 	if err != nil {
 		return api.Secret{}, err
 	}
-	return s.Get(name)
+	return s.Get(owner, name)
 }
 
-// Get returns a secret as the API shows it.
-func (s *Store) Get(name string) (api.Secret, error) {
+// Get returns owner's secret name as the API shows it.
+func (s *Store) Get(owner, name string) (api.Secret, error) {
+	key := identity.Key(owner, name)
 	var out api.Secret
 	err := s.db.View(func(tx *store.Tx) error {
 		var rec record
-		if err := getJSON(tx.Bucket(bucketSecrets), []byte(name), &rec); err != nil {
+		if err := getJSON(tx.Bucket(bucketSecrets), []byte(key), &rec); err != nil {
 			return err
 		}
 		used, err := usedBy(tx)
 		if err != nil {
 			return err
 		}
-		out = view(rec, used[name])
+		out = view(rec, used[key])
 		return nil
 	})
 	if errors.Is(err, errNotFound) {
@@ -279,8 +293,9 @@ func (s *Store) Get(name string) (api.Secret, error) {
 	return out, err
 }
 
-// List returns every secret, sorted by name.
-func (s *Store) List() ([]api.Secret, error) {
+// List returns owner's secrets, sorted by name; with owner "" every user's, sorted by owner
+// and name.
+func (s *Store) List(owner string) ([]api.Secret, error) {
 	out := []api.Secret{}
 	err := s.db.View(func(tx *store.Tx) error {
 		used, err := usedBy(tx)
@@ -292,25 +307,35 @@ func (s *Store) List() ([]api.Secret, error) {
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return err
 			}
-			out = append(out, view(rec, used[rec.Name]))
+			if owner == "" || identity.InNamespace(rec.Name, owner) {
+				out = append(out, view(rec, used[rec.Name]))
+			}
 			return nil
 		})
+	})
+	slices.SortFunc(out, func(a, b api.Secret) int {
+		return cmp.Or(strings.Compare(a.Owner, b.Owner), strings.Compare(a.Name, b.Name))
 	})
 	return out, err
 }
 
+// view is how the API shows rec: its bare name and its owner, and the bare names of the
+// sandboxes it is attached to (all of them the owner's).
 func view(rec record, used []string) api.Secret {
-	sort.Strings(used)
-	if used == nil {
-		used = []string{}
+	owner, name := identity.Split(rec.Name)
+	names := make([]string, 0, len(used))
+	for _, sb := range used {
+		_, n := identity.Split(sb)
+		names = append(names, n)
 	}
+	sort.Strings(names)
 	return api.Secret{
-		Name: rec.Name, Hosts: rec.Hosts, Header: rec.Header, Format: rec.Format, PathPrefix: rec.PathPrefix,
-		Fingerprint: rec.Fingerprint, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, UsedBy: used,
+		Name: name, Owner: owner, Hosts: rec.Hosts, Header: rec.Header, Format: rec.Format, PathPrefix: rec.PathPrefix,
+		Fingerprint: rec.Fingerprint, CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, UsedBy: names,
 	}
 }
 
-// usedBy maps each secret to the names of the sandboxes it is attached to.
+// usedBy maps each secret's key to the keys of the sandboxes it is attached to.
 func usedBy(tx *store.Tx) (map[string][]string, error) {
 	used := map[string][]string{}
 	err := tx.Bucket(bucketAttachments).ForEach(func(_, v []byte) error {
@@ -324,16 +349,17 @@ func usedBy(tx *store.Tx) (map[string][]string, error) {
 	return used, err
 }
 
-// Delete removes a secret and detaches it from every sandbox at once; it returns the ids of
-// the sandboxes it was attached to.
-func (s *Store) Delete(name string) ([]string, error) {
+// Delete removes owner's secret name and detaches it from every sandbox at once; it returns
+// the ids of the sandboxes it was attached to.
+func (s *Store) Delete(owner, name string) ([]string, error) {
+	key := identity.Key(owner, name)
 	var ids []string
 	err := s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketSecrets)
-		if b.Get([]byte(name)) == nil {
+		if b.Get([]byte(key)) == nil {
 			return errNotFound
 		}
-		if err := b.Delete([]byte(name)); err != nil {
+		if err := b.Delete([]byte(key)); err != nil {
 			return err
 		}
 		ab := tx.Bucket(bucketAttachments)
@@ -343,7 +369,7 @@ func (s *Store) Delete(name string) ([]string, error) {
 			if err := json.Unmarshal(v, &a); err != nil {
 				return err
 			}
-			if a.Secret == name {
+			if a.Secret == key {
 				keys = append(keys, slices.Clone(k))
 				ids = append(ids, a.SandboxID)
 			}
@@ -375,10 +401,13 @@ func newPlaceholder() string {
 	return PlaceholderPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
 }
 
-// Attach attaches the secrets in list (normalised by the caller) to the sandbox id named
-// sandbox, all or none. A secret attached already keeps its placeholder and takes the new
-// variable. A variable another of the sandbox's secrets uses is refused.
+// Attach attaches the secrets in list (normalised by the caller; bare names) to the sandbox id
+// whose key is sandbox, all or none. The secrets are the sandbox owner's: a name the owner has
+// no secret of is not found, whoever else has one. A secret attached already keeps its
+// placeholder and takes the new variable. A variable another of the sandbox's secrets uses is
+// refused.
 func (s *Store) Attach(sandboxID, sandbox string, list []api.SecretAttachment) error {
+	owner, sandboxName := identity.Split(sandbox)
 	return s.db.Update(func(tx *store.Tx) error {
 		sb, ab := tx.Bucket(bucketSecrets), tx.Bucket(bucketAttachments)
 		current, err := attachmentsOf(tx, sandboxID)
@@ -390,22 +419,24 @@ func (s *Store) Attach(sandboxID, sandbox string, list []api.SecretAttachment) e
 			byEnv[a.Env] = a.Secret
 		}
 		for _, in := range list {
-			if sb.Get([]byte(in.Secret)) == nil {
+			key := identity.Key(owner, in.Secret)
+			if sb.Get([]byte(key)) == nil {
 				return notFound(in.Secret)
 			}
-			a := Attachment{SandboxID: sandboxID, Sandbox: sandbox, Secret: in.Secret, Env: in.Env}
-			if i := slices.IndexFunc(current, func(c Attachment) bool { return c.Secret == in.Secret }); i >= 0 {
+			a := Attachment{SandboxID: sandboxID, Sandbox: sandbox, Secret: key, Env: in.Env}
+			if i := slices.IndexFunc(current, func(c Attachment) bool { return c.Secret == key }); i >= 0 {
 				a.Placeholder = current[i].Placeholder
 				delete(byEnv, current[i].Env)
 			} else {
 				a.Placeholder = newPlaceholder()
 				if len(current) >= api.MaxSandboxSecrets {
-					return api.Errorf(api.CodeInvalidArgument, "sandbox %q has %d secrets attached: at most %d", sandbox, len(current), api.MaxSandboxSecrets)
+					return api.Errorf(api.CodeInvalidArgument, "sandbox %q has %d secrets attached: at most %d", sandboxName, len(current), api.MaxSandboxSecrets)
 				}
 				current = append(current, a)
 			}
 			if other, ok := byEnv[a.Env]; ok && other != a.Secret {
-				return api.Errorf(api.CodeInvalidArgument, "sandbox %q has secret %q in %s already: choose another variable with --env", sandbox, other, a.Env)
+				_, otherName := identity.Split(other)
+				return api.Errorf(api.CodeInvalidArgument, "sandbox %q has secret %q in %s already: choose another variable with --env", sandboxName, otherName, a.Env)
 			}
 			byEnv[a.Env] = a.Secret
 			if err := putJSON(ab, attachKey(sandboxID, a.Secret), a); err != nil {
@@ -416,7 +447,8 @@ func (s *Store) Attach(sandboxID, sandbox string, list []api.SecretAttachment) e
 	})
 }
 
-// Detach detaches secret from the sandbox id; false if it was not attached.
+// Detach detaches the secret whose key is secret from the sandbox id; false if it was not
+// attached.
 func (s *Store) Detach(sandboxID, secret string) (bool, error) {
 	found := false
 	err := s.db.Update(func(tx *store.Tx) error {
@@ -492,16 +524,17 @@ func (s *Store) Bound(sandboxID string) ([]Attachment, []Secret, error) {
 				return err
 			}
 			atts = append(atts, a)
-			secs = append(secs, Secret{Name: rec.Name, Hosts: rec.Hosts, Header: rec.Header, Format: rec.Format, PathPrefix: rec.PathPrefix})
+			_, name := identity.Split(rec.Name)
+			secs = append(secs, Secret{Name: name, Hosts: rec.Hosts, Header: rec.Header, Format: rec.Format, PathPrefix: rec.PathPrefix})
 		}
 		return nil
 	})
 	return atts, secs, err
 }
 
-// Value returns the current value of secret for the sandbox id, if the placeholder is still
-// the one attached there; nil otherwise (detached, deleted, re-attached elsewhere), so a
-// placeholder is worthless as soon as its attachment is gone.
+// Value returns the current value of the secret whose key is secret for the sandbox id, if the
+// placeholder is still the one attached there; nil otherwise (detached, deleted, re-attached
+// elsewhere), so a placeholder is worthless as soon as its attachment is gone.
 func (s *Store) Value(sandboxID, secret, placeholder string) []byte {
 	var value []byte
 	err := s.db.View(func(tx *store.Tx) error {

@@ -9,11 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
 const value = "sk-live-THE-REAL-VALUE-0123456789"
+
+// admin is the local admin, whose secrets are kept under their bare names.
+const admin = identity.LocalAdmin
 
 func openDB(t *testing.T, path string) *store.Store {
 	t.Helper()
@@ -44,14 +48,14 @@ func TestSealedAtRestAndKeyChecks(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 || st.Size() != KeySize {
 		t.Fatalf("master key: %v %v", st, err)
 	}
-	sec, err := s.Create(post(), time.Now())
+	sec, err := s.Create(admin, post(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(sec.Fingerprint, "hmac-sha256:") || strings.Contains(sec.Fingerprint, value) {
 		t.Fatalf("fingerprint %q", sec.Fingerprint)
 	}
-	if _, err := s.Create(post(), time.Now()); codeOf(err) != api.CodeSecretExists {
+	if _, err := s.Create(admin, post(), time.Now()); codeOf(err) != api.CodeSecretExists {
 		t.Fatalf("second create: %v", err)
 	}
 	if err := s.Attach("id1", "box", []api.SecretAttachment{{Secret: "openai", Env: "OPENAI"}}); err != nil {
@@ -120,10 +124,10 @@ func TestRotateDetachDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old, _ := s.Create(post(), time.Now())
+	old, _ := s.Create(admin, post(), time.Now())
 	p2 := post()
 	p2.Name = "other"
-	if _, err := s.Create(p2, time.Now()); err != nil {
+	if _, err := s.Create(admin, p2, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Attach("a", "box-a", []api.SecretAttachment{{Secret: "openai", Env: "K"}}); err != nil {
@@ -156,11 +160,11 @@ func TestRotateDetachDelete(t *testing.T) {
 	if a2, _ := s.Attachments("a"); a2[0].Placeholder != a[0].Placeholder || a2[0].Env != "NEW" {
 		t.Fatalf("re-attach: %+v", a2)
 	}
-	got, _ := s.Get("openai")
+	got, _ := s.Get(admin, "openai")
 	if strings.Join(got.UsedBy, ",") != "box-a,box-b" {
 		t.Fatalf("used by %v", got.UsedBy)
 	}
-	rot, err := s.Rotate("openai", "new-value", time.Now())
+	rot, err := s.Rotate(admin, "openai", "new-value", time.Now())
 	if err != nil || rot.Fingerprint == old.Fingerprint {
 		t.Fatalf("rotate: %+v %v", rot, err)
 	}
@@ -173,17 +177,17 @@ func TestRotateDetachDelete(t *testing.T) {
 	if v := s.Value("a", "openai", a[0].Placeholder); v != nil {
 		t.Fatal("a detached placeholder still has a value")
 	}
-	ids, err := s.Delete("openai")
+	ids, err := s.Delete(admin, "openai")
 	if err != nil || strings.Join(ids, ",") != "b" {
 		t.Fatalf("delete: %v %v", ids, err)
 	}
 	if v := s.Value("b", "openai", b[0].Placeholder); v != nil {
 		t.Fatal("a deleted secret's placeholder still has a value")
 	}
-	if _, err := s.Get("openai"); codeOf(err) != api.CodeSecretNotFound {
+	if _, err := s.Get(admin, "openai"); codeOf(err) != api.CodeSecretNotFound {
 		t.Fatalf("get deleted: %v", err)
 	}
-	if _, err := s.Rotate("openai", "x", time.Now()); codeOf(err) != api.CodeSecretNotFound {
+	if _, err := s.Rotate(admin, "openai", "x", time.Now()); codeOf(err) != api.CodeSecretNotFound {
 		t.Fatalf("rotate deleted: %v", err)
 	}
 	if err := s.Attach("c", "box-c", []api.SecretAttachment{{Secret: "other", Env: "O"}}); err != nil {
@@ -194,6 +198,113 @@ func TestRotateDetachDelete(t *testing.T) {
 	}
 	if atts, _ := s.Attachments("c"); len(atts) != 0 {
 		t.Fatalf("after DeleteSandbox: %+v", atts)
+	}
+}
+
+// TestNamespaces: two users' secrets of one name do not collide; each user reaches only their
+// own (another's is not found, in the words of one that does not exist); a sandbox is given
+// only its owner's secrets; lists show a user's own, or with "" everyone's.
+func TestNamespaces(t *testing.T) {
+	dir := t.TempDir()
+	db := openDB(t, filepath.Join(dir, "db"))
+	defer db.Close()
+	s, err := Open(db.Owned("internal/secrets"), filepath.Join(dir, "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(admin, post(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	bobs := post()
+	bobs.Value = "bob-value"
+	sec, err := s.Create("bob", bobs, time.Now())
+	if err != nil {
+		t.Fatalf("bob's secret of the admin's name: %v", err)
+	}
+	if sec.Name != "openai" || sec.Owner != "bob" {
+		t.Fatalf("bob's secret shows as %+v", sec)
+	}
+	only := post()
+	only.Name = "bob-only"
+	if _, err := s.Create("bob", only, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another user's secret is not found, exactly as one nobody has.
+	_, errOther := s.Get("carol", "bob-only")
+	_, errNone := s.Get("carol", "nobody-has")
+	if codeOf(errOther) != api.CodeSecretNotFound || strings.ReplaceAll(errOther.Error(), "bob-only", "X") != strings.ReplaceAll(errNone.Error(), "nobody-has", "X") {
+		t.Fatalf("carol reading bob's secret: %v; one nobody has: %v", errOther, errNone)
+	}
+	if _, err := s.Get(admin, "bob-only"); codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("the admin's own namespace reading bob's secret: %v", err)
+	}
+	if _, err := s.Rotate("carol", "openai", "x", time.Now()); codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("carol rotating: %v", err)
+	}
+	if _, err := s.Delete("carol", "openai"); codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("carol deleting: %v", err)
+	}
+
+	// A sandbox gets its owner's secret of the name, never another user's.
+	if err := s.Attach("bob-box-id", "bob.box", []api.SecretAttachment{{Secret: "openai", Env: "K"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Attach("admin-box-id", "box", []api.SecretAttachment{{Secret: "openai", Env: "K"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Attach("carol-box-id", "carol.box", []api.SecretAttachment{{Secret: "openai", Env: "K"}}); codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("carol's sandbox given a secret she has none of: %v", err)
+	}
+	if err := s.Attach("admin-box-id", "box", []api.SecretAttachment{{Secret: "bob-only", Env: "B"}}); codeOf(err) != api.CodeSecretNotFound {
+		t.Fatalf("the admin's sandbox given bob's secret: %v", err)
+	}
+	bobAtt, _ := s.Attachments("bob-box-id")
+	adminAtt, _ := s.Attachments("admin-box-id")
+	if got := s.Value("bob-box-id", bobAtt[0].Secret, bobAtt[0].Placeholder); string(got) != "bob-value" {
+		t.Fatalf("bob's sandbox's value %q", got)
+	}
+	if got := s.Value("admin-box-id", adminAtt[0].Secret, adminAtt[0].Placeholder); string(got) != value {
+		t.Fatalf("the admin's sandbox's value %q", got)
+	}
+	// The gateway sees bare names.
+	if _, secs, err := s.Bound("bob-box-id"); err != nil || len(secs) != 1 || secs[0].Name != "openai" {
+		t.Fatalf("bound %+v %v", secs, err)
+	}
+	// A placeholder of one user's sandbox is worthless under another's secret of the name.
+	if got := s.Value("bob-box-id", adminAtt[0].Secret, bobAtt[0].Placeholder); got != nil {
+		t.Fatalf("bob's placeholder opened the admin's secret: %q", got)
+	}
+	if got, _ := s.Get("bob", "openai"); strings.Join(got.UsedBy, ",") != "box" || got.Owner != "bob" {
+		t.Fatalf("bob's secret %+v", got)
+	}
+
+	names := func(list []api.Secret) string {
+		var out []string
+		for _, x := range list {
+			out = append(out, x.Owner+"/"+x.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	if l, err := s.List("bob"); err != nil || names(l) != "bob/bob-only bob/openai" {
+		t.Fatalf("bob's list %s %v", names(l), err)
+	}
+	if l, err := s.List(admin); err != nil || names(l) != "admin/openai" {
+		t.Fatalf("the admin's own list %s %v", names(l), err)
+	}
+	if l, err := s.List("carol"); err != nil || len(l) != 0 {
+		t.Fatalf("carol's list %s %v", names(l), err)
+	}
+	if l, err := s.List(""); err != nil || names(l) != "admin/openai bob/bob-only bob/openai" {
+		t.Fatalf("every user's list %s %v", names(l), err)
+	}
+
+	// Deleting bob's leaves the admin's, attached and worth its value.
+	if ids, err := s.Delete("bob", "openai"); err != nil || strings.Join(ids, ",") != "bob-box-id" {
+		t.Fatalf("delete bob's: %v %v", ids, err)
+	}
+	if got := s.Value("admin-box-id", adminAtt[0].Secret, adminAtt[0].Placeholder); string(got) != value {
+		t.Fatalf("the admin's value after bob deleted his: %q", got)
 	}
 }
 

@@ -49,7 +49,7 @@ func (s *Server) handleDirectTCPIP(_ *glider.Server, conn *gossh.ServerConn, nc 
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	tcp, err := s.cfg.Sandboxes.DialLoopback(dctx, conn.User(), net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port))))
+	tcp, err := s.cfg.Sandboxes.DialLoopback(dctx, sandboxOf(conn), net.JoinHostPort(d.Host, strconv.Itoa(int(d.Port))))
 	cancel()
 	if err != nil {
 		if stopped(err) {

@@ -56,7 +56,8 @@ type windowChange struct {
 // request starts its one process.
 type session struct {
 	srv     *Server
-	sandbox string
+	sandbox string // its key
+	name    string // as the client named it, for messages
 	ch      gossh.Channel
 	env     []string
 	pty     *ptyRequest
@@ -72,7 +73,7 @@ func (s *Server) handleSession(_ *glider.Server, conn *gossh.ServerConn, nc goss
 	if err != nil {
 		return
 	}
-	sess := &session{srv: s, sandbox: conn.User(), ch: ch}
+	sess := &session{srv: s, sandbox: sandboxOf(conn), name: conn.User(), ch: ch}
 	for req := range reqs {
 		var argv []string
 		switch req.Type {
@@ -153,7 +154,7 @@ func (sess *session) run(ctx context.Context, argv []string, reqs <-chan *gossh.
 	if err != nil {
 		// Still serve requests until the channel closes so the client sees its exit.
 		s.goTracked(func() { discardRequests(reqs) })
-		sess.fail(startError(sess.sandbox, err))
+		sess.fail(startError(sess.name, err))
 		return
 	}
 
@@ -209,7 +210,7 @@ func (sess *session) run(ctx context.Context, argv []string, reqs <-chan *gossh.
 	if err != nil {
 		msg := fmt.Sprintf("hiloop: %v", err)
 		if errors.Is(err, runtime.ErrSandboxDied) {
-			msg = fmt.Sprintf("hiloop: sandbox %q stopped while the command was running", sess.sandbox)
+			msg = fmt.Sprintf("hiloop: sandbox %q stopped while the command was running", sess.name)
 		}
 		sess.fail(msg)
 		return

@@ -2,9 +2,14 @@
 // sandbox. It serves shells and exec requests (with or without a PTY), the sftp subsystem, and
 // direct-tcpip forwards into the sandbox's own loopback. Auth is by public key only.
 //
+// A key belongs to one user, and reaches that user's sandboxes only: the SSH user name NAME is
+// the sandbox identity.Key(owner, NAME). An admin's key may also name USER.NAME, another user's
+// sandbox; anyone else's key naming another user's sandbox is refused exactly as a sandbox that
+// does not exist.
+//
 // It owns the listener, the host key file and the SSH connections. It must not touch sandboxes'
 // lifecycle or the key registry: it asks Sandboxes and Keys, and the daemon calls CloseSandbox
-// when a sandbox stops.
+// when a sandbox stops and CloseUser when a user loses access.
 package sshd
 
 import (
@@ -13,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +26,9 @@ import (
 	glider "github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/runtime"
+	"github.com/hiloop/hiloop/pkg/api"
 )
 
 // Sandboxes is what the server needs of the sandbox manager.
@@ -35,9 +43,11 @@ type Sandboxes interface {
 	DialLoopback(ctx context.Context, name, addr string) (net.Conn, error)
 }
 
-// Keys decides which public keys may log in.
+// Keys says whose each public key is.
 type Keys interface {
-	Authorized(key gossh.PublicKey) bool
+	// Owner returns the user who registered key (with whether they are an admin); ok is false
+	// for a key nobody registered, which may not log in.
+	Owner(key gossh.PublicKey) (owner identity.Principal, ok bool)
 }
 
 // Config configures a Server.
@@ -73,9 +83,17 @@ type Server struct {
 // conn is one accepted TCP connection.
 type conn struct {
 	raw      net.Conn
-	sandbox  string      // the user name, once authenticated
+	sandbox  string      // the sandbox's key, once authenticated; guarded by Server.mu
+	user     string      // the owner of the key it authenticated with; guarded by Server.mu
 	loggedIn atomic.Bool // authenticated: the handshake's deadline and quick ACKs are over
 }
+
+// permSandbox carries, in the permissions of an authenticated connection, the key of the
+// sandbox its SSH user name resolved to.
+const permSandbox = "hiloop-sandbox"
+
+// sandboxOf is the key of the sandbox an authenticated connection reaches.
+func sandboxOf(c *gossh.ServerConn) string { return c.Permissions.Extensions[permSandbox] }
 
 type connKey struct{}
 
@@ -212,8 +230,10 @@ var ciphers = []string{"aes128-gcm@openssh.com", "aes256-gcm@openssh.com"}
 
 func (s *Server) serverConfig(ctx glider.Context) *gossh.ServerConfig {
 	return &gossh.ServerConfig{
-		Config:                    gossh.Config{Ciphers: ciphers},
-		VerifiedPublicKeyCallback: s.verified,
+		Config: gossh.Config{Ciphers: ciphers},
+		VerifiedPublicKeyCallback: func(md gossh.ConnMetadata, key gossh.PublicKey, perms *gossh.Permissions, _ string) (*gossh.Permissions, error) {
+			return s.verified(ctx, md, key, perms)
+		},
 		AuthLogCallback: func(md gossh.ConnMetadata, method string, err error) {
 			if err != nil {
 				if method != "none" {
@@ -225,12 +245,11 @@ func (s *Server) serverConfig(ctx glider.Context) *gossh.ServerConfig {
 			if c == nil {
 				return
 			}
-			s.mu.Lock()
-			c.sandbox = md.User()
-			s.mu.Unlock()
 			c.loggedIn.Store(true)
 			_ = c.raw.SetDeadline(time.Time{})
-			args := []any{"sandbox", md.User(), "remote", md.RemoteAddr().String()}
+			s.mu.Lock()
+			args := []any{"sandbox", c.sandbox, "owner", c.user, "remote", md.RemoteAddr().String()}
+			s.mu.Unlock()
 			if key, ok := ctx.Value(glider.ContextKeyPublicKey).(gossh.PublicKey); ok {
 				args = append(args, "key", gossh.FingerprintSHA256(key))
 			}
@@ -244,24 +263,80 @@ func (s *Server) serverConfig(ctx glider.Context) *gossh.ServerConfig {
 // would let anyone with a published public key probe for sandbox names. The sandbox is checked
 // in verified, once the signature is good, and refused there like a wrong key.
 func (s *Server) authorize(_ glider.Context, key glider.PublicKey) bool {
-	return s.cfg.Keys.Authorized(key)
+	_, ok := s.cfg.Keys.Owner(key)
+	return ok
 }
 
-// verified refuses a proven key for a sandbox that does not exist, as an authentication failure.
-func (s *Server) verified(conn gossh.ConnMetadata, _ gossh.PublicKey, perms *gossh.Permissions, _ string) (*gossh.Permissions, error) {
-	if !s.cfg.Sandboxes.Exists(conn.User()) {
-		return nil, errors.New("no such sandbox")
+// errNoSandbox refuses a proven key for a sandbox it cannot reach, as an authentication
+// failure: the client cannot tell a sandbox of another user from one that does not exist.
+var errNoSandbox = errors.New("no such sandbox")
+
+// verified resolves the SSH user name to the sandbox the proven key reaches, and refuses the
+// login when there is none. It remembers the sandbox and the key's owner on the connection, for
+// its channels, CloseSandbox and CloseUser.
+func (s *Server) verified(ctx glider.Context, md gossh.ConnMetadata, key gossh.PublicKey, perms *gossh.Permissions) (*gossh.Permissions, error) {
+	owner, ok := s.cfg.Keys.Owner(key)
+	if !ok {
+		return nil, errNoSandbox // removed since authorize
 	}
+	sandbox, ok := Resolve(owner, md.User())
+	if !ok || !s.cfg.Sandboxes.Exists(sandbox) {
+		return nil, errNoSandbox
+	}
+	if c, _ := ctx.Value(connKey{}).(*conn); c != nil {
+		s.mu.Lock()
+		c.sandbox, c.user = sandbox, owner.User
+		s.mu.Unlock()
+	}
+	if perms == nil {
+		perms = &gossh.Permissions{}
+	}
+	if perms.Extensions == nil {
+		perms.Extensions = map[string]string{}
+	}
+	perms.Extensions[permSandbox] = sandbox
 	return perms, nil
 }
 
-// CloseSandbox ends every session and forward of the named sandbox by closing the connections
-// logged in to it; their processes are killed. The daemon calls it after a stop or a delete.
+// Resolve is the key of the sandbox the SSH user name names for a key of owner: NAME is the
+// owner's sandbox NAME; USER.NAME is USER's sandbox NAME, which only an admin's key (or USER's
+// own) reaches. ok is false for a name the key may not reach or that is no sandbox name.
+func Resolve(owner identity.Principal, user string) (sandbox string, ok bool) {
+	ns, name, qualified := strings.Cut(user, ".")
+	if !qualified {
+		ns, name = owner.User, user
+	}
+	if api.ValidateName("sandbox", name) != nil || (qualified && api.ValidateName("user", ns) != nil) {
+		return "", false
+	}
+	if ns != owner.User && !owner.Admin {
+		return "", false
+	}
+	return identity.Key(ns, name), true
+}
+
+// CloseSandbox ends every session and forward of the sandbox whose key is name by closing the
+// connections logged in to it; their processes are killed. The daemon calls it after a stop or
+// a delete.
 func (s *Server) CloseSandbox(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
 		if c.sandbox == name {
+			c.raw.Close()
+		}
+	}
+}
+
+// CloseUser ends every session and port forward of the connections that logged in with a key
+// of user, whichever sandbox they reach, by closing them; their processes are killed. The
+// daemon calls it when the user is removed or loses access; the user's keys must be gone from
+// Keys first, so no new login follows.
+func (s *Server) CloseUser(user string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.user == user {
 			c.raw.Close()
 		}
 	}

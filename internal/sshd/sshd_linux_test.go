@@ -26,6 +26,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/hiloop/hiloop/images"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/pkg/api"
 )
@@ -166,46 +167,60 @@ func (testSandboxes) apiError(name string, err error) error {
 	return err
 }
 
-// oneKey authorizes one public key.
-type oneKey struct{ key gossh.PublicKey }
+// keyOwners says whose each registered key is, as the daemon's registry does.
+type keyOwners map[string]identity.Principal // marshalled public key → owner
 
-func (k oneKey) Authorized(key gossh.PublicKey) bool {
-	return bytes.Equal(key.Marshal(), k.key.Marshal())
+func (k keyOwners) Owner(key gossh.PublicKey) (identity.Principal, bool) {
+	p, ok := k[string(key.Marshal())]
+	return p, ok
 }
 
 // fixture is a running Server and what an OpenSSH client needs to reach it.
 type fixture struct {
 	srv        *Server
 	dir        string
-	key        string // the authorized private key
+	key        string // a key of the local admin
+	bobKey     string // a key of bob, who is no admin
+	carolKey   string // a key of carol, who is no admin
 	otherKey   string // a key nobody authorized
 	knownHosts string
 	stop       func() error // ends Serve and returns its error
 }
 
+// The sandboxes of the fixture, by key: the admin's box and stopped, and bob's box, which runs
+// in the same runtime sandbox as the admin's (what tells them apart is the name).
+var fixtureSandboxes = map[string]string{boxName: boxID, "stopped": "sshd-stopped", "bob." + boxName: boxID}
+
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	needRoot(t)
 	dir := t.TempDir()
-	f := &fixture{dir: dir, key: filepath.Join(dir, "id"), otherKey: filepath.Join(dir, "other")}
-	for _, k := range []string{f.key, f.otherKey} {
+	f := &fixture{dir: dir, key: filepath.Join(dir, "id"), bobKey: filepath.Join(dir, "bob"),
+		carolKey: filepath.Join(dir, "carol"), otherKey: filepath.Join(dir, "other")}
+	owners := keyOwners{}
+	for k, owner := range map[string]*identity.Principal{f.key: {User: identity.LocalAdmin, Admin: true},
+		f.bobKey: {User: "bob"}, f.carolKey: {User: "carol"}, f.otherKey: nil} {
 		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", k).CombinedOutput(); err != nil {
 			t.Fatalf("ssh-keygen: %v\n%s", err, out)
 		}
-	}
-	pubText, err := os.ReadFile(f.key + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _, _, _, err := gossh.ParseAuthorizedKey(pubText)
-	if err != nil {
-		t.Fatal(err)
+		if owner == nil {
+			continue
+		}
+		pubText, err := os.ReadFile(k + ".pub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _, _, _, err := gossh.ParseAuthorizedKey(pubText)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners[string(pub.Marshal())] = *owner
 	}
 	srv, err := New(Config{
 		Listen:      "127.0.0.1:0",
 		HostKeyPath: filepath.Join(dir, "host_key"),
-		Sandboxes:   testSandboxes{ids: map[string]string{boxName: boxID, "stopped": "sshd-stopped"}},
-		Keys:        oneKey{pub},
+		Sandboxes:   testSandboxes{ids: fixtureSandboxes},
+		Keys:        owners,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -928,4 +943,106 @@ func TestProtocol(t *testing.T) {
 			t.Errorf("tcpip-forward: accepted %v, %v; want refused", ok, err)
 		}
 	})
+}
+
+// sshAs runs the ssh client as user with the private key key, the command last.
+func (f *fixture) sshAs(t *testing.T, key, user, command string) result {
+	t.Helper()
+	return run(t, "", "ssh", append(f.opts(key), user+"@sandbox", command)...)
+}
+
+// TestOwnership: a key reaches its owner's sandboxes only. bob's key names his own sandbox by
+// its bare name; carol's key is refused on bob's sandbox, by either name, exactly as on a
+// sandbox that does not exist; the admin's key reaches bob's sandbox as bob.box.
+func TestOwnership(t *testing.T) {
+	f := newFixture(t)
+	if r := f.sshAs(t, f.bobKey, boxName, "echo bob"); r.code != 0 || r.stdout != "bob\n" {
+		t.Errorf("bob's key on his own sandbox: %+v", r)
+	}
+	if r := f.sshAs(t, f.bobKey, "bob."+boxName, "echo bob"); r.code != 0 || r.stdout != "bob\n" {
+		t.Errorf("bob's key on his own sandbox by its full name: %+v", r)
+	}
+	if r := f.sshAs(t, f.key, "bob."+boxName, "echo admin"); r.code != 0 || r.stdout != "admin\n" {
+		t.Errorf("the admin's key on bob's sandbox: %+v", r)
+	}
+	if r := f.sshAs(t, f.key, "admin."+boxName, "echo admin"); r.code != 0 || r.stdout != "admin\n" {
+		t.Errorf("the admin's key on the admin's sandbox by its full name: %+v", r)
+	}
+	// The refusal of a sandbox that does not exist, as carol's key meets it.
+	none := f.sshAs(t, f.carolKey, "nosuch", "true")
+	if none.code != 255 || !strings.Contains(none.stderr, "Permission denied (publickey).") {
+		t.Fatalf("carol's key on a sandbox that does not exist: %+v", none)
+	}
+	same := func(r result, user string) bool {
+		return r.code == none.code && strings.ReplaceAll(r.stderr, user+"@", "X@") == strings.ReplaceAll(none.stderr, "nosuch@", "X@")
+	}
+	for _, c := range []struct{ what, key, user string }{
+		{"carol's key on bob's sandbox by its full name", f.carolKey, "bob." + boxName},
+		{"carol's key on a sandbox name only others have", f.carolKey, boxName},
+		{"bob's key on the admin's sandbox", f.bobKey, "admin." + boxName},
+		{"bob's key on a stopped sandbox of the admin's", f.bobKey, "stopped"},
+		{"carol's key with a user name that is no sandbox name", f.carolKey, "bob.x.y"},
+	} {
+		if r := f.sshAs(t, c.key, c.user, "echo reached"); !same(r, c.user) || strings.Contains(r.stdout, "reached") {
+			t.Errorf("%s: %+v, want the refusal of a sandbox that does not exist (%+v)", c.what, r, none)
+		}
+	}
+	// Nor does a forward get through.
+	if r := run(t, "", "ssh", append(f.opts(f.carolKey), "-W", "127.0.0.1:80", "bob."+boxName+"@sandbox")...); r.code != 255 || !strings.Contains(r.stderr, "Permission denied (publickey).") {
+		t.Errorf("carol's key forwarding into bob's sandbox: %+v", r)
+	}
+}
+
+// TestCloseUser: CloseUser ends the sessions and port forwards of the connections that logged
+// in with the user's keys, whichever sandbox they reach, and no one else's.
+func TestCloseUser(t *testing.T) {
+	f := newFixture(t)
+	start := func(key string, args ...string) <-chan int {
+		t.Helper()
+		cmd := exec.Command("ssh", append(f.opts(key), args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan int, 1)
+		go func() { _ = cmd.Wait(); exited <- cmd.ProcessState.ExitCode() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		return exited
+	}
+	bobSession := start(f.bobKey, boxName+"@sandbox", "sleep 104")
+	adminSession := start(f.key, boxName+"@sandbox", "sleep 105")
+	waitUntil(t, "both sessions run", func() bool { return countInBox(t, "sleep 104") == 1 && countInBox(t, "sleep 105") == 1 })
+	// bob's port forward, logged in and idle: ssh -N -L.
+	port := freePort(t)
+	bobForward := start(f.bobKey, "-N", "-L", "127.0.0.1:"+strconv.Itoa(port)+":127.0.0.1:9", "-o", "ExitOnForwardFailure=yes", boxName+"@sandbox")
+	waitUntil(t, "bob's forward listens", func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	f.srv.CloseUser("carol") // nobody's connection: no effect
+	f.srv.CloseUser("bob")
+	for what, exited := range map[string]<-chan int{"bob's session": bobSession, "bob's forward": bobForward} {
+		select {
+		case code := <-exited:
+			if code != 255 {
+				t.Errorf("%s exited %d after CloseUser, want 255 (connection closed)", what, code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still runs 10s after CloseUser", what)
+		}
+	}
+	waitUntil(t, "bob's session's process is killed", func() bool { return countInBox(t, "sleep 104") == 0 })
+	select {
+	case code := <-adminSession:
+		t.Fatalf("the admin's session ended (%d) with CloseUser(bob)", code)
+	default:
+	}
+	if n := countInBox(t, "sleep 105"); n != 1 {
+		t.Errorf("the admin's session's process: %d running, want 1", n)
+	}
 }

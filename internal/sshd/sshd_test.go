@@ -15,6 +15,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/runtime"
 )
 
@@ -30,7 +31,7 @@ func (noSandboxes) DialLoopback(context.Context, string, string) (net.Conn, erro
 
 type noKeys struct{}
 
-func (noKeys) Authorized(gossh.PublicKey) bool { return false }
+func (noKeys) Owner(gossh.PublicKey) (identity.Principal, bool) { return identity.Principal{}, false }
 
 func TestHostKeyKept(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys", "ssh_host_ed25519_key")
@@ -135,5 +136,35 @@ func TestSignalNames(t *testing.T) {
 	}
 	if got := signalName(40); got != "SIG40@hiloop" {
 		t.Errorf("signalName(40) = %s", got)
+	}
+}
+
+// TestResolve: a key's SSH user name names a sandbox of its owner; USER.NAME reaches another
+// user's only for an admin's key.
+func TestResolve(t *testing.T) {
+	admin, bob := identity.Local(), identity.Principal{User: "bob"}
+	for _, c := range []struct {
+		owner identity.Principal
+		user  string
+		want  string
+		ok    bool
+	}{
+		{admin, "box", "box", true},
+		{admin, "bob.box", "bob.box", true},
+		{admin, "admin.box", "box", true},
+		{bob, "box", "bob.box", true},
+		{bob, "bob.box", "bob.box", true},
+		{bob, "admin.box", "", false},
+		{bob, "carol.box", "", false},
+		{bob, "Box", "", false},
+		{bob, "bob.", "", false},
+		{bob, ".box", "", false},
+		{admin, "bob.box.x", "", false},
+		{identity.Principal{User: "alice", Admin: true}, "box", "alice.box", true},
+		{identity.Principal{User: "alice", Admin: true}, "admin.box", "box", true},
+	} {
+		if got, ok := Resolve(c.owner, c.user); got != c.want || ok != c.ok {
+			t.Errorf("Resolve(%+v, %q) = %q, %v; want %q, %v", c.owner, c.user, got, ok, c.want, c.ok)
+		}
 	}
 }

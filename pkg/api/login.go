@@ -127,9 +127,13 @@ type Login struct {
 	RefreshedAt *time.Time `json:"refreshed_at,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
+	// Owner is the user whose login it is: each user has their own logins, and a sandbox's
+	// harnesses use its owner's.
+	Owner string `json:"owner"`
 }
 
-// LoginList is the answer of GET /v1/logins.
+// LoginList is the answer of GET /v1/logins: the caller's logins, or with all_users=true (an
+// admin only) every user's.
 type LoginList struct {
 	Logins []Login `json:"logins"`
 }
@@ -158,6 +162,9 @@ type AuditRecord struct {
 	Status    int               `json:"status,omitempty"`
 	// Provider is the login's provider.
 	Provider LoginProvider `json:"provider,omitempty"`
+	// Owner is the user whose login it is. A harness start uses the login of its sandbox's
+	// owner, whoever started it, and its record names that owner.
+	Owner string `json:"owner,omitempty"`
 	// Kind is the login's kind.
 	Kind LoginKind `json:"kind,omitempty"`
 	// Sandbox and Harness name the harness start that used a login.

@@ -150,11 +150,15 @@ type Secret struct {
 	// CreatedAt and UpdatedAt are when it was created and last rotated.
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
-	// UsedBy are the sandboxes it is attached to, sorted.
+	// UsedBy are the sandboxes it is attached to, sorted: always its owner's, by name.
 	UsedBy []string `json:"used_by"`
+	// Owner is the user whose secret it is: names are per user, so two users' secrets may
+	// share a name.
+	Owner string `json:"owner"`
 }
 
-// SecretList is the body of GET /v1/secrets.
+// SecretList is the body of GET /v1/secrets: the caller's secrets, or with all_users=true (an
+// admin only) every user's.
 type SecretList struct {
 	Secrets []Secret `json:"secrets"`
 }

@@ -18,10 +18,11 @@ func (c *Client) PutLogin(ctx context.Context, provider api.LoginProvider, p api
 	return l, err
 }
 
-// ListLogins returns every provider login, without values.
-func (c *Client) ListLogins(ctx context.Context) ([]api.Login, error) {
+// ListLogins returns the caller's provider logins (with AllUsers, every user's), without
+// values.
+func (c *Client) ListLogins(ctx context.Context, opts ...CallOption) ([]api.Login, error) {
 	var l api.LoginList
-	err := c.do(ctx, http.MethodGet, "/v1/logins", nil, &l)
+	err := c.do(ctx, http.MethodGet, "/v1/logins", nil, &l, opts...)
 	return l.Logins, err
 }
 

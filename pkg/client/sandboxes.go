@@ -122,10 +122,11 @@ func (c *Client) SSHInfo(ctx context.Context, name string) (api.SSHInfo, error) 
 	return info, err
 }
 
-// ListSSHKeys returns the public keys allowed to log in over SSH.
-func (c *Client) ListSSHKeys(ctx context.Context) ([]api.SSHKey, error) {
+// ListSSHKeys returns the caller's public keys allowed to log in over SSH (with AllUsers,
+// every user's).
+func (c *Client) ListSSHKeys(ctx context.Context, opts ...CallOption) ([]api.SSHKey, error) {
 	var l api.SSHKeyList
-	err := c.do(ctx, http.MethodGet, "/v1/ssh-keys", nil, &l)
+	err := c.do(ctx, http.MethodGet, "/v1/ssh-keys", nil, &l, opts...)
 	return l.Keys, err
 }
 

@@ -15,10 +15,10 @@ func (c *Client) CreateSecret(ctx context.Context, p api.SecretsPost) (api.Secre
 	return s, err
 }
 
-// ListSecrets returns every secret, without values.
-func (c *Client) ListSecrets(ctx context.Context) ([]api.Secret, error) {
+// ListSecrets returns the caller's secrets (with AllUsers, every user's), without values.
+func (c *Client) ListSecrets(ctx context.Context, opts ...CallOption) ([]api.Secret, error) {
 	var l api.SecretList
-	err := c.do(ctx, http.MethodGet, "/v1/secrets", nil, &l)
+	err := c.do(ctx, http.MethodGet, "/v1/secrets", nil, &l, opts...)
 	return l.Secrets, err
 }
 
