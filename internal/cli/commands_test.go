@@ -225,6 +225,7 @@ var commandFlagCases = []struct {
 	{"hiloop login list", parser(newCmdLoginList), []flagCase{
 		ok(&LoginListOptions{Output: "table"}),
 		ok(&LoginListOptions{Output: "json"}, "-o", "json"),
+		ok(&LoginListOptions{AllUsers: true, Output: "table"}, "--all-users"),
 		refused(ExitUsage, "claude"),
 	}},
 	{"hiloop login remove", parser(newCmdLoginRemove), []flagCase{
@@ -241,6 +242,7 @@ var commandFlagCases = []struct {
 	{"hiloop secret list", parser(newCmdSecretList), []flagCase{
 		ok(&SecretListOptions{Output: "table"}),
 		ok(&SecretListOptions{Output: "json"}, "-o", "json"),
+		ok(&SecretListOptions{AllUsers: true, Output: "json"}, "--all-users", "-o", "json"),
 		refused(ExitUsage, "openai"),
 	}},
 	{"hiloop secret get", parser(newCmdSecretGet), []flagCase{
@@ -496,6 +498,7 @@ var commandFlagCases = []struct {
 	}},
 	{"hiloop ssh-key list", parser(newCmdSSHKeyList), []flagCase{
 		ok(&SSHKeyListOptions{Output: "table"}),
+		ok(&SSHKeyListOptions{AllUsers: true, Output: "table"}, "--all-users"),
 		refused(ExitUsage, "laptop"),
 	}},
 	{"hiloop ssh-key remove", parser(newCmdSSHKeyRemove), []flagCase{

@@ -138,11 +138,12 @@ func loginAddRun(ctx context.Context, f *Factory, opts *LoginAddOptions) error {
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO, opts.Output, l, func(t *table) { loginRows(t, []api.Login{l}) })
+	return printOutput(f.IO, opts.Output, l, func(t *table) { loginRows(t, []api.Login{l}, false) })
 }
 
-func loginRows(t *table, list []api.Login) {
-	t.head("PROVIDER", "KIND", "STATUS", "FINGERPRINT", "EXPIRES", "UPDATED")
+// loginRows is the logins table, with the USER column first for --all-users.
+func loginRows(t *table, list []api.Login, allUsers bool) {
+	t.head(withUser(allUsers, "", "PROVIDER", "KIND", "STATUS", "FINGERPRINT", "EXPIRES", "UPDATED")...)
 	for _, l := range list {
 		status := string(l.Status)
 		if l.StatusMessage != "" {
@@ -152,13 +153,14 @@ func loginRows(t *table, list []api.Login) {
 		if l.ExpiresAt != nil {
 			expires = l.ExpiresAt.Local().Format(time.RFC3339)
 		}
-		t.row(string(l.Provider), string(l.Kind), status, l.Fingerprint, expires, age(l.UpdatedAt))
+		t.row(withUser(allUsers, l.Owner, string(l.Provider), string(l.Kind), status, l.Fingerprint, expires, age(l.UpdatedAt))...)
 	}
 }
 
 // LoginListOptions are the flags of `hiloop login list`.
 type LoginListOptions struct {
-	Output string
+	AllUsers bool
+	Output   string
 }
 
 func newCmdLoginList(f *Factory, runF func(*LoginListOptions) error) *cobra.Command {
@@ -166,7 +168,7 @@ func newCmdLoginList(f *Factory, runF func(*LoginListOptions) error) *cobra.Comm
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List provider logins (never their values) and whether they need reconnecting",
+		Short:   "List your provider logins (never their values) and whether they need reconnecting",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(opts.Output); err != nil {
@@ -175,6 +177,7 @@ func newCmdLoginList(f *Factory, runF func(*LoginListOptions) error) *cobra.Comm
 			return runCommand(cmd, f, opts, runF, loginListRun)
 		},
 	}
+	addAllUsersFlag(cmd, &opts.AllUsers, "logins")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -184,11 +187,11 @@ func loginListRun(ctx context.Context, f *Factory, opts *LoginListOptions) error
 	if err != nil {
 		return err
 	}
-	list, err := c.ListLogins(ctx)
+	list, err := c.ListLogins(ctx, allUsersOption(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
-	return printOutput(f.IO, opts.Output, api.LoginList{Logins: list}, func(t *table) { loginRows(t, list) })
+	return printOutput(f.IO, opts.Output, api.LoginList{Logins: list}, func(t *table) { loginRows(t, list, opts.AllUsers) })
 }
 
 // LoginRemoveOptions are the argument of `hiloop login remove`.
@@ -297,6 +300,9 @@ func auditLine(rec api.AuditRecord) string {
 	}
 	if rec.Harness != "" {
 		detail = append(detail, "harness "+rec.Harness)
+	}
+	if rec.Owner != "" {
+		detail = append(detail, "login of "+rec.Owner)
 	}
 	if rec.Session != "" {
 		detail = append(detail, "session "+rec.Session)

@@ -267,7 +267,8 @@ func keyNameFromFile(path string) string {
 
 // SSHKeyListOptions are the flags of `hiloop ssh-key list`.
 type SSHKeyListOptions struct {
-	Output string
+	AllUsers bool
+	Output   string
 }
 
 func newCmdSSHKeyList(f *Factory, runF func(*SSHKeyListOptions) error) *cobra.Command {
@@ -275,7 +276,7 @@ func newCmdSSHKeyList(f *Factory, runF func(*SSHKeyListOptions) error) *cobra.Co
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
-		Short:   "List the registered public keys",
+		Short:   "List your registered public keys; --all-users lists every user's (admin)",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(opts.Output); err != nil {
@@ -284,6 +285,7 @@ func newCmdSSHKeyList(f *Factory, runF func(*SSHKeyListOptions) error) *cobra.Co
 			return runCommand(cmd, f, opts, runF, sshKeyListRun)
 		},
 	}
+	addAllUsersFlag(cmd, &opts.AllUsers, "keys")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -293,14 +295,14 @@ func sshKeyListRun(ctx context.Context, f *Factory, opts *SSHKeyListOptions) err
 	if err != nil {
 		return err
 	}
-	keys, err := c.ListSSHKeys(ctx)
+	keys, err := c.ListSSHKeys(ctx, allUsersOption(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SSHKeyList{Keys: keys}, func(t *table) {
-		t.head("NAME", "TYPE", "FINGERPRINT", "AGE")
+		t.head(withUser(opts.AllUsers, "", "NAME", "TYPE", "FINGERPRINT", "AGE")...)
 		for _, k := range keys {
-			t.row(k.Name, k.Type, k.Fingerprint, age(k.CreatedAt))
+			t.row(withUser(opts.AllUsers, k.Owner, k.Name, k.Type, k.Fingerprint, age(k.CreatedAt))...)
 		}
 	})
 }

@@ -68,28 +68,43 @@ func cliKeyName(pub sshkey.PublicKey) string {
 	return "hiloop-cli-" + hex.EncodeToString(sum[:4])
 }
 
-// ensureCLIKey creates the CLI's key if needed and registers it with the daemon if it is not.
+// ensureCLIKey creates the CLI's key if needed and registers it with the daemon, as the user
+// the client acts as, if it is not. The SSH endpoint lets a key into its owner's sandboxes, so
+// the key must be this user's: one another user registered on the daemon is an error, never
+// a login into that user's namespace.
 func ensureCLIKey(ctx context.Context, c *client.Client, dir string) (string, error) {
 	path, pub, err := cliKey(dir)
 	if err != nil {
 		return "", err
 	}
-	keys, err := c.ListSSHKeys(ctx)
-	if err != nil {
-		return "", err
-	}
 	fp := pub.Fingerprint()
-	for _, k := range keys {
-		if k.Fingerprint == fp {
-			return path, nil
+	registered := func() (bool, error) {
+		keys, err := c.ListSSHKeys(ctx)
+		if err != nil {
+			return false, err
 		}
+		for _, k := range keys {
+			if k.Fingerprint == fp {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	if ok, err := registered(); ok || err != nil {
+		return path, err
 	}
 	_, err = c.AddSSHKey(ctx, api.SSHKeysPost{Name: cliKeyName(pub), PublicKey: string(pub.AuthorizedKey())})
 	var apiErr *api.Error
-	if errors.As(err, &apiErr) && apiErr.Code == api.CodeSSHKeyExists {
-		err = nil // registered meanwhile by another hiloop
+	if !errors.As(err, &apiErr) || apiErr.Code != api.CodeSSHKeyExists {
+		return path, err
 	}
-	return path, err
+	// Registered meanwhile by another hiloop of this user, or held by another user.
+	if ok, err := registered(); ok || err != nil {
+		return path, err
+	}
+	return "", fmt.Errorf("the CLI's SSH key %s (%s) is registered on this daemon by another user, so it cannot log you in: "+
+		"that user removes it (`hiloop ssh-key list`, then `hiloop ssh-key remove NAME`), or you give this client a key of its own "+
+		"(HILOOP_CONFIG_DIR pointing elsewhere makes a new one)", path+".pub", fp)
 }
 
 // hostAlias names the endpoint in known_hosts, so one pinned key serves every sandbox on it.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,9 @@ type fakeSSHEndpoints struct {
 	info  map[string]api.SSHInfo
 	keys  []api.SSHKey
 	posts int
+	// othersKeys are fingerprints other users registered: the caller cannot list them, and
+	// registering one is refused.
+	othersKeys []string
 }
 
 func (d *fakeSSHEndpoints) handler() http.Handler {
@@ -53,6 +57,10 @@ func (d *fakeSSHEndpoints) handler() http.Handler {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		d.posts++
+		if slices.Contains(d.othersKeys, gossh.FingerprintSHA256(pub)) {
+			fail(w, api.CodeSSHKeyExists, "this key is registered already, by another user")
+			return
+		}
 		k := api.SSHKey{Name: p.Name, Fingerprint: gossh.FingerprintSHA256(pub), PublicKey: p.PublicKey}
 		d.keys = append(d.keys, k)
 		reply(w, http.StatusCreated, k)
@@ -165,5 +173,37 @@ func TestSSHConfigWritesOnlyChanges(t *testing.T) {
 	configFor("web")
 	if got := read(webConfig); !strings.Contains(got, "\n  Port 2224\n") {
 		t.Errorf("web.config after a new port:\n%s", got)
+	}
+}
+
+// The CLI's key registered by another user on the daemon would log in to that user's
+// sandboxes: the CLI refuses to use it, saying so, and writes no config.
+func TestSSHConfigRefusesAnotherUsersKey(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HILOOP_CONFIG_DIR", dir)
+	sshDir, err := sshDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pub, err := cliKey(sshDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeSSHEndpoints{
+		info:       map[string]api.SSHInfo{"web": {Host: "127.0.0.1", Port: 2222, User: "web", HostKey: "ssh-ed25519 AAAAkey-one"}},
+		othersKeys: []string{pub.Fingerprint()},
+	}
+	srv := httptest.NewServer(d.handler())
+	t.Cleanup(srv.Close)
+	c, err := (&Factory{Host: srv.URL}).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sshConfigFor(context.Background(), c, "web")
+	if err == nil || !strings.Contains(err.Error(), "registered on this daemon by another user") {
+		t.Fatalf("sshConfigFor with another user's key: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(sshDir, "web.config")); !os.IsNotExist(err) {
+		t.Errorf("a config was written for another user's key: %v", err)
 	}
 }

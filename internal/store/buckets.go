@@ -30,7 +30,7 @@ var Buckets = []Bucket{
 	{FileState, "sandboxes", "internal/store", "name → Sandbox JSON"},
 	{FileState, "idempotency", "internal/store", "key → Receipt JSON"},
 	{FileState, "snapshots", "internal/store", "name → Snapshot JSON"},
-	{FileState, "ssh_keys", "internal/store", "name → SSHKey JSON"},
+	{FileState, "ssh_keys", "internal/store", "identity.Key(owner, name) → SSHKey JSON"},
 	{FileState, "sessions", "internal/store", "id → Session JSON"},
 	{FileState, "permissions", "internal/store", "session id NUL tool call id → Permission JSON"},
 	{FileState, "exposures", "internal/store", "sandbox id / port → Exposure JSON"},

@@ -27,7 +27,7 @@ var (
 	bucketSandboxes   = []byte("sandboxes")   // name → Sandbox JSON
 	bucketIdempotency = []byte("idempotency") // key → Receipt JSON
 	bucketSnapshots   = []byte("snapshots")   // name → Snapshot JSON
-	bucketSSHKeys     = []byte("ssh_keys")    // name → SSHKey JSON
+	bucketSSHKeys     = []byte("ssh_keys")    // identity.Key(owner, name) → SSHKey JSON
 )
 
 // ErrNotFound is returned for a record that does not exist.
@@ -343,16 +343,17 @@ func (s *Store) DeleteSnapshot(name string) error {
 	})
 }
 
-// SSHKey is a stored public key allowed to log in over SSH.
+// SSHKey is a stored public key allowed to log in over SSH, to its owner's sandboxes.
 type SSHKey struct {
-	Name        string    `json:"name"`
+	Name        string    `json:"name"` // identity.Key(owner, name): names are per user
 	Type        string    `json:"type"`
 	Fingerprint string    `json:"fingerprint"`
 	PublicKey   string    `json:"public_key"`
 	CreatedAt   time.Time `json:"created_at"`
 }
 
-// CreateSSHKey stores a key; ErrExists if its name or its fingerprint is taken.
+// CreateSSHKey stores a key; ErrExists if its name (its key) is taken, or its fingerprint by
+// any user: one public key belongs to one user.
 func (s *Store) CreateSSHKey(k SSHKey) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSSHKeys)
