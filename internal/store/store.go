@@ -21,6 +21,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/hiloop/hiloop/internal/identity"
 )
 
 var (
@@ -399,6 +401,33 @@ func (s *Store) DeleteSSHKey(name string) error {
 		}
 		return b.Delete([]byte(name))
 	})
+}
+
+// DeleteSSHKeysOf removes every key of the owner namespace (a user who is gone) and returns
+// how many there were.
+func (s *Store) DeleteSSHKeysOf(namespace string) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSSHKeys)
+		var names [][]byte
+		err := b.ForEach(func(k, _ []byte) error {
+			if identity.InNamespace(string(k), namespace) {
+				names = append(names, slices.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range names {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(names)
+		return nil
+	})
+	return n, err
 }
 
 // Receipt is the stored answer to a mutating request made with an idempotency key.

@@ -218,3 +218,40 @@ func BenchmarkListSandboxes1000(b *testing.B) {
 		}
 	}
 }
+
+// SSH keys are kept by owner: names per user, a fingerprint once across users, and a user's
+// keys go together when the user does.
+func TestSSHKeysByOwner(t *testing.T) {
+	s, _ := openTemp(t)
+	for _, k := range []SSHKey{
+		{Name: "laptop", Fingerprint: "SHA256:admin"},
+		{Name: "bob.laptop", Fingerprint: "SHA256:bob-1"},
+		{Name: "bob.desk", Fingerprint: "SHA256:bob-2"},
+		{Name: "bobby.laptop", Fingerprint: "SHA256:bobby"},
+	} {
+		if err := s.CreateSSHKey(k); err != nil {
+			t.Fatalf("create %s: %v", k.Name, err)
+		}
+	}
+	if err := s.CreateSSHKey(SSHKey{Name: "carol.laptop", Fingerprint: "SHA256:bob-1"}); !errors.Is(err, ErrExists) {
+		t.Fatalf("another user's fingerprint: %v, want ErrExists", err)
+	}
+	if n, err := s.DeleteSSHKeysOf("bob"); err != nil || n != 2 {
+		t.Fatalf("delete bob's keys: %d %v, want 2", n, err)
+	}
+	keys, err := s.ListSSHKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, k := range keys {
+		names = append(names, k.Name)
+	}
+	if got := strings.Join(names, " "); got != "bobby.laptop laptop" {
+		t.Fatalf("keys left %q", got)
+	}
+	// bob's fingerprints are free again.
+	if err := s.CreateSSHKey(SSHKey{Name: "carol.laptop", Fingerprint: "SHA256:bob-1"}); err != nil {
+		t.Fatal(err)
+	}
+}
