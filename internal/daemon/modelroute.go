@@ -165,7 +165,8 @@ func loginCredential(c logins.Credential) modelroute.Credential {
 // harnessRefresh records in the audit log a harness's own refresh of its placeholder ChatGPT
 // login, which the route answered itself (refused "") or refused.
 func (d *Daemon) harnessRefresh(sandboxID, refused string) {
-	rec := api.AuditRecord{Action: api.AuditHarnessRefreshAnswered, Provider: api.LoginCodex, Kind: api.LoginChatGPT,
+	owner, _ := d.sandboxOwner(sandboxID) // "" for a sandbox gone meanwhile
+	rec := api.AuditRecord{Action: api.AuditHarnessRefreshAnswered, Provider: api.LoginCodex, Kind: api.LoginChatGPT, Owner: owner,
 		Sandbox: d.sandboxName(sandboxID), Harness: codex.Name, Message: "answered by the model route with the placeholders"}
 	if refused != "" {
 		rec.Message = "refused: " + refused
@@ -284,15 +285,18 @@ func (d *Daemon) sessionSandbox(sessionID string) string {
 }
 
 // harnessKeys mints the route tokens of one harness start; release revokes them. The logins
-// are those of the sandbox's owner (sandbox is its key), whoever starts the harness, and the
-// audit log records whose each start used. Codex whose OpenAI credential is a ChatGPT login
+// are those of the sandbox's owner, whoever starts the harness, and the audit log records
+// whose each start used. Codex whose OpenAI credential is a ChatGPT login
 // (no OPENAI_API_KEY secret attached) gets a placeholder ChatGPT login instead of an OpenAI
 // key: it runs in ChatGPT mode against the route.
 func (d *Daemon) harnessKeys(sandboxID, sandbox, name string) (harness.Keys, func(), error) {
-	owner, _ := identity.Split(sandbox)
 	providers := harnessProviders[name]
 	if len(providers) == 0 {
 		return harness.Keys{}, func() {}, nil
+	}
+	owner, err := d.sandboxOwner(sandboxID)
+	if err != nil {
+		return harness.Keys{}, nil, err
 	}
 	start, err := d.routeCfg.Tokens.Mint(sandboxID)
 	if err != nil {
