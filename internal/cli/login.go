@@ -143,7 +143,7 @@ func loginAddRun(ctx context.Context, f *Factory, opts *LoginAddOptions) error {
 
 // loginRows is the logins table, with the USER column first for --all-users.
 func loginRows(t *table, list []api.Login, allUsers bool) {
-	t.head(withUser(allUsers, "", "PROVIDER", "KIND", "STATUS", "FINGERPRINT", "EXPIRES", "UPDATED")...)
+	t.head(withUser(allUsers, "USER", "PROVIDER", "KIND", "STATUS", "FINGERPRINT", "EXPIRES", "UPDATED")...)
 	for _, l := range list {
 		status := string(l.Status)
 		if l.StatusMessage != "" {
@@ -177,7 +177,7 @@ func newCmdLoginList(f *Factory, runF func(*LoginListOptions) error) *cobra.Comm
 			return runCommand(cmd, f, opts, runF, loginListRun)
 		},
 	}
-	addAllUsersFlag(cmd, &opts.AllUsers, "logins")
+	addAllUsersFlag(cmd, &opts.AllUsers)
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -187,7 +187,7 @@ func loginListRun(ctx context.Context, f *Factory, opts *LoginListOptions) error
 	if err != nil {
 		return err
 	}
-	list, err := c.ListLogins(ctx, allUsersOption(opts.AllUsers)...)
+	list, err := c.ListLogins(ctx, listOptions(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hiloop/hiloop/pkg/api"
-	"github.com/hiloop/hiloop/pkg/client"
 )
 
 func newCmdSecret(f *Factory) *cobra.Command {
@@ -170,7 +169,7 @@ func newCmdSecretList(f *Factory, runF func(*SecretListOptions) error) *cobra.Co
 			return runCommand(cmd, f, opts, runF, secretListRun)
 		},
 	}
-	addAllUsersFlag(cmd, &opts.AllUsers, "secrets")
+	addAllUsersFlag(cmd, &opts.AllUsers)
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -180,42 +179,16 @@ func secretListRun(ctx context.Context, f *Factory, opts *SecretListOptions) err
 	if err != nil {
 		return err
 	}
-	list, err := c.ListSecrets(ctx, allUsersOption(opts.AllUsers)...)
+	list, err := c.ListSecrets(ctx, listOptions(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SecretList{Secrets: list}, func(t *table) {
-		t.head(withUser(opts.AllUsers, "", "NAME", "HOSTS", "HEADER", "FINGERPRINT", "USED BY", "UPDATED")...)
+		t.head(withUser(opts.AllUsers, "USER", "NAME", "HOSTS", "HEADER", "FINGERPRINT", "USED BY", "UPDATED")...)
 		for _, s := range list {
 			t.row(withUser(opts.AllUsers, s.Owner, s.Name, strings.Join(s.Hosts, ","), s.Header, s.Fingerprint, ruleList(s.UsedBy), age(s.UpdatedAt))...)
 		}
 	})
-}
-
-// addAllUsersFlag adds --all-users to a list of what (e.g. "secrets"): every user's, an admin's
-// call, with a USER column.
-func addAllUsersFlag(cmd *cobra.Command, all *bool, what string) {
-	cmd.Flags().BoolVar(all, "all-users", false, "list every user's "+what+", with a USER column (needs an admin)")
-}
-
-// allUsersOption is the list call's option for --all-users.
-func allUsersOption(all bool) []client.CallOption {
-	if !all {
-		return nil
-	}
-	return []client.CallOption{client.AllUsers()}
-}
-
-// withUser puts the USER column first in a row of a list asked for with --all-users: user for
-// a row, "" for the header.
-func withUser(all bool, user string, cells ...string) []string {
-	if !all {
-		return cells
-	}
-	if user == "" {
-		user = "USER"
-	}
-	return append([]string{user}, cells...)
 }
 
 // SecretGetOptions are the argument and flags of `hiloop secret get`.

@@ -285,7 +285,7 @@ func newCmdSSHKeyList(f *Factory, runF func(*SSHKeyListOptions) error) *cobra.Co
 			return runCommand(cmd, f, opts, runF, sshKeyListRun)
 		},
 	}
-	addAllUsersFlag(cmd, &opts.AllUsers, "keys")
+	addAllUsersFlag(cmd, &opts.AllUsers)
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
@@ -295,12 +295,12 @@ func sshKeyListRun(ctx context.Context, f *Factory, opts *SSHKeyListOptions) err
 	if err != nil {
 		return err
 	}
-	keys, err := c.ListSSHKeys(ctx, allUsersOption(opts.AllUsers)...)
+	keys, err := c.ListSSHKeys(ctx, listOptions(opts.AllUsers)...)
 	if err != nil {
 		return err
 	}
 	return printOutput(f.IO, opts.Output, api.SSHKeyList{Keys: keys}, func(t *table) {
-		t.head(withUser(opts.AllUsers, "", "NAME", "TYPE", "FINGERPRINT", "AGE")...)
+		t.head(withUser(opts.AllUsers, "USER", "NAME", "TYPE", "FINGERPRINT", "AGE")...)
 		for _, k := range keys {
 			t.row(withUser(opts.AllUsers, k.Owner, k.Name, k.Type, k.Fingerprint, age(k.CreatedAt))...)
 		}

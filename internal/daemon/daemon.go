@@ -268,18 +268,8 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.tls, err = loadTLS(d.cfg, d.log); err != nil {
 		return err
 	}
-	volDir := filepath.Join(d.cfg.DataDir, "volumes")
-	switch d.cfg.VolumeDriver {
-	case "xfs", "":
-		d.volumes, err = volume.NewXFS(volDir)
-	case "dir":
-		d.volumes, err = volume.NewDir(volDir)
-	default:
-		return fmt.Errorf("unknown volume driver %q: use xfs or dir", d.cfg.VolumeDriver)
-	}
-	if err != nil {
-		return err
-	}
+	// The runtime before the volumes: a binary that cannot run sandboxes (built without
+	// seccomp) stops here, before the volume pool is mounted.
 	tools := map[string]string{}
 	var provided []string // harnesses every sandbox gets from sandboxd, whatever its image
 	if d.cfg.FakeAgentPath != "" {
@@ -292,6 +282,18 @@ func (d *Daemon) open(ctx context.Context) error {
 		InitPath: d.cfg.InitPath,
 		Tools:    tools,
 	})
+	if err != nil {
+		return err
+	}
+	volDir := filepath.Join(d.cfg.DataDir, "volumes")
+	switch d.cfg.VolumeDriver {
+	case "xfs", "":
+		d.volumes, err = volume.NewXFS(volDir)
+	case "dir":
+		d.volumes, err = volume.NewDir(volDir)
+	default:
+		return fmt.Errorf("unknown volume driver %q: use xfs or dir", d.cfg.VolumeDriver)
+	}
 	if err != nil {
 		return err
 	}

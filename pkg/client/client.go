@@ -42,7 +42,7 @@ type Client struct {
 	as      string // Hiloop-As
 	http    *retryablehttp.Client
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
-	local   bool   // on the daemon's unix socket
+	local   bool // on the daemon's unix socket
 
 	daemonVersion atomic.Value // string: the version the daemon last reported
 }

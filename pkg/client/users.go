@@ -64,4 +64,3 @@ func (c *Client) ListTokens(ctx context.Context, user string) ([]api.APIToken, e
 func (c *Client) RevokeToken(ctx context.Context, user, name string, opts ...CallOption) error {
 	return c.do(ctx, http.MethodDelete, "/v1/users/"+url.PathEscape(user)+"/tokens/"+url.PathEscape(name), nil, nil, opts...)
 }
-
