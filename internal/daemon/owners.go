@@ -105,7 +105,7 @@ func (d *Daemon) check(sc scope, r *http.Request) (*http.Request, error) {
 	}
 	// scopeUser, and a route that declares none.
 	if !principal(r).Admin {
-		return r, api.Errorf(api.CodeForbidden, "%s %s needs an admin", r.Method, r.Pattern)
+		return r, api.Errorf(api.CodeForbidden, "%s %s needs an admin: user %q is not one", r.Method, r.Pattern, principal(r).User)
 	}
 	return r, nil
 }
