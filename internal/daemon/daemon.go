@@ -394,6 +394,8 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.sshKeys, err = newSSHKeys(d.store); err != nil {
 		return err
 	}
+	d.sshKeys.admin = d.isAdmin
+	d.users.OnRevoke(d.userRemoved)
 	if d.cfg.SSHListen != "" {
 		d.ssh, err = sshd.New(sshd.Config{
 			Listen:      d.cfg.SSHListen,

@@ -25,8 +25,7 @@ import (
 type sshKeys struct {
 	store *store.Store
 	// admin reports whether a user is an admin, whose keys reach every user's sandboxes; it is
-	// asked at each login, so a change applies to the next one. Until the daemon knows other
-	// users, the local admin is the only one.
+	// asked at each login, so a change applies to the next one (Daemon.isAdmin).
 	admin func(user string) bool
 
 	mu    sync.RWMutex

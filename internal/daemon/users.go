@@ -212,3 +212,27 @@ func (d *Daemon) whoami(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, ans)
 }
+
+// isAdmin reports whether user is an admin: the local admin, or a user made with --admin. An
+// error reading the store counts as no.
+func (d *Daemon) isAdmin(user string) bool {
+	if user == identity.LocalAdmin {
+		return true
+	}
+	u, err := d.users.Get(user)
+	return err == nil && u.Admin
+}
+
+// userRemoved takes what a removed user reached by key: their SSH keys go, and their SSH
+// sessions and forwards end (their API connections are the authenticator's to close).
+func (d *Daemon) userRemoved(user string) {
+	if _, err := d.store.DeleteSSHKeysOf(user); err != nil {
+		d.log.Error("remove the SSH keys of a removed user", "user", user, "err", err)
+	}
+	if err := d.sshKeys.reload(); err != nil {
+		d.log.Error("reload the SSH keys", "err", err)
+	}
+	if d.ssh != nil {
+		d.ssh.CloseUser(user)
+	}
+}

@@ -251,23 +251,26 @@ func setupScript(env *testscript.Env) error {
 		if f, ok := env.T().(interface{ Failed() bool }); ok && f.Failed() {
 			env.T().Log("the end of sandboxd's log:\n" + logTail(d.logPath, 60))
 		}
-		// Leave nothing behind: delete every sandbox through the real daemon, then stop it.
+		// Leave nothing behind: delete every user's sandboxes through the real daemon, as
+		// the admin acting as their owner, then stop it.
 		if d.cmd == nil {
 			d.start(env.Getenv("PATH"), nil)
 		}
 		if c, err := client.New("unix://"+d.socket, ""); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if list, err := c.ListSandboxes(ctx); err == nil {
+			if list, err := c.ListSandboxes(ctx, client.AllUsers()); err == nil {
 				for _, sb := range list {
+					c.SetAs(sb.Owner)
 					if err := c.DeleteSandbox(ctx, sb.Name, true); err != nil {
-						env.T().Log("cleanup: delete", sb.Name, ":", err)
+						env.T().Log("cleanup: delete", sb.Owner, sb.Name, ":", err)
 					}
 				}
 			}
-			if list, err := c.ListSnapshots(ctx, ""); err == nil {
+			if list, err := c.ListSnapshots(ctx, "", client.AllUsers()); err == nil {
 				for _, sn := range list {
+					c.SetAs(sn.Owner)
 					if err := c.DeleteSnapshot(ctx, sn.Name); err != nil {
-						env.T().Log("cleanup: delete snapshot", sn.Name, ":", err)
+						env.T().Log("cleanup: delete snapshot", sn.Owner, sn.Name, ":", err)
 					}
 				}
 			}
@@ -841,7 +844,7 @@ func cmdStreamCheck(ts *testscript.TestScript, neg bool, args []string) {
 // scriptEnv is the environment a script's exec would get.
 func scriptEnv(ts *testscript.TestScript) []string {
 	var env []string
-	for _, k := range []string{"PATH", "HOME", "TMPDIR", "HILOOP_HOST", "HILOOP_TOKEN", "HILOOP_CONFIG_DIR", "GIT_SSH_COMMAND"} {
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "HILOOP_HOST", "HILOOP_TOKEN", "HILOOP_REMOTE", "HILOOP_CONFIG_DIR", "GIT_SSH_COMMAND"} {
 		if v := ts.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
