@@ -148,6 +148,90 @@ func TestTerminalScripts(t *testing.T) {
 	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "terminal")))
 }
 
+// remoteScripts run once more through a remote (TestRemoteScripts): the CLI reaches the daemon
+// as a laptop does, over TLS with the server's fingerprint pinned and a client certificate of
+// the admin's, so that nothing is handed off and every stream (exec, exec -it, port streams,
+// session streams, SSH through the advertised endpoint) crosses the network path.
+var remoteScripts = map[string][]string{
+	"script":   {"lifecycle", "exec", "ssh", "session_turns", "session_stream", "session_permissions", "snapshot"},
+	"terminal": {"chat"},
+}
+
+// remoteEnv is set in the scripts TestRemoteScripts runs: `daemon start` then also serves
+// --listen and points the CLI at it through a remote (setupRemote).
+const remoteEnv = "E2E_REMOTE"
+
+func TestRemoteScripts(t *testing.T) {
+	testenv.RequireRoot(t)
+	prepare(t)
+	for _, dir := range []string{"script", "terminal"} {
+		p := scriptParams(filepath.Join("..", "..", "testdata", dir))
+		for _, name := range remoteScripts[dir] {
+			p.Files = append(p.Files, filepath.Join(p.Dir, name+".txtar"))
+		}
+		p.Dir = ""
+		setup := p.Setup
+		p.Setup = func(env *testscript.Env) error {
+			if err := setup(env); err != nil {
+				return err
+			}
+			env.Setenv(remoteEnv, "1")
+			return nil
+		}
+		t.Run(dir, func(t *testing.T) { testscript.Run(t, p) })
+	}
+}
+
+// withRemoteListen adds --listen on the script's remote port to a daemon's flags, in a script
+// TestRemoteScripts runs, unless the script gives its own.
+func withRemoteListen(ts *testscript.TestScript, args []string) []string {
+	if ts.Getenv(remoteEnv) != "1" || slices.Contains(args, "--listen") {
+		return args
+	}
+	port := ts.Getenv("E2E_REMOTE_PORT")
+	if port == "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ts.Check(err)
+		port = strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
+		ts.Setenv("E2E_REMOTE_PORT", port)
+	}
+	return append(slices.Clone(args), "--listen", "127.0.0.1:"+port)
+}
+
+// setupRemote, once the daemon of a script TestRemoteScripts runs is up, adds the remote "e2e"
+// to the script's CLI as a user on a laptop would (`hiloop remote add` with a trust token of the
+// admin's and the fingerprint the host shows) and makes it the CLI's daemon (HILOOP_REMOTE).
+func setupRemote(ts *testscript.TestScript, d *scriptDaemon) {
+	if ts.Getenv(remoteEnv) != "1" || ts.Getenv("HILOOP_REMOTE") != "" {
+		return
+	}
+	c, err := client.New("unix://"+d.socket, "")
+	ts.Check(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := c.Version(ctx)
+	ts.Check(err)
+	created, err := c.NewTrustToken(ctx, "admin", "")
+	ts.Check(err)
+	bin, err := lookPath("hiloop", ts.Getenv("PATH"))
+	ts.Check(err)
+	cmd := exec.CommandContext(ctx, bin, "remote", "add", "e2e", "https://127.0.0.1:"+ts.Getenv("E2E_REMOTE_PORT"),
+		"--token", created.TrustToken, "--accept-fingerprint", v.TLSFingerprint)
+	cmd.Env = scriptEnv(ts)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		ts.Fatalf("remote add: %v\n%s", err, out)
+	}
+	ts.Setenv("HILOOP_REMOTE", "e2e")
+	// The script's CLI now reaches the daemon through the remote, not the socket.
+	who := exec.CommandContext(ctx, bin, "whoami", "-o", "json")
+	who.Env = scriptEnv(ts)
+	if out, err := who.CombinedOutput(); err != nil || !strings.Contains(string(out), `"via": "certificate"`) {
+		ts.Fatalf("whoami through the remote: %v\n%s", err, out)
+	}
+}
+
 // scriptCondition answers a script's [ia32]: whether this host's kernel runs 32-bit x86
 // programs at all (some are built without IA32 emulation, or boot with it off); and [cgroup2]:
 // whether the host's cgroups are v2's unified hierarchy.
@@ -389,7 +473,7 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 		if d.cmd != nil {
 			ts.Fatalf("daemon already running")
 		}
-		err := d.start(ts.Getenv("PATH"), args[1:])
+		err := d.start(ts.Getenv("PATH"), withRemoteListen(ts, args[1:]))
 		if neg {
 			if err == nil {
 				ts.Fatalf("daemon started unexpectedly")
@@ -398,6 +482,7 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		ts.Check(err)
 		ts.Setenv("DAEMON_PID", strconv.Itoa(d.cmd.Process.Pid))
+		setupRemote(ts, d)
 	case "stop":
 		d.stop(syscall.SIGTERM)
 	case "kill":
@@ -408,7 +493,7 @@ func cmdDaemon(ts *testscript.TestScript, neg bool, args []string) {
 			extra = args[1:]
 		}
 		d.stop(syscall.SIGTERM)
-		ts.Check(d.start(ts.Getenv("PATH"), extra))
+		ts.Check(d.start(ts.Getenv("PATH"), withRemoteListen(ts, extra)))
 		ts.Setenv("DAEMON_PID", strconv.Itoa(d.cmd.Process.Pid))
 	case "log":
 		b, _ := os.ReadFile(d.logPath)
