@@ -43,6 +43,9 @@ SSH_LISTEN ?= 127.0.0.1:2222
 # PEM files of CAs every sandbox trusts besides its image's (sandboxd --sandbox-ca), e.g. the host's
 # bundle on a host whose way out re-signs TLS: make restart SANDBOX_CA=/etc/ssl/certs/ca-certificates.crt
 SANDBOX_CA ?=
+# An address where `make restart` has sandboxd serve its API over TLS to other machines
+# (sandboxd --listen), e.g. make restart LISTEN=0.0.0.0:8443; empty: the unix socket only.
+LISTEN ?=
 SANDBOXD_LOG ?= /var/log/sandboxd.log
 
 .PHONY: quickstart
@@ -62,7 +65,7 @@ quickstart: deps install ## set up hiloop: start sandboxd (SSH on loopback), bui
 start-daemon:
 	@if ! $(PREFIX)/bin/hiloop version >/dev/null 2>&1; then \
 		echo "starting sandboxd with managed SSH on $(SSH_LISTEN), loopback only (log: $(SANDBOXD_LOG))"; \
-		nohup $(PREFIX)/bin/sandboxd --ssh-listen $(SSH_LISTEN) $(foreach f,$(SANDBOX_CA),--sandbox-ca $(f)) >>$(SANDBOXD_LOG) 2>&1 & \
+		nohup $(PREFIX)/bin/sandboxd --ssh-listen $(SSH_LISTEN) $(if $(LISTEN),--listen $(LISTEN)) $(foreach f,$(SANDBOX_CA),--sandbox-ca $(f)) >>$(SANDBOXD_LOG) 2>&1 & \
 		for i in $$(seq 100); do $(PREFIX)/bin/hiloop version >/dev/null 2>&1 && break; sleep 0.1; done; \
 		$(PREFIX)/bin/hiloop version >/dev/null 2>&1 || { echo "sandboxd did not start; the end of $(SANDBOXD_LOG):"; tail -n 5 $(SANDBOXD_LOG); exit 1; }; \
 	fi

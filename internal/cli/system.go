@@ -66,6 +66,7 @@ func systemInfoRun(ctx context.Context, f *Factory, opts *SystemInfoOptions) err
 		}
 		t.row("spare sandboxes", spares)
 		t.row("tls fingerprint", orNone(v.TLSFingerprint, "none (no TLS listener: sandboxd --listen)"))
+		t.row("tls endpoint", orNone(v.TLSEndpoint, "none"))
 		t.row("ssh endpoint", orNone(v.SSHEndpoint, "off (sandboxd --ssh-listen)"))
 	})
 }

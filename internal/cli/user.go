@@ -110,8 +110,8 @@ func printTrustToken(ctx context.Context, f *Factory, output string, created api
 		return nil
 	}
 	fmt.Fprintf(out, "fingerprint:  %s\n", v.TLSFingerprint)
-	fmt.Fprintf(out, "\nOn %s's machine run (HOST:PORT: sandboxd's --listen address as that machine reaches it):\n", created.User.Name)
-	fmt.Fprintf(out, "  hiloop remote add %s https://HOST:PORT --token %s --accept-fingerprint %s\n", remoteName(), created.TrustToken, v.TLSFingerprint)
+	fmt.Fprintf(out, "\nOn %s's machine run (%s: sandboxd's --listen address; another name of this host if that machine reaches it by one):\n", created.User.Name, v.TLSEndpoint)
+	fmt.Fprintf(out, "  hiloop remote add %s https://%s --token %s --accept-fingerprint %s\n", remoteName(), v.TLSEndpoint, created.TrustToken, v.TLSFingerprint)
 	return nil
 }
 

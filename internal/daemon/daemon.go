@@ -148,6 +148,7 @@ type Daemon struct {
 	sshKeys      *sshKeys
 	ssh          *sshd.Server // nil while the endpoint is off
 	sshEndpoint  string       // where remote clients reach the SSH endpoint, HOST:PORT (sshEndpoint)
+	tlsEndpoint  string       // where remote clients reach the TLS listener, HOST:PORT (listenAPI)
 	host         hostLimits   // the host's kernel limits: raised at start, sandboxes admitted against them
 	// tls is the daemon's CA, which signs users' client certificates, and the TLS listener's
 	// certificate and fingerprint.
@@ -603,6 +604,9 @@ func (d *Daemon) listenAPI(handler http.Handler) ([]apiServer, error) {
 				a.ln.Close()
 			}
 			return nil, err
+		}
+		if l.kind == apiTLS {
+			d.tlsEndpoint = sshEndpoint("", l.addr, tcpLn.Addr().(*net.TCPAddr), hostName())
 		}
 		// A request on TCP acts as the user of its client certificate or API token; the
 		// authenticator tracks each connection by its credential, to close it on revocation.

@@ -105,6 +105,7 @@ func (d *Daemon) getVersion(w http.ResponseWriter, r *http.Request) error {
 		Capabilities:   d.capabilities(),
 		Spares:         d.sandboxes.Spares(),
 		TLSFingerprint: d.tls.Fingerprint,
+		TLSEndpoint:    d.tlsEndpoint,
 		SSHEndpoint:    d.sshEndpoint,
 	})
 }

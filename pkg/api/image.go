@@ -177,6 +177,9 @@ type VersionInfo struct {
 	// TLSFingerprint is the fingerprint of the certificate the TLS listener (--listen) serves,
 	// "SHA256:" and unpadded base64 of the SHA-256 of its DER; empty without a TLS listener.
 	TLSFingerprint string `json:"tls_fingerprint,omitempty"`
+	// TLSEndpoint is where the TLS listener is reached, HOST:PORT: --listen's host (the host's
+	// name when it listens on every interface) and the port it listens on; empty without one.
+	TLSEndpoint string `json:"tls_endpoint,omitempty"`
 	// SSHEndpoint is where the managed SSH endpoint is reached from other machines, HOST:PORT
 	// (--ssh-advertise, by default from --ssh-listen); empty when SSH is off.
 	SSHEndpoint string `json:"ssh_endpoint,omitempty"`
