@@ -91,9 +91,17 @@ pids="$pids $!"
 for port in "$fwd_remote" "$fwd_ssh"; do
 	for _ in $(seq 100); do ss -ltn | grep -q "127.0.0.1:$port " && break; sleep 0.05; done
 done
+# The TLS floor: one TLS connection on the same loopback between two processes (bench/tcpbench
+# serve-tls and fetch-tls, Go's crypto/tls as sandboxd's and hiloop's), no hiloop at all: what
+# encrypting and decrypting every byte once costs these cores.
+tls_port=$(free_ports 1)
+"$work/tcpbench" serve-tls "127.0.0.1:$tls_port" $FWD_SIZE &
+pids="$pids $!"
+for _ in $(seq 100); do ss -ltn | grep -q "127.0.0.1:$tls_port " && break; sleep 0.05; done
 for _ in $(seq "$TRUNS"); do
 	"$work/tcpbench" fetch "127.0.0.1:$fwd_remote" "$FWD_SIZE" 1 >>"$work/fwd_remote.txt"
 	"$work/tcpbench" fetch "127.0.0.1:$fwd_ssh" "$FWD_SIZE" 1 >>"$work/fwd_ssh.txt"
+	"$work/tcpbench" fetch-tls "127.0.0.1:$tls_port" "$FWD_SIZE" 1 >>"$work/tls_floor.txt"
 done
 
 table=$(python3 - "$work" "$SIZE" <<'PY'
@@ -113,6 +121,7 @@ med = lambda f: sorted(int(x) for x in open(f"{work}/{f}"))[len(open(f"{work}/{f
 fr, fs = med("fwd_remote.txt"), med("fwd_ssh.txt")
 print(f"| port-forward, 1 GiB, remote (TLS) | {fr:,} | | {fr / fs:.1f}× |")
 print(f"| `ssh -L`, 1 GiB, OpenSSH | {fs:,} | | |")
+print(f"| one TLS connection on loopback, no hiloop (`tcpbench fetch-tls`: the TLS floor) | {med('tls_floor.txt'):,} | | |")
 print()
 print("| command | median ms | p95 ms |")
 print("|---|---:|---:|")

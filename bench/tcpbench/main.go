@@ -7,15 +7,26 @@
 //	                                checked to be SIZE bytes; one MB/s figure a line
 //	tcpbench relay ADDR UPSTREAM    join every connection to ADDR to a new one to UPSTREAM, as a
 //	                                forward that relays does at its best: Go's TCP-to-TCP splice
+//	tcpbench serve-tls ADDR SIZE    serve, over TLS (Go's crypto/tls, a throwaway certificate)
+//	tcpbench fetch-tls ADDR SIZE RUNS
+//	                                fetch, over TLS: with serve-tls, the most TLS carries on the
+//	                                machine, one connection's encryption and decryption
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -31,7 +42,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) < 3 {
-		return errors.New("usage: tcpbench serve ADDR SIZE | fetch ADDR SIZE RUNS | relay ADDR UPSTREAM")
+		return errors.New("usage: tcpbench serve|serve-tls ADDR SIZE | fetch|fetch-tls ADDR SIZE RUNS | relay ADDR UPSTREAM")
 	}
 	if args[0] == "relay" {
 		return relay(args[1], args[2])
@@ -40,16 +51,23 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("SIZE: %w", err)
 	}
+	var serverTLS, clientTLS *tls.Config
+	if strings.HasSuffix(args[0], "-tls") {
+		if serverTLS, err = throwawayTLS(); err != nil {
+			return err
+		}
+		clientTLS = &tls.Config{InsecureSkipVerify: true} // a benchmark's own server on loopback
+	}
 	switch {
-	case args[0] == "serve":
-		return serve(args[1], size)
-	case args[0] == "fetch" && len(args) == 4:
+	case args[0] == "serve" || args[0] == "serve-tls":
+		return serve(args[1], size, serverTLS)
+	case (args[0] == "fetch" || args[0] == "fetch-tls") && len(args) == 4:
 		runs, err := strconv.Atoi(args[3])
 		if err != nil {
 			return fmt.Errorf("RUNS: %w", err)
 		}
 		for range runs {
-			mbs, err := fetch(args[1], size)
+			mbs, err := fetch(args[1], size, clientTLS)
 			if err != nil {
 				return err
 			}
@@ -60,10 +78,28 @@ func run(args []string) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-func serve(addr string, size int64) error {
+// throwawayTLS is a server configuration with a certificate made for this run.
+func throwawayTLS() (*tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}, nil
+}
+
+func serve(addr string, size int64, conf *tls.Config) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
+	}
+	if conf != nil {
+		l = tls.NewListener(l, conf)
 	}
 	buf := make([]byte, chunk)
 	for {
@@ -115,9 +151,15 @@ func relay(addr, upstream string) error {
 }
 
 // fetch reads one transfer to its end and returns its rate in MB/s.
-func fetch(addr string, size int64) (float64, error) {
+func fetch(addr string, size int64, conf *tls.Config) (float64, error) {
 	start := time.Now()
-	c, err := net.Dial("tcp", addr)
+	var c net.Conn
+	var err error
+	if conf != nil {
+		c, err = tls.Dial("tcp", addr, conf)
+	} else {
+		c, err = net.Dial("tcp", addr)
+	}
 	if err != nil {
 		return 0, err
 	}
