@@ -59,17 +59,9 @@ func (d *Daemon) putLogin(w http.ResponseWriter, r *http.Request) error {
 
 // listLogins lists the caller's logins, or with all_users=true (an admin only) every user's.
 func (d *Daemon) listLogins(w http.ResponseWriter, r *http.Request) error {
-	who, err := caller(r)
+	user, err := listedNamespace(r)
 	if err != nil {
 		return err
-	}
-	all, err := allUsers(r)
-	if err != nil {
-		return err
-	}
-	user := who.Namespace()
-	if all {
-		user = ""
 	}
 	list, err := d.logins.List(user)
 	if err != nil {

@@ -194,6 +194,16 @@ func allUsers(r *http.Request) (bool, error) {
 	return all, nil
 }
 
+// listedNamespace is the namespace a list shows: the caller's, or "" (every user's) with
+// all_users, which only an admin may ask for.
+func listedNamespace(r *http.Request) (string, error) {
+	all, err := allUsers(r)
+	if err != nil || all {
+		return "", err
+	}
+	return principal(r).Namespace(), nil
+}
+
 // visible is the filter of a list route's answer: every key with all_users, else the keys of
 // the caller's namespace. The list's guard has checked all_users.
 func visible(r *http.Request) func(key string) bool {

@@ -90,17 +90,9 @@ func (d *Daemon) createSecret(w http.ResponseWriter, r *http.Request) error {
 // listSecrets lists the secrets of the request's namespace, or with all_users=true (an admin
 // only) every user's.
 func (d *Daemon) listSecrets(w http.ResponseWriter, r *http.Request) error {
-	who, err := caller(r)
+	owner, err := listedNamespace(r)
 	if err != nil {
 		return err
-	}
-	all, err := allUsers(r)
-	if err != nil {
-		return err
-	}
-	owner := who.Namespace()
-	if all {
-		owner = ""
 	}
 	list, err := d.secrets.List(owner)
 	if err != nil {
