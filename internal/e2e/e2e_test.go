@@ -151,9 +151,10 @@ func TestTerminalScripts(t *testing.T) {
 // remoteScripts run once more through a remote (TestRemoteScripts): the CLI reaches the daemon
 // as a laptop does, over TLS with the server's fingerprint pinned and a client certificate of
 // the admin's, so that nothing is handed off and every stream (exec, exec -it, port streams,
-// session streams, SSH through the advertised endpoint) crosses the network path.
+// session streams, SSH through the advertised endpoint, an image archive's upload) crosses the
+// network path.
 var remoteScripts = map[string][]string{
-	"script":   {"lifecycle", "exec", "ssh", "session_turns", "session_stream", "session_permissions", "snapshot"},
+	"script":   {"lifecycle", "exec", "ssh", "session_turns", "session_stream", "session_permissions", "snapshot", "images_shape"},
 	"terminal": {"chat"},
 }
 
