@@ -34,6 +34,7 @@ func TestSystemInfo(t *testing.T) {
 		Version: "v1.2.3", API: "v1", VolumeDriver: "xfs", Capabilities: []string{"exec", "ssh"},
 		Spares:         api.Spares{Wanted: 2, Ready: 1, Image: "hiloop/base"},
 		TLSFingerprint: "SHA256:abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG",
+		TLSEndpoint:    "box.example.test:8443",
 		SSHEndpoint:    "box.example.test:2222",
 	}
 	f, out := systemInfoDaemon(t, info)
@@ -48,6 +49,7 @@ func TestSystemInfo(t *testing.T) {
 		"version|v1.2.3", "api|v1", "volume driver|xfs", "capabilities|exec, ssh",
 		"spare sandboxes|1 of 2 ready (image hiloop/base)",
 		"tls fingerprint|SHA256:abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG",
+		"tls endpoint|box.example.test:8443",
 		"ssh endpoint|box.example.test:2222",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
