@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"crypto/x509"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/hiloop/hiloop/internal/identity"
 	"github.com/hiloop/hiloop/internal/pki"
@@ -59,6 +61,9 @@ func (d *Daemon) createUser(w http.ResponseWriter, r *http.Request) error {
 	}
 	ttl, err := users.ParseTTL("trust_token_ttl", p.TrustTokenTTL)
 	if err != nil {
+		return err
+	}
+	if err := d.namespaceEmpty(p.Name); err != nil {
 		return err
 	}
 	created, err := d.users.Add(p.Name, p.Admin, ttl)
@@ -235,4 +240,55 @@ func (d *Daemon) userRemoved(user string) {
 	if d.ssh != nil {
 		d.ssh.CloseUser(user)
 	}
+}
+
+// namespaceEmpty refuses to give out a user name whose namespace still holds resources: those
+// of a removed user, which a new user of the name would otherwise own. An admin deletes them
+// first, acting as the removed user (--as).
+func (d *Daemon) namespaceEmpty(name string) error {
+	if api.ValidateName("user", name) != nil || name == identity.LocalAdmin {
+		return nil // the users store says what is wrong with the name
+	}
+	var held []string
+	count := func(what string, n int) {
+		if n > 0 {
+			held = append(held, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	sandboxes, err := d.store.ListSandboxes()
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, sb := range sandboxes {
+		if identity.InNamespace(sb.Name, name) {
+			n++
+		}
+	}
+	count("sandbox(es)", n)
+	snapshots, err := d.store.ListSnapshots()
+	if err != nil {
+		return err
+	}
+	n = 0
+	for _, sn := range snapshots {
+		if identity.InNamespace(sn.Name, name) {
+			n++
+		}
+	}
+	count("snapshot(s)", n)
+	secrets, err := d.secrets.List(name)
+	if err != nil {
+		return err
+	}
+	count("secret(s)", len(secrets))
+	logins, err := d.logins.List(name)
+	if err != nil {
+		return err
+	}
+	count("login(s)", len(logins))
+	if len(held) == 0 {
+		return nil
+	}
+	return api.Errorf(api.CodeUserExists, "the name %q was a user's who still owns %s: delete them first (e.g. `hiloop --as %s sandbox list`), so that a new user of the name does not get them", name, strings.Join(held, ", "), name)
 }
