@@ -25,7 +25,9 @@ import (
 
 	"github.com/hiloop/hiloop/internal/auditlog"
 	"github.com/hiloop/hiloop/internal/identity"
+	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/pki"
+	"github.com/hiloop/hiloop/internal/secrets"
 	"github.com/hiloop/hiloop/internal/store"
 	"github.com/hiloop/hiloop/internal/users"
 	"github.com/hiloop/hiloop/pkg/api"
@@ -70,6 +72,13 @@ func startTLSAPI(t *testing.T) *tlsAPI {
 	log := slog.New(slog.NewTextHandler(logBuf, nil))
 	d := &Daemon{log: log, store: st}
 	if d.users, err = users.Open(st.Owned("internal/users")); err != nil {
+		t.Fatal(err)
+	}
+	// A user's name is checked against what the namespace still holds (namespaceEmpty).
+	if d.secrets, err = secrets.Open(st.Owned("internal/secrets"), filepath.Join(dir, "master.key")); err != nil {
+		t.Fatal(err)
+	}
+	if d.logins, err = logins.Open(st.Owned("internal/logins"), d.secrets); err != nil {
 		t.Fatal(err)
 	}
 	if d.audit, err = auditlog.Open(st.Owned("internal/auditlog")); err != nil {
