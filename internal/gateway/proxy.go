@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hiloop/hiloop/internal/identity"
 )
 
 // Defaults of the Proxy's limits.
@@ -514,7 +516,9 @@ func (p *Proxy) refusal(err error, rec *Record) (int, string) {
 	if errors.As(err, &hd) {
 		rec.Allowed = false
 		rec.Rule = hd.Rule
-		return http.StatusForbidden, fmt.Sprintf("%s (the sandbox's egress policy: `hiloop sandbox egress %s` shows and changes it)", hd.Error(), p.Sandbox)
+		// The sandbox's owner types its bare name, not the daemon's key of it.
+		_, name := identity.Split(p.Sandbox)
+		return http.StatusForbidden, fmt.Sprintf("%s (the sandbox's egress policy: `hiloop sandbox egress %s` shows and changes it)", hd.Error(), name)
 	}
 	var d *Denied
 	if errors.As(err, &d) {

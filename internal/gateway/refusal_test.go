@@ -310,3 +310,16 @@ func TestProxyRefusedAddress(t *testing.T) {
 		}
 	}
 }
+
+// A refusal tells the sandbox's owner the command they type: the sandbox's bare name, not the
+// daemon's key of it (USER.NAME for a user other than the local admin).
+func TestRefusalNamesTheSandboxAsItsOwnerDoes(t *testing.T) {
+	for _, key := range []string{"web", "bob.web"} {
+		p := &Proxy{Sandbox: key}
+		rec := &Record{}
+		status, msg := p.refusal(&HostDenied{Host: "x.example.test", Port: 443, Rule: "egress closed"}, rec)
+		if status != http.StatusForbidden || !strings.Contains(msg, "`hiloop sandbox egress web`") || rec.Allowed {
+			t.Errorf("sandbox %s: %d %q, want 403 naming `hiloop sandbox egress web`", key, status, msg)
+		}
+	}
+}
