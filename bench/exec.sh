@@ -38,7 +38,7 @@ install -m 0755 "$hiloop" "$work/hiloop"
 hiloop=$work/hiloop
 
 api_port=$(free_ports 1)
-start_daemon --listen "127.0.0.1:$api_port"
+start_daemon --insecure-listen "127.0.0.1:$api_port"
 # An API token of the built-in admin: the TCP path acts in the same namespace as the socket.
 api_token=$($hiloop user token create admin --name bench)
 tcp="env HILOOP_HOST=http://127.0.0.1:$api_port HILOOP_TOKEN=$api_token $hiloop"
