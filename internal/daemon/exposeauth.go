@@ -150,7 +150,7 @@ func (x *exposer) authHandler(e *exposed) http.Handler {
 // to an address on the sandbox's loopback.
 func exposeAuthHandler(rec store.Exposure, links *exposeLinks, dial func(ctx context.Context, addr string) (net.Conn, error)) http.Handler {
 	key := exposedKey(rec.SandboxID, rec.Port)
-	again := "`hiloop sandbox expose " + rec.SandboxName + " " + strconv.Itoa(rec.Port) + "`"
+	again := "`hiloop sandbox expose " + bare(rec.SandboxName) + " " + strconv.Itoa(rec.Port) + "`"
 	target := net.JoinHostPort("localhost", strconv.Itoa(rec.Port))
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -223,7 +223,7 @@ func unreachable(rec store.Exposure, err error) (int, string) {
 	var apiErr *api.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return http.StatusBadGateway, fmt.Sprintf("nothing listens on port %d in sandbox %q", rec.Port, rec.SandboxName)
+		return http.StatusBadGateway, fmt.Sprintf("nothing listens on port %d in sandbox %q", rec.Port, bare(rec.SandboxName))
 	case errors.As(err, &apiErr):
 		return http.StatusServiceUnavailable, apiErr.Message
 	}

@@ -139,3 +139,29 @@ func TestExposeLinksAreSpentOnce(t *testing.T) {
 		t.Fatal("a link tried on another exposure is spent for its own")
 	}
 }
+
+// The refusals an owner reads name the sandbox as they type it: the bare name of its key.
+func TestExposeAuthSaysTheOwnersName(t *testing.T) {
+	be := httptest.NewServer(http.NotFoundHandler())
+	be.Close() // nothing listens there now: a refused connection
+	rec := store.Exposure{SandboxID: "sb1", SandboxName: "bob.web", Port: 8000, Auth: true, Secret: newExposeSecret()}
+	front := httptest.NewServer(exposeAuthHandler(rec, &exposeLinks{}, func(ctx context.Context, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", be.Listener.Addr().String())
+	}))
+	defer front.Close()
+	for _, tok := range []string{"", exposeToken(rec, time.Now().Add(time.Hour))} {
+		req, _ := http.NewRequest("GET", front.URL, nil)
+		if tok != "" {
+			req.Header.Set(api.ExposeTokenHeader, tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "bob.web") || !strings.Contains(string(body), "web") {
+			t.Errorf("token %q: %d %q names the key, not the owner's name", tok, resp.StatusCode, body)
+		}
+	}
+}
