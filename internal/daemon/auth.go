@@ -72,10 +72,13 @@ func newAuthenticator(u *users.Store, log *slog.Logger) *authenticator {
 	return a
 }
 
-// server is the http.Server of the TCP listener, serving handler to authenticated requests.
-// The caller sets its listener's ConnState after, chained to this one's (chainConnState).
-func (a *authenticator) server(handler http.Handler) *http.Server {
-	return &http.Server{Handler: a.wrap(handler), ConnContext: withConn, ConnState: a.live.connState}
+// guard makes srv, a TCP listener's server, serve its handler to authenticated requests only,
+// and track each connection by its credential (to close it on revocation) before whatever
+// ConnState srv had.
+func (a *authenticator) guard(srv *http.Server) {
+	srv.Handler = a.wrap(srv.Handler)
+	srv.ConnContext = withConn
+	srv.ConnState = chainConnState(a.live.connState, srv.ConnState)
 }
 
 // wrap serves next to the requests that authenticate, each with its principal in its context.

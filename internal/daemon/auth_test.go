@@ -89,7 +89,8 @@ func startTLSAPI(t *testing.T) *tlsAPI {
 	}
 	d.auth = newAuthenticator(d.users, log)
 	routes := append(d.routes(), route{method: "GET", pattern: "/test/stream", handle: echoStream})
-	srv := d.auth.server(withVersion("test", newMux(routes, newIdempotency(st, log), log, d.auditAdd)))
+	srv := &http.Server{Handler: withVersion("test", newMux(routes, newIdempotency(st, log), log, d.auditAdd))}
+	d.auth.guard(srv)
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -610,9 +610,8 @@ func (d *Daemon) listenAPI(handler http.Handler) ([]apiServer, error) {
 		}
 		// A request on TCP acts as the user of its client certificate or API token; the
 		// authenticator tracks each connection by its credential, to close it on revocation.
-		a := d.newAPIServer(l.kind, d.auth.wrap(handler), newConnLimiter(tcpLn, tcpMax))
-		a.srv.ConnContext = withConn
-		a.srv.ConnState = chainConnState(d.auth.live.connState, a.srv.ConnState)
+		a := d.newAPIServer(l.kind, handler, newConnLimiter(tcpLn, tcpMax))
+		d.auth.guard(a.srv)
 		apis = append(apis, a)
 	}
 	return apis, nil

@@ -12,10 +12,7 @@ import (
 // loginProvider is the provider a request's path names, and the user whose login it acts on:
 // the namespace the request acts in. A user has logins of their own only.
 func loginProvider(r *http.Request) (user string, p api.LoginProvider, err error) {
-	who, err := caller(r)
-	if err != nil {
-		return "", "", err
-	}
+	who := principal(r)
 	p = api.LoginProvider(r.PathValue("provider"))
 	if api.LoginKinds(p) == nil {
 		return "", "", api.Errorf(api.CodeInvalidArgument, "unknown login provider %q: give claude or codex", p)

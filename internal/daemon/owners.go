@@ -126,7 +126,8 @@ func imageVerb(r *http.Request) string {
 	return "building"
 }
 
-// principal is the user r acts as; the mux refuses a request without one (withPrincipal).
+// principal is the user r acts as; the mux refuses a request without one (requirePrincipal),
+// so every handler has one.
 func principal(r *http.Request) identity.Principal {
 	p, _ := identity.From(r.Context())
 	return p

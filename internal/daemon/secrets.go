@@ -57,10 +57,7 @@ func secretEnv(st *secrets.Store, id string) ([]string, error) {
 // secretName is the secret a request names, in the namespace it acts in (Namespace): a user
 // reaches their own secrets only.
 func secretName(r *http.Request) (namespace, name string, err error) {
-	p, err := caller(r)
-	if err != nil {
-		return "", "", err
-	}
+	p := principal(r)
 	name = r.PathValue("secret")
 	if err := api.ValidateName("secret", name); err != nil {
 		return "", "", err
@@ -69,10 +66,7 @@ func secretName(r *http.Request) (namespace, name string, err error) {
 }
 
 func (d *Daemon) createSecret(w http.ResponseWriter, r *http.Request) error {
-	who, err := caller(r)
-	if err != nil {
-		return err
-	}
+	who := principal(r)
 	var p api.SecretsPost
 	if err := decodeBody(w, r, &p); err != nil {
 		return err

@@ -74,10 +74,7 @@ func sshKeyView(k store.SSHKey) api.SSHKey {
 
 // listSSHKeys lists the caller's keys, or with all_users=true (an admin only) every user's.
 func (d *Daemon) listSSHKeys(w http.ResponseWriter, r *http.Request) error {
-	who, err := caller(r)
-	if err != nil {
-		return err
-	}
+	who := principal(r)
 	all, err := allUsers(r)
 	if err != nil {
 		return err
@@ -100,10 +97,7 @@ func (d *Daemon) listSSHKeys(w http.ResponseWriter, r *http.Request) error {
 
 // addSSHKey registers a public key for the namespace the request acts in.
 func (d *Daemon) addSSHKey(w http.ResponseWriter, r *http.Request) error {
-	who, err := caller(r)
-	if err != nil {
-		return err
-	}
+	who := principal(r)
 	var p api.SSHKeysPost
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
@@ -158,10 +152,7 @@ func (d *Daemon) sshKeyConflict(key store.SSHKey) error {
 // removeSSHKey removes a key of the namespace the request acts in; another user's key of the
 // same name is not found.
 func (d *Daemon) removeSSHKey(w http.ResponseWriter, r *http.Request) error {
-	who, err := caller(r)
-	if err != nil {
-		return err
-	}
+	who := principal(r)
 	name := r.PathValue("key")
 	if err := api.ValidateName("ssh key", name); err != nil {
 		return err

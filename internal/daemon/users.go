@@ -12,22 +12,9 @@ import (
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
-// caller returns the principal of r; a request no authentication passed is refused (no route
-// is served without one but the trust exchange, which does not call this).
-func caller(r *http.Request) (identity.Principal, error) {
-	p, ok := identity.From(r.Context())
-	if !ok {
-		return p, errNoCredential
-	}
-	return p, nil
-}
-
 // requireAdmin refuses a caller who is not an admin.
 func requireAdmin(r *http.Request) error {
-	p, err := caller(r)
-	if err != nil {
-		return err
-	}
+	p := principal(r)
 	if !p.Admin {
 		return api.Errorf(api.CodeForbidden, "%s %s needs an admin: user %q is not one", r.Method, r.Pattern, p.User)
 	}
@@ -41,10 +28,7 @@ func pathUser(r *http.Request, selfToo bool) (string, error) {
 	if err := api.ValidateName("user", name); err != nil {
 		return "", err
 	}
-	p, err := caller(r)
-	if err != nil {
-		return "", err
-	}
+	p := principal(r)
 	if p.Admin || (selfToo && p.User == name) {
 		return name, nil
 	}
@@ -207,10 +191,7 @@ func (d *Daemon) trust(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) whoami(w http.ResponseWriter, r *http.Request) error {
-	p, err := caller(r)
-	if err != nil {
-		return err
-	}
+	p := principal(r)
 	ans := api.WhoAmI{User: p.User, Admin: p.Admin, Via: viaUnix}
 	if cred, ok := credentialOf(r); ok {
 		ans.Via, ans.Token = cred.via, cred.token

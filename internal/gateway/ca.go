@@ -10,19 +10,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/big"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/hiloop/hiloop/internal/atomicfile"
+	"github.com/hiloop/hiloop/internal/pki"
 )
 
 // The CA's files in the daemon's data directory.
@@ -63,159 +59,16 @@ type leafEntry struct {
 	refreshAt time.Time
 }
 
-// LoadOrCreateCA loads the CA kept in dir (CAKeyFile and CACertFile), creating it on first use:
-// an ECDSA P-256 key and a self-signed certificate named "hiloop gateway CA". Of two daemons
-// starting at once on one directory, both end up with the same CA. A key that cannot be read or
-// parsed, a certificate without its key, or a key that does not match the certificate is an
-// error naming the file; nothing is overwritten.
+// LoadOrCreateCA loads the CA kept in dir (CAKeyFile and CACertFile), creating it on first use
+// as internal/pki makes and checks every CA of the daemon's: an ECDSA P-256 key and a
+// self-signed certificate named "hiloop gateway CA", the same one for two daemons starting at
+// once, and nothing overwritten.
 func LoadOrCreateCA(dir string) (*CA, error) {
-	keyPath, certPath := filepath.Join(dir, CAKeyFile), filepath.Join(dir, CACertFile)
-	// The key is written before the certificate: a certificate seen now means the key was there
-	// before it, so a missing key then is not a start racing this one.
-	_, statErr := os.Stat(certPath)
-	certSeen := statErr == nil
-	keyPEM, err := os.ReadFile(keyPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		if certSeen {
-			return nil, fmt.Errorf("gateway CA: %s exists but its key %s does not; remove %s to make a new CA (running sandboxes trust the old one until restarted)",
-				certPath, keyPath, certPath)
-		}
-		if keyPEM, err = newCAKey(); err != nil {
-			return nil, fmt.Errorf("gateway CA: generating a key: %w", err)
-		}
-		keyPEM, err = writeOnce(keyPath, keyPEM, 0o600)
-	}
+	c, err := pki.LoadOrCreate(dir, CAKeyFile, CACertFile, "hiloop gateway CA")
 	if err != nil {
 		return nil, fmt.Errorf("gateway CA: %w", err)
 	}
-	key, err := parseCAKey(keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("gateway CA: %s: %w", keyPath, err)
-	}
-
-	certPEM, err := os.ReadFile(certPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		// A first start, or one that stopped between the two files: any certificate for this
-		// key will do, and if another start writes one first, its certificate is the one.
-		if certPEM, err = newCACert(key); err != nil {
-			return nil, fmt.Errorf("gateway CA: making the certificate: %w", err)
-		}
-		certPEM, err = writeOnce(certPath, certPEM, 0o644)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("gateway CA: %w", err)
-	}
-	cert, err := parseCACert(certPEM, key)
-	if err != nil {
-		return nil, fmt.Errorf("gateway CA: %s: %w", certPath, err)
-	}
-	return caFrom(cert, key), nil
-}
-
-// writeOnce creates path with data unless it exists, and returns what path holds: data, or
-// what another start wrote first.
-func writeOnce(path string, data []byte, perm fs.FileMode) ([]byte, error) {
-	err := atomicfile.WriteNewFile(path, data, perm)
-	switch {
-	case err == nil, errors.Is(err, atomicfile.ErrNotDurable):
-		// In place; a crash may undo it, and the next start then makes it again.
-		return data, nil
-	case errors.Is(err, fs.ErrExist):
-		return os.ReadFile(path)
-	}
-	return nil, err
-}
-
-func caFrom(cert *x509.Certificate, key crypto.Signer) *CA {
-	return &CA{
-		cert:    cert,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
-		key:     key,
-		now:     time.Now,
-		leaves:  map[string]*list.Element{},
-	}
-}
-
-func newCAKey() ([]byte, error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-func parseCAKey(b []byte) (crypto.Signer, error) {
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return nil, errors.New("not a PEM private key")
-	}
-	var k any
-	var err error
-	switch block.Type {
-	case "PRIVATE KEY":
-		k, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		k, err = x509.ParseECPrivateKey(block.Bytes)
-	default:
-		return nil, fmt.Errorf("a PEM %q block, not a private key", block.Type)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("not a valid private key: %w", err)
-	}
-	s, ok := k.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("a %T key cannot sign", k)
-	}
-	return s, nil
-}
-
-func newCACert(key crypto.Signer) ([]byte, error) {
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "hiloop gateway CA", Organization: []string{"hiloop"}},
-		NotBefore:             now.Add(-leafBackdate),
-		NotAfter:              now.Add(caValidity),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		MaxPathLenZero:        true, // it signs leaves only
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
-}
-
-func parseCACert(b []byte, key crypto.Signer) (*x509.Certificate, error) {
-	block, _ := pem.Decode(b)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New("not a PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("not a valid certificate: %w", err)
-	}
-	if !cert.IsCA {
-		return nil, errors.New("not a CA certificate")
-	}
-	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(cert.PublicKey) {
-		return nil, fmt.Errorf("does not match the key in %s", CAKeyFile)
-	}
-	if time.Now().After(cert.NotAfter) {
-		return nil, fmt.Errorf("expired on %s; remove %s and %s to make a new CA", cert.NotAfter.Format(time.DateOnly), CACertFile, CAKeyFile)
-	}
-	return cert, nil
+	return &CA{cert: c.Cert, certPEM: c.PEM, key: c.Key, now: time.Now, leaves: map[string]*list.Element{}}, nil
 }
 
 func randomSerial() (*big.Int, error) {

@@ -17,6 +17,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -46,79 +47,124 @@ const (
 	CAKeyFile  = "ca.key"
 )
 
-// caLifetime is how long the daemon's CA is good for: it signs every client certificate, and
-// a new one would orphan them all.
+// caLifetime is how long a CA made here is good for: it signs every client certificate (or
+// leaf), and a new one would orphan them all.
 const caLifetime = 20 * 365 * 24 * time.Hour
 
-// LoadOrCreateCA loads the CA in dir, or makes one (an ECDSA P-256 key, named after
-// commonName) when dir has none. A half-made CA (one file of the two) is an error, never
-// replaced: the certificates it signed would stop being trusted.
+// backdate is how far before now a certificate made here starts: a peer whose clock is a little
+// behind still accepts it.
+const backdate = time.Hour
+
+// LoadOrCreateCA loads the daemon's CA in dir (CAKeyFile, CACertFile), making it on first start
+// (LoadOrCreate).
 func LoadOrCreateCA(dir, commonName string) (*CA, error) {
-	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
-	certPEM, certErr := os.ReadFile(certPath)
-	keyPEM, keyErr := os.ReadFile(keyPath)
-	switch {
-	case certErr == nil && keyErr == nil:
-		return parseCA(certPEM, keyPEM)
-	case errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist):
-	case certErr != nil && !errors.Is(certErr, os.ErrNotExist):
-		return nil, fmt.Errorf("pki: read %s: %w", certPath, certErr)
-	case keyErr != nil && !errors.Is(keyErr, os.ErrNotExist):
-		return nil, fmt.Errorf("pki: read %s: %w", keyPath, keyErr)
-	default:
-		return nil, fmt.Errorf("pki: %s holds half a CA (%s or %s is missing): restore the missing file, or move both away to make a new CA (every client then trusts anew)", dir, CACertFile, CAKeyFile)
-	}
+	return LoadOrCreate(dir, CAKeyFile, CACertFile, commonName)
+}
+
+// LoadOrCreate loads the CA kept in dir as keyFile (PKCS #8, 0600) and certFile (0644), making
+// what is missing on first use: an ECDSA P-256 key and a self-signed certificate named
+// commonName. Of two starts racing on one directory, both end up with the same CA. A key that
+// cannot be read or parsed, a certificate without its key, a key that does not match the
+// certificate or an expired certificate is an error naming the file; nothing is overwritten.
+func LoadOrCreate(dir, keyFile, certFile, commonName string) (*CA, error) {
+	keyPath, certPath := filepath.Join(dir, keyFile), filepath.Join(dir, certFile)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
+		return nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
+	// The key is written before the certificate: a certificate seen now means the key was there
+	// before it, so a missing key then is not a start racing this one.
+	_, statErr := os.Stat(certPath)
+	certSeen := statErr == nil
+	keyPEM, err := os.ReadFile(keyPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		if certSeen {
+			return nil, fmt.Errorf("%s exists but its key %s does not; remove %s to make a new CA (whatever trusts the old one must trust the new one)",
+				certPath, keyPath, certPath)
+		}
+		var key *ecdsa.PrivateKey
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			return nil, fmt.Errorf("generating a key: %w", err)
+		}
+		if keyPEM, err = MarshalKey(key); err != nil {
+			return nil, err
+		}
+		keyPEM, err = writeOnce(keyPath, keyPEM, 0o600)
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(caLifetime),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	keyPEM, err = MarshalKey(key)
 	if err != nil {
 		return nil, err
 	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	// The key first: a crash between the two leaves a key without a certificate, which the
-	// next start reports rather than overwriting.
-	if err := atomicfile.WriteFile(keyPath, keyPEM, 0o600); err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	if err := atomicfile.WriteFile(certPath, certPEM, 0o644); err != nil {
-		return nil, fmt.Errorf("pki: %w", err)
-	}
-	return parseCA(certPEM, keyPEM)
-}
-
-func parseCA(certPEM, keyPEM []byte) (*CA, error) {
-	cert, err := ParseCertificate(certPEM)
-	if err != nil {
-		return nil, fmt.Errorf("pki: CA certificate: %w", err)
-	}
 	key, err := ParseKey(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("pki: CA key: %w", err)
+		return nil, fmt.Errorf("%s: %w", keyPath, err)
+	}
+	certPEM, err := os.ReadFile(certPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A first start, or one that stopped between the two files: any certificate for this
+		// key will do, and if another start writes one first, its certificate is the one.
+		if certPEM, err = newCACert(key, commonName); err != nil {
+			return nil, fmt.Errorf("making the certificate: %w", err)
+		}
+		certPEM, err = writeOnce(certPath, certPEM, 0o644)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cert, err := parseCACert(certPEM, key, keyFile, certFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", certPath, err)
+	}
+	return &CA{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}, nil
+}
+
+// writeOnce writes data to path unless a file is there already, and returns what path holds.
+func writeOnce(path string, data []byte, perm fs.FileMode) ([]byte, error) {
+	err := atomicfile.WriteNewFile(path, data, perm)
+	switch {
+	case err == nil, errors.Is(err, atomicfile.ErrNotDurable):
+		// In place; a crash may undo it, and the next start then makes it again.
+		return data, nil
+	case errors.Is(err, fs.ErrExist):
+		return os.ReadFile(path)
+	}
+	return nil, err
+}
+
+func newCACert(key crypto.Signer, commonName string) ([]byte, error) {
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"hiloop"}},
+		NotBefore:             now.Add(-backdate),
+		NotAfter:              now.Add(caLifetime),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true, // it signs leaves only
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// parseCACert reads a CA certificate and checks it against its key (keyFile names it) and the
+// clock (both files named in how to start over).
+func parseCACert(b []byte, key crypto.Signer, keyFile, certFile string) (*x509.Certificate, error) {
+	cert, err := ParseCertificate(b)
+	if err != nil {
+		return nil, err
+	}
+	if !cert.IsCA {
+		return nil, errors.New("not a CA certificate")
 	}
 	if !publicKeysEqual(cert.PublicKey, key.Public()) {
-		return nil, errors.New("pki: the CA's key does not match its certificate")
+		return nil, fmt.Errorf("does not match the key in %s", keyFile)
 	}
-	return &CA{Cert: cert, Key: key, PEM: certPEM}, nil
+	if time.Now().After(cert.NotAfter) {
+		return nil, fmt.Errorf("expired on %s; remove %s and %s to make a new CA", cert.NotAfter.Format(time.DateOnly), certFile, keyFile)
+	}
+	return cert, nil
 }
 
 // Pool is a pool holding only the CA, for verifying the certificates it signed.
@@ -133,7 +179,7 @@ func (ca *CA) Pool() *x509.CertPool {
 func (ca *CA) Sign(tmpl *x509.Certificate, pub crypto.PublicKey, ttl time.Duration) ([]byte, error) {
 	now := time.Now()
 	tmpl.SerialNumber = serial()
-	tmpl.NotBefore = now.Add(-time.Hour) // a client clock a little behind still accepts it
+	tmpl.NotBefore = now.Add(-backdate)
 	tmpl.NotAfter = now.Add(ttl)
 	if tmpl.NotAfter.After(ca.Cert.NotAfter) {
 		tmpl.NotAfter = ca.Cert.NotAfter
@@ -223,7 +269,7 @@ func MarshalKey(key crypto.Signer) ([]byte, error) {
 func ParseKey(keyPEM []byte) (crypto.Signer, error) {
 	block, _ := pem.Decode(keyPEM)
 	if block == nil {
-		return nil, errors.New("no PEM block")
+		return nil, errors.New("not a PEM private key")
 	}
 	var key any
 	var err error
@@ -232,11 +278,13 @@ func ParseKey(keyPEM []byte) (crypto.Signer, error) {
 		key, err = x509.ParseECPrivateKey(block.Bytes)
 	case "RSA PRIVATE KEY":
 		key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
-	default:
+	case "PRIVATE KEY":
 		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	default:
+		return nil, fmt.Errorf("a PEM %q block, not a private key", block.Type)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("not a valid private key: %w", err)
 	}
 	signer, ok := key.(crypto.Signer)
 	if !ok {
@@ -249,9 +297,13 @@ func ParseKey(keyPEM []byte) (crypto.Signer, error) {
 func ParseCertificate(certPEM []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(certPEM)
 	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New("no PEM CERTIFICATE")
+		return nil, errors.New("not a PEM certificate")
 	}
-	return x509.ParseCertificate(block.Bytes)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("not a valid certificate: %w", err)
+	}
+	return cert, nil
 }
 
 func publicKeysEqual(a, b crypto.PublicKey) bool {

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -30,11 +31,20 @@ func TestCAIsMadeOnceAndReloaded(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, CAKeyFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("CA key: %v, mode %v; want 0600", err, fi.Mode().Perm())
 	}
+	// A start cut short between the key and the certificate: a certificate over the same key.
 	if err := os.Remove(filepath.Join(dir, CACertFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadOrCreateCA(dir, "sandboxd CA"); err == nil || !strings.Contains(err.Error(), "half a CA") {
-		t.Fatalf("half a CA: %v, want a refusal", err)
+	remade, err := LoadOrCreateCA(dir, "sandboxd CA")
+	if err != nil || !remade.Cert.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(ca.Cert.PublicKey) {
+		t.Fatalf("the certificate remade: %v, or over another key", err)
+	}
+	// A certificate whose key is gone is refused, never replaced: what trusts it would break.
+	if err := os.Remove(filepath.Join(dir, CAKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateCA(dir, "sandboxd CA"); err == nil || !strings.Contains(err.Error(), "exists but its key") {
+		t.Fatalf("a certificate without its key: %v, want a refusal", err)
 	}
 }
 
