@@ -50,6 +50,15 @@ func TestProbe(t *testing.T) {
 	if err := unix.Kill(init, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The kernel stops the init asynchronously: a ping sent before the stop lands is answered
+	// (CI saw it). Glance reads the stop from /proc without pinging.
+	for deadline := testenv.Deadline(t); r.Glance(s.ID) != Unresponsive; {
+		select {
+		case <-deadline:
+			t.Fatal("a stopped init never looked stopped")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	got := probe(r, s.ID)
 	if err := unix.Kill(init, unix.SIGCONT); err != nil {
 		t.Fatal(err)
