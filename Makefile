@@ -93,6 +93,12 @@ lint: ## go vet, staticcheck (pinned in go.mod's tool block) and gofmt, and `mak
 	$(GO) tool staticcheck -tags '$(DAEMON_TAGS)' ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	@$(MAKE) --no-print-directory cross
+	@$(MAKE) --no-print-directory generate
+	@git diff --quiet -- pkg/apis deploy/crds || { echo "make generate changed files: commit them"; git diff --stat -- pkg/apis deploy/crds; exit 1; }
+
+.PHONY: generate
+generate: ## regenerate the Kubernetes API's deep copies and CRDs (pkg/apis into deploy/crds) with controller-gen
+	$(GO) tool controller-gen object paths=./pkg/apis/... crd:crdVersions=v1 output:crd:artifacts:config=deploy/crds
 
 # The CLI ships for Linux, macOS and Windows (.goreleaser.yaml) but CI runs on Linux: the CLI's
 # packages are vetted, and their tests compiled, for the other two.
