@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"math"
@@ -25,6 +26,7 @@ const (
 	viaUnix        = "unix"
 	viaCertificate = "certificate"
 	viaToken       = "token"
+	viaFront       = "front"
 )
 
 // credential is what a request on the TCP listener authenticated with: the user, and the
@@ -61,9 +63,11 @@ const trustPath = "/v1/trust"
 // so that a revocation ends them (liveConns).
 type authenticator struct {
 	users *users.Store
-	limit *failLimiter
-	live  *liveConns
-	log   *slog.Logger
+	// fronts are the CAs of a cluster's fronts (--front-ca), nil without.
+	fronts *x509.CertPool
+	limit  *failLimiter
+	live   *liveConns
+	log    *slog.Logger
 }
 
 func newAuthenticator(u *users.Store, log *slog.Logger) *authenticator {
@@ -127,6 +131,9 @@ func (a *authenticator) authenticate(r *http.Request) (credential, users.Who, er
 	addr := remoteAddr(r)
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		fp := pki.Fingerprint(r.TLS.PeerCertificates[0].Raw)
+		if a.fronts != nil && verifiedBy(r.TLS.PeerCertificates, a.fronts) {
+			return frontCredential(r, fp)
+		}
 		who, ok, err := a.users.ByCertificate(fp)
 		if err != nil {
 			return credential{}, users.Who{}, err
@@ -152,9 +159,43 @@ func (a *authenticator) authenticate(r *http.Request) (credential, users.Who, er
 	return credential{}, users.Who{}, errNoCredential
 }
 
+// verifiedBy tells whether chain, a client's certificates as the handshake gave them, leads to
+// one of roots for client authentication.
+func verifiedBy(chain []*x509.Certificate, roots *x509.CertPool) bool {
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return err == nil
+}
+
+// frontCredential is the credential of a request a cluster's front sent, whose certificate
+// (fingerprint fp) a front CA signed: the user it names in api.FrontUserHeader, who is an
+// admin when api.FrontAdminHeader is "true". The front authenticated the user; the users
+// themselves live in the cluster, not in this daemon's store.
+func frontCredential(r *http.Request, fp string) (credential, users.Who, error) {
+	name := r.Header.Get(api.FrontUserHeader)
+	if err := api.ValidateName("user", name); err != nil {
+		return credential{}, users.Who{}, api.Errorf(api.CodeUnauthorized, "a front's request names no valid user in %s: %v", api.FrontUserHeader, err)
+	}
+	var admin bool
+	switch v := r.Header.Get(api.FrontAdminHeader); v {
+	case "", "false":
+	case "true":
+		admin = true
+	default:
+		return credential{}, users.Who{}, api.Errorf(api.CodeUnauthorized, "a front's request has %s %q: use true or false", api.FrontAdminHeader, v)
+	}
+	return credential{via: viaFront, user: name, fingerprint: fp}, users.Who{User: name, Admin: admin}, nil
+}
+
 // stillValid looks cred up again.
 func (a *authenticator) stillValid(cred credential) (bool, error) {
 	switch cred.via {
+	case viaFront:
+		// The handshake verified the front's certificate; it holds no revocable record here.
+		return true, nil
 	case viaCertificate:
 		_, ok, err := a.users.ByCertificate(cred.fingerprint)
 		return ok, err

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -60,7 +61,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func startTLSAPI(t *testing.T) *tlsAPI {
+// startTLSAPI starts the API; with a front CA, as a cluster's node agent started with
+// --front-ca.
+func startTLSAPI(t *testing.T, fronts ...*pki.CA) *tlsAPI {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.Open(filepath.Join(dir, store.FileState))
@@ -87,7 +90,12 @@ func startTLSAPI(t *testing.T) *tlsAPI {
 	if d.tls, err = loadTLS(Config{DataDir: dir}, log); err != nil { // the CA alone: no listener
 		t.Fatal(err)
 	}
+	for _, ca := range fronts {
+		d.tls.frontCerts = append(d.tls.frontCerts, ca.Cert)
+		d.tls.Fronts = ca.Pool()
+	}
 	d.auth = newAuthenticator(d.users, log)
+	d.auth.fronts = d.tls.Fronts
 	routes := append(d.routes(), route{method: "GET", pattern: "/test/stream", handle: echoStream})
 	srv := &http.Server{Handler: withVersion("test", newMux(routes, newIdempotency(st, log), log, d.auditAdd))}
 	d.auth.guard(srv)
@@ -107,7 +115,7 @@ func startTLSAPI(t *testing.T) *tlsAPI {
 	srv.TLSConfig = &tls.Config{
 		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    d.tls.CA.Pool(),
+		ClientCAs:    d.tls.clientCAs(),
 		MinVersion:   tls.VersionTLS12,
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -606,5 +614,79 @@ func TestFailLimiterIsBounded(t *testing.T) {
 	}
 	if l.wait(blocked) == 0 {
 		t.Error("the address over its limit was forgotten before those with allowance left")
+	}
+}
+
+// frontCaller is a cluster's front: a client certificate the front CA signed.
+func frontCaller(t *testing.T, a *tlsAPI, ca *pki.CA) apiCaller {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := ca.Sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "hiloop-front"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, key.Public(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return apiCaller{api: a, cert: &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}}
+}
+
+func TestFrontActsAsTheUserItNames(t *testing.T) {
+	frontCA, err := pki.LoadOrCreateCA(t.TempDir(), "front CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startTLSAPI(t, frontCA)
+	front := frontCaller(t, a, frontCA)
+
+	// alice exists only in the cluster, not in this daemon's users.
+	var who api.WhoAmI
+	if code, _, body := front.do(t, "GET", "/v1/whoami", nil, &who, api.FrontUserHeader, "alice"); code != 200 || who != (api.WhoAmI{User: "alice", Via: "front"}) {
+		t.Fatalf("whoami through a front as alice: %d %s", code, body)
+	}
+	if code, _, body := front.do(t, "GET", "/v1/whoami", nil, &who, api.FrontUserHeader, "ops", api.FrontAdminHeader, "true"); code != 200 || who != (api.WhoAmI{User: "ops", Admin: true, Via: "front"}) {
+		t.Fatalf("whoami through a front as the admin ops: %d %s", code, body)
+	}
+	// A user the front names acts in their own namespace only: alice's list is not ops'.
+	if code, _, body := front.do(t, "GET", "/v1/sandboxes?all_users=true", nil, nil, api.FrontUserHeader, "alice"); code != http.StatusForbidden {
+		t.Fatalf("all_users through a front as alice: %d %s, want 403", code, body)
+	}
+
+	// A front that names no user, or an invalid one, is refused, not taken for anyone.
+	for _, hdr := range [][]string{nil, {api.FrontUserHeader, "Alice!"}, {api.FrontUserHeader, "alice", api.FrontAdminHeader, "yes"}} {
+		code, _, body := front.do(t, "GET", "/v1/whoami", nil, nil, hdr...)
+		wantError(t, code, body, http.StatusUnauthorized, api.CodeUnauthorized)
+	}
+
+	// A user's own certificate with the front's headers is still that user: the headers count
+	// from a front's certificate only.
+	bob := a.enroll(t, "bob", false)
+	if code, _, body := bob.do(t, "GET", "/v1/whoami", nil, &who, api.FrontUserHeader, "ops", api.FrontAdminHeader, "true"); code != 200 || who != (api.WhoAmI{User: "bob", Via: "certificate"}) {
+		t.Fatalf("bob with a front's headers: %d %s", code, body)
+	}
+}
+
+func TestFrontCertificateOfAnotherCAIsRefused(t *testing.T) {
+	// A daemon with no --front-ca takes no front's certificate: the handshake fails.
+	a := startTLSAPI(t)
+	frontCA, err := pki.LoadOrCreateCA(t.TempDir(), "front CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := frontCaller(t, a, frontCA)
+	req, _ := http.NewRequest("GET", "https://"+a.addr+"/v1/whoami", nil)
+	req.Header.Set(api.FrontUserHeader, "admin")
+	req.Header.Set(api.FrontAdminHeader, "true")
+	resp, err := front.client().Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a front certificate of an unknown CA was answered %d", resp.StatusCode)
+	}
+	if !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("error %v does not say the certificate was refused", err)
 	}
 }

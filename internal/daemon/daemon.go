@@ -65,6 +65,10 @@ type Config struct {
 	// TLSSANs are names and addresses the daemon's own certificate is good for besides the
 	// host's (--tls-san), lower-case names and addresses in their usual form.
 	TLSSANs []string
+	// FrontCAFile is a PEM file of the CAs whose client certificates identify a cluster's
+	// fronts (--front-ca): on the TLS listener, a request with one acts as the user it names
+	// in api.FrontUserHeader. Empty: no front reaches this daemon.
+	FrontCAFile string
 	// VolumeDriver is "xfs" (sparse XFS images, growable) or "dir" (plain directories, fixed).
 	VolumeDriver string
 	// Overcommit is how many times the storage the host can hold the promised capacity of
@@ -269,6 +273,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.tls, err = loadTLS(d.cfg, d.log); err != nil {
 		return err
 	}
+	d.auth.fronts = d.tls.Fronts
 	// The runtime before the volumes: a binary that cannot run sandboxes (built without
 	// seccomp) stops here, before the volume pool is mounted.
 	tools := map[string]string{}

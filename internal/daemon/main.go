@@ -112,6 +112,7 @@ func Main() int {
 	f.StringVar(&addrs.insecureListen, "insecure-listen", "", "also serve the API over plain HTTP on this TCP address, HOST:PORT: anyone on the path reads every credential and every byte of every exec; only behind a proxy that adds TLS or on a path you trust (users authenticate with an API token)")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert", "", "serve this certificate (PEM, the leaf first, then any intermediates) on --listen instead of the one sandboxd makes; with --tls-key")
 	f.StringVar(&cfg.TLSKeyFile, "tls-key", "", "the key of --tls-cert (PEM)")
+	f.StringVar(&cfg.FrontCAFile, "front-ca", "", "as a cluster's node agent: a PEM file of the CAs whose client certificates identify the cluster's fronts; a front's request on --listen acts as the user it names")
 	f.StringArrayVar(&addrs.tlsSANs, "tls-san", nil, "a host name or IP address the certificate sandboxd makes for --listen is good for, besides the host's name and addresses and localhost (repeatable; one it lacks makes a new certificate, which clients must trust again)")
 	f.StringVar(&cfg.VolumeDriver, "volume-driver", "xfs", "workspace volume driver: xfs (growable sparse images) or dir (plain directories)")
 	f.Float64Var(&cfg.Overcommit, "overcommit", 1, fmt.Sprintf("let the workspaces, root filesystems and snapshots be promised this many times the storage the host can hold (%g-%g; 1: no overcommit; below 1 keeps a reserve)", minOvercommit, maxOvercommit))

@@ -51,6 +51,11 @@ type daemonTLS struct {
 	Cert tls.Certificate
 	// Fingerprint is pki.Fingerprint of Cert's leaf, what clients pin; "" without --listen.
 	Fingerprint string
+	// Fronts are the CAs of --front-ca, whose client certificates identify a cluster's fronts;
+	// nil without it.
+	Fronts *x509.CertPool
+	// frontCerts are the same CAs, which the listener also takes client certificates from.
+	frontCerts []*x509.Certificate
 }
 
 // loadTLS loads the daemon's CA from <DataDir>/tls, or makes it, and, with a TLS listener to
@@ -76,7 +81,42 @@ func loadTLS(cfg Config, log *slog.Logger) (daemonTLS, error) {
 		return daemonTLS{}, err
 	}
 	t.Fingerprint = pki.Fingerprint(t.Cert.Certificate[0])
+	if cfg.FrontCAFile != "" {
+		if t.frontCerts, err = loadFrontCAs(cfg.FrontCAFile); err != nil {
+			return daemonTLS{}, err
+		}
+		t.Fronts = x509.NewCertPool()
+		for _, c := range t.frontCerts {
+			t.Fronts.AddCert(c)
+		}
+	}
 	return t, nil
+}
+
+// loadFrontCAs reads --front-ca: one or more PEM CA certificates.
+func loadFrontCAs(file string) ([]*x509.Certificate, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--front-ca: %w", err)
+	}
+	var certs []*x509.Certificate
+	for block, rest := pem.Decode(b); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("--front-ca %s: %w", file, err)
+		}
+		if !c.IsCA {
+			return nil, fmt.Errorf("--front-ca %s: %q is not a CA certificate", file, c.Subject.CommonName)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("--front-ca %s: no PEM certificate in it", file)
+	}
+	return certs, nil
 }
 
 // hostName is the host's name, "localhost" in the unlikely case the kernel does not say.
@@ -249,6 +289,8 @@ func checkTLSFlags(cfg Config) error {
 	switch {
 	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
 		return errors.New("--tls-cert and --tls-key go together: give both, or neither for the certificate sandboxd makes")
+	case cfg.FrontCAFile != "" && cfg.Listen == "":
+		return errors.New("--front-ca without --listen: fronts reach the daemon on the TLS listener, which --listen turns on")
 	case cfg.TLSCertFile == "":
 		return nil
 	case cfg.Listen == "":
@@ -262,17 +304,28 @@ func checkTLSFlags(cfg Config) error {
 
 // serverConfig is the TLS listener's configuration. TLS 1.3 is what Go's clients and most
 // others negotiate; 1.2 is the oldest taken. A client may present a certificate, which must
-// be one the daemon's CA signed (a user's): another CA's fails the handshake, and a verified
-// one reaches the handlers in the request's TLS state. HTTP/1.1 only: the API's streams
-// (exec, port forwards, session events) take over their connection, which HTTP/2 cannot give.
+// be one the daemon's CA signed (a user's) or a front CA did (--front-ca): another CA's fails
+// the handshake, and a verified one reaches the handlers in the request's TLS state. HTTP/1.1
+// only: the API's streams (exec, port forwards, session events) take over their connection,
+// which HTTP/2 cannot give.
 func (t *daemonTLS) serverConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{t.Cert},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    t.CA.Pool(),
+		ClientCAs:    t.clientCAs(),
 		NextProtos:   []string{"http/1.1"},
 	}
+}
+
+// clientCAs are the CAs the TLS listener takes client certificates from: its own and the
+// fronts'.
+func (t *daemonTLS) clientCAs() *x509.CertPool {
+	pool := t.CA.Pool()
+	for _, c := range t.frontCerts {
+		pool.AddCert(c)
+	}
+	return pool
 }
 
 // noHTTP2 is an http.Server's TLSNextProto that turns HTTP/2 off (serverConfig says why).

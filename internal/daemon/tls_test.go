@@ -285,6 +285,7 @@ func TestOperatorCert(t *testing.T) {
 		{"key as cert", Config{Listen: "127.0.0.1:0", TLSCertFile: goodKey, TLSKeyFile: goodKey}, "invalid --tls-cert " + goodKey + " with --tls-key"},
 		{"expired", Config{Listen: "127.0.0.1:0", TLSCertFile: expired, TLSKeyFile: expiredKey}, "it expired on"},
 		{"client's", Config{Listen: "127.0.0.1:0", TLSCertFile: client, TLSKeyFile: clientKey}, "not for a TLS server"},
+		{"fronts without a listener", Config{FrontCAFile: good}, "--front-ca without --listen"},
 	} {
 		err := checkTLSFlags(tc.cfg)
 		switch {
@@ -292,6 +293,17 @@ func TestOperatorCert(t *testing.T) {
 			t.Errorf("%s: refused: %v", tc.name, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+
+	// --front-ca takes CA certificates only, and at least one.
+	for _, tc := range []struct{ file, want string }{
+		{good, "is not a CA certificate"},
+		{goodKey, "no PEM certificate in it"},
+		{filepath.Join(dir, "nope.pem"), "--front-ca: open "},
+	} {
+		if _, err := loadFrontCAs(tc.file); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--front-ca %s: %v, want an error saying %q", tc.file, err, tc.want)
 		}
 	}
 

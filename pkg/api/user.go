@@ -10,6 +10,14 @@ import "time"
 // AsHeader names, on an admin's request, the user whose namespace the request acts in.
 const AsHeader = "Hiloop-As"
 
+// FrontUserHeader and FrontAdminHeader name, on a request a cluster's front sends a node agent
+// (sandboxd --front-ca), the user the request acts as and whether they are an admin ("true").
+// A node agent reads them only from a client whose certificate a front CA signed.
+const (
+	FrontUserHeader  = "Hiloop-Front-User"
+	FrontAdminHeader = "Hiloop-Front-Admin"
+)
+
 // UsersPost is the body of POST /v1/users.
 type UsersPost struct {
 	// Name is the user's name: the sandbox naming rule (1-63 of a-z0-9-, starting with a
@@ -105,7 +113,8 @@ type TrustAnswer struct {
 type WhoAmI struct {
 	User  string `json:"user"`
 	Admin bool   `json:"admin"`
-	// Via is how the request authenticated: "unix", "certificate" or "token".
+	// Via is how the request authenticated: "unix", "certificate", "token", or "front" (a
+	// cluster's front, on behalf of User).
 	Via string `json:"via"`
 	// Token names the API token when Via is "token".
 	Token string `json:"token,omitempty"`
