@@ -7,14 +7,15 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/hiloop/hiloop/internal/cli.Version=$(VERSION) -X github.com/hiloop/hiloop/internal/daemon.Version=$(VERSION)
 # sandboxd needs cgo (libcontainer's nsenter) and libseccomp for the seccomp filter.
 DAEMON_TAGS := seccomp
-# Debian packages the daemon and the tests need (nodejs: the claude-code launcher test).
-DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs tmux time docker-registry
+# Debian packages the daemon and the tests need (nodejs: the claude-code launcher test;
+# etcd-server: the cluster tests' etcd, /usr/bin/etcd).
+DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs tmux time docker-registry etcd-server
 # Where the tests keep the built test image and debootstrap's downloads between runs.
 TEST_CACHE ?= /var/cache/hiloop-test
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build bin/hiloop, bin/hiloop-ssh, bin/sandboxd, bin/hiloop-init and bin/hiloop-fake-agent
@@ -171,10 +172,23 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 60s); a crasher lands 
 		$(GO) test -tags '$(DAEMON_TAGS)' -count=1 -run "^$$fn\$$" $$pkg || exit 1; \
 	done
 
+# The Kubernetes control plane the cluster tests run (internal/k8stest): kube-apiserver,
+# kube-scheduler, kube-controller-manager and kubectl built from tools/k8s/go.mod, with Debian's
+# etcd linked in, in $(K8S_CACHE)/<hash of tools/k8s/{go.mod,go.sum,build.sh}>/bin. Minutes the
+# first time, then cached; the directory is also a KUBEBUILDER_ASSETS for envtest.
+K8S_CACHE ?= $(TEST_CACHE)/k8s
+K8S_BUILD := HILOOP_K8S_CACHE=$(K8S_CACHE) tools/k8s/build.sh
+
+.PHONY: k8s
+k8s: deps ## build the Kubernetes control plane the cluster tests run (minutes once, then cached in TEST_CACHE)
+	@$(K8S_BUILD) >/dev/null
+
 # The first run on a machine also builds the test images into $(TEST_CACHE) (minimal, and agents
 # for harnesses.txtar: minutes each), hence the timeout; later runs find them up to date.
 .PHONY: test
-test: deps lint ## install what the tests need, then run every test (end-to-end ones need root)
+test: deps lint k8s ## install what the tests need, then run every test (end-to-end ones need root)
+	k8s_bin=$$($(K8S_BUILD)) && \
+	HILOOP_K8S_BIN=$$k8s_bin KUBEBUILDER_ASSETS=$$k8s_bin \
 	HILOOP_DEBOOTSTRAP_CACHE=$(TEST_CACHE)/debootstrap HILOOP_TEST_IMAGES=$(TEST_CACHE)/images \
 		$(GO) test -tags '$(DAEMON_TAGS)' -race -count=1 -timeout 30m ./...
 
