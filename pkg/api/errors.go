@@ -58,6 +58,7 @@ const (
 	CodeBodyTooLarge         ErrorCode = "body_too_large"         // a body over MaxBodyBytes
 	CodeInsufficientStorage  ErrorCode = "insufficient_storage"   // the host has no room for it
 	CodeHostLimitReached     ErrorCode = "host_limit_reached"     // a host-wide kernel pool has no room for another running sandbox
+	CodeQuotaExceeded        ErrorCode = "quota_exceeded"         // a cluster's ResourceQuota has no room for the running sandbox
 	CodeSessionLogFull       ErrorCode = "session_log_full"       // the session's (or its sandbox's) event log is at its limit
 	CodeUnsupported          ErrorCode = "unsupported_capability" // this deployment cannot do that
 	CodeInternal             ErrorCode = "internal"               // a bug or a host failure
@@ -137,6 +138,7 @@ var codeClasses = map[ErrorCode]codeClass{
 	CodeBodyTooLarge:         {http.StatusRequestEntityTooLarge, ExitCodeUsage},
 	CodeInsufficientStorage:  {http.StatusInsufficientStorage, ExitCodeNoCapacity},
 	CodeHostLimitReached:     {http.StatusConflict, ExitCodeNoCapacity},
+	CodeQuotaExceeded:        {http.StatusConflict, ExitCodeNoCapacity}, // not Kubernetes' 403: hiloop's 403 says "you may not", this "not now"
 	CodeSessionLogFull:       {http.StatusInsufficientStorage, ExitCodeNoCapacity},
 	CodeUnsupported:          {http.StatusNotImplemented, ExitCodeUnsupported},
 	CodeInternal:             {http.StatusInternalServerError, ExitCodeError},

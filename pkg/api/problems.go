@@ -32,6 +32,7 @@ var problemRank = []ErrorCode{
 	CodeSandboxExists,
 	CodeInsufficientStorage,
 	CodeHostLimitReached,
+	CodeQuotaExceeded,
 }
 
 // Add records err, found with the value of field: an *Error with Details adds each of its
