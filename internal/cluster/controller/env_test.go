@@ -39,6 +39,7 @@ var (
 	envCfg  *rest.Config
 	envErr  error
 	envStop func()
+	envEnv  *envtest.Environment
 )
 
 func TestMain(m *testing.M) {
@@ -90,6 +91,10 @@ func cluster(t *testing.T) *rest.Config {
 			CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "deploy", "crds")},
 			ErrorIfCRDPathMissing: true,
 		}
+		// As a real cluster has it: a Pod's blockOwnerDeletion needs the right to update its
+		// Sandbox's finalizers, which deploy/rbac-front.yaml must grant.
+		env.ControlPlane.GetAPIServer().Configure().Set("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
+		envEnv = env
 		envCfg, envErr = env.Start()
 		envStop = func() { _ = env.Stop() }
 	})
@@ -146,13 +151,19 @@ func newFixture(t *testing.T) *fixture {
 // the returned function is called or the test ends.
 func (f *fixture) manager(count *atomic.Int64) (manager.Manager, func()) {
 	f.t.Helper()
-	opts, err := ManagerOptions(f.ns)
+	return f.managerAs(f.cfg, f.ns, count)
+}
+
+// managerAs is manager with the credentials of cfg and the Lease in leaseNS.
+func (f *fixture) managerAs(cfg *rest.Config, leaseNS string, count *atomic.Int64) (manager.Manager, func()) {
+	f.t.Helper()
+	opts, err := ManagerOptions(leaseNS)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	opts.Cache.DefaultNamespaces = map[string]cache.Config{f.ns: {}}
 	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = ptrDur(4*time.Second), ptrDur(3*time.Second), ptrDur(500*time.Millisecond)
-	mgr, err := manager.New(f.cfg, opts)
+	mgr, err := manager.New(cfg, opts)
 	if err != nil {
 		f.t.Fatal(err)
 	}
