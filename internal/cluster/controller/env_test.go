@@ -118,8 +118,10 @@ type fixture struct {
 
 var nsSeq atomic.Int64
 
-func newFixture(t *testing.T) *fixture {
-	cfg := cluster(t)
+func newFixture(t *testing.T) *fixture { return newFixtureOn(t, cluster(t)) }
+
+// newFixtureOn is a fixture on the API server of cfg (an administrator's).
+func newFixtureOn(t *testing.T, cfg *rest.Config) *fixture {
 	s, err := Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +284,12 @@ func (f *fixture) noPod(name string) {
 // node registers an agent Node as a node agent would, with its Ready condition.
 func (f *fixture) node(name string, ready corev1.ConditionStatus) {
 	f.t.Helper()
+	f.nodeWith(name, ready, "4", "8Gi")
+}
+
+// nodeWith is node with cpu and memory as its capacity.
+func (f *fixture) nodeWith(name string, ready corev1.ConditionStatus, cpu, memory string) {
+	f.t.Helper()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		v1alpha1.LabelAgent: "true", LabelHostname: name, "kubernetes.io/os": "linux", "type": "virtual-kubelet"}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintAgent, Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}
@@ -290,7 +298,7 @@ func (f *fixture) node(name string, ready corev1.ConditionStatus) {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"),
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory),
 		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	created.Status.Capacity, created.Status.Allocatable = capacity, capacity
 	created.Status.Conditions = []corev1.NodeCondition{readyCondition0(ready)}
