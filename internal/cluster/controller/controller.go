@@ -75,15 +75,19 @@ func Scheme() (*runtime.Scheme, error) {
 
 // ManagerOptions is the manager the front runs the controller in: the Scheme, leader election
 // through the Lease LeaseName in leaseNamespace (released at once on a clean stop, so another
-// replica takes over within its retry period rather than the lease's duration), a Pod cache
-// holding only placement Pods (label hiloop.dev/sandbox), and no metrics or health listener
-// (the front serves its own).
+// replica takes over within its retry period rather than the lease's duration), caches holding
+// only placement Pods (label hiloop.dev/sandbox) and agent Nodes (hiloop.dev/agent=true), and
+// no metrics or health listener (the front serves its own).
 func ManagerOptions(leaseNamespace string) (manager.Options, error) {
 	s, err := Scheme()
 	if err != nil {
 		return manager.Options{}, err
 	}
 	placement, err := labels.NewRequirement(v1alpha1.LabelSandbox, selection.Exists, nil)
+	if err != nil {
+		return manager.Options{}, err
+	}
+	agent, err := labels.NewRequirement(v1alpha1.LabelAgent, selection.Equals, []string{"true"})
 	if err != nil {
 		return manager.Options{}, err
 	}
@@ -96,7 +100,8 @@ func ManagerOptions(leaseNamespace string) (manager.Options, error) {
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       server.Options{BindAddress: "0"},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*placement)},
+			&corev1.Pod{}:  {Label: labels.NewSelector().Add(*placement)},
+			&corev1.Node{}: {Label: labels.NewSelector().Add(*agent)},
 		}},
 	}, nil
 }
@@ -319,8 +324,7 @@ func (r *reconciler) classify(ctx context.Context, sb *v1alpha1.Sandbox, pod *co
 				return nil, err
 			}
 		}
-		o.conflict = "" // not a conflict: it is going; the Sandbox waits as pending
-		return nil, nil
+		return nil, nil // not a conflict: it is going, and the Sandbox waits for it as pending
 	default:
 		o.conflict = fmt.Sprintf("Pod %s/%s is in the way: the Sandbox does not own it", pod.Namespace, pod.Name)
 		return nil, nil

@@ -427,3 +427,23 @@ func TestLeaderElection(t *testing.T) {
 		t.Error("the new leader did not reconcile")
 	}
 }
+
+// TestPodConflict: a Pod the Sandbox does not own, in the way of its own, is left alone and
+// named in the Sandbox's status.
+func TestPodConflict(t *testing.T) {
+	f := newFixture(t)
+	f.manager(nil)
+	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: f.ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}}}
+	if err := f.c.Create(f.ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	f.createSandbox("web", nil)
+	sb := f.waitState("web", v1alpha1.StateFailed, ReasonPodConflict)
+	if !strings.Contains(sb.Status.Message, "/web is in the way") {
+		t.Errorf("message %q", sb.Status.Message)
+	}
+	if p := f.waitPod("web"); p.UID != foreign.UID {
+		t.Error("the foreign pod was replaced")
+	}
+}
