@@ -260,7 +260,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Someone else's Pod has the name: nothing of ours to do until it goes.
 	case sb.Spec.Stopped:
 		if pod != nil && pod.DeletionTimestamp.IsZero() {
-			if err := r.deletePod(ctx, pod, false); err != nil {
+			// Unbound, it must still be unbound when deleted: a binding meanwhile means a node
+			// agent may be making the workspace, and the node must be recorded first.
+			if err := r.deletePod(ctx, pod, pod.Spec.NodeName == ""); err != nil {
 				return reconcile.Result{}, err
 			}
 			lg.Info("stopping: deleted the placement pod", "node", pod.Spec.NodeName)

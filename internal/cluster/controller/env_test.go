@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -164,7 +165,9 @@ func (f *fixture) managerAs(cfg *rest.Config, leaseNS string, count *atomic.Int6
 		f.t.Fatal(err)
 	}
 	opts.Cache.DefaultNamespaces = map[string]cache.Config{f.ns: {}}
-	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = ptrDur(4*time.Second), ptrDur(3*time.Second), ptrDur(500*time.Millisecond)
+	// The production lease and renewal (a loaded machine must not lose the lease mid-test); a
+	// shorter retry so a released lease is taken over sooner.
+	opts.RetryPeriod = ptrDur(500 * time.Millisecond)
 	mgr, err := manager.New(cfg, opts)
 	if err != nil {
 		f.t.Fatal(err)
@@ -293,17 +296,33 @@ func (f *fixture) nodeWith(name string, ready corev1.ConditionStatus, cpu, memor
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		v1alpha1.LabelAgent: "true", LabelHostname: name, "kubernetes.io/os": "linux", "type": "virtual-kubelet"}},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: v1alpha1.TaintAgent, Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}
-	created, err := f.kube.CoreV1().Nodes().Create(f.ctx, n, metav1.CreateOptions{})
-	if err != nil {
+	if _, err := f.kube.CoreV1().Nodes().Create(f.ctx, n, metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory),
 		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	created.Status.Capacity, created.Status.Allocatable = capacity, capacity
-	created.Status.Conditions = []corev1.NodeCondition{readyCondition0(ready)}
-	if _, err := f.kube.CoreV1().Nodes().UpdateStatus(f.ctx, created, metav1.UpdateOptions{}); err != nil {
-		f.t.Fatal(err)
+	f.updateNodeStatus(name, func(s *corev1.NodeStatus) {
+		s.Capacity, s.Allocatable = capacity, capacity
+		s.Conditions = []corev1.NodeCondition{readyCondition0(ready)}
+	})
+}
+
+// updateNodeStatus changes a Node's status, again on a conflict (a controller manager, where
+// there is one, labels new Nodes).
+func (f *fixture) updateNodeStatus(name string, mutate func(*corev1.NodeStatus)) {
+	f.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := f.kube.CoreV1().Nodes().Get(f.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mutate(&n.Status)
+		_, err = f.kube.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		f.t.Fatalf("node %s status: %v", name, err)
 	}
 }
 
@@ -320,14 +339,7 @@ func readyCondition0(s corev1.ConditionStatus) corev1.NodeCondition {
 // controller (Unknown) would.
 func (f *fixture) setReady(name string, s corev1.ConditionStatus) {
 	f.t.Helper()
-	n, err := f.kube.CoreV1().Nodes().Get(f.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	n.Status.Conditions = []corev1.NodeCondition{readyCondition0(s)}
-	if _, err := f.kube.CoreV1().Nodes().UpdateStatus(f.ctx, n, metav1.UpdateOptions{}); err != nil {
-		f.t.Fatal(err)
-	}
+	f.updateNodeStatus(name, func(st *corev1.NodeStatus) { st.Conditions = []corev1.NodeCondition{readyCondition0(s)} })
 }
 
 // bind binds the Pod to node through the binding subresource, as the scheduler does.
