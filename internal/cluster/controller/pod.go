@@ -26,7 +26,8 @@ const (
 
 // PodFor is the placement Pod of sb: what the scheduler places and the node agent runs. It is a
 // function of sb alone (spec, name, UID and status.node), so the front and the controller make
-// the same Pod, and the controller can tell a Pod made for an older spec. Resources a Sandbox
+// the same Pod, and the controller can tell a Pod made for an older spec. sb must be as the API
+// server returned it: its UID is the Pod's controller reference. Resources a Sandbox
 // leaves out take the single host's defaults (pkg/api), so the Pod requests what the agent will
 // give the sandbox.
 func PodFor(sb *v1alpha1.Sandbox) *corev1.Pod {
