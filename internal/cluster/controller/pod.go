@@ -1,11 +1,13 @@
 package controller
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -59,7 +61,7 @@ func PodFor(sb *v1alpha1.Sandbox) *corev1.Pod {
 		corev1.Toleration{Key: taintUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 	)
 
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      sb.Name,
 			Namespace: sb.Namespace,
@@ -91,6 +93,8 @@ func PodFor(sb *v1alpha1.Sandbox) *corev1.Pod {
 			EnableServiceLinks:           ptr.To(false),
 		},
 	}
+	pod.Annotations = map[string]string{AnnotationPlacement: placementDigest(pod)}
+	return pod
 }
 
 func quantityOr(q *resource.Quantity, def resource.Quantity) resource.Quantity {
@@ -126,27 +130,33 @@ func affinityFor(a *corev1.Affinity, node string) *corev1.Affinity {
 	return out
 }
 
-// placementDiffers reports whether pod, as the API server keeps it, asks the scheduler for
-// something other than want (PodFor's Pod for the Sandbox now): its requests, node selector,
-// affinity, tolerations or priority class. The API server adds defaults (and admission may add
-// tolerations), so tolerations compare as "every one want has, pod has".
+// AnnotationPlacement is on a placement Pod: a digest of what it asks the scheduler for (its
+// requests and limits, node selector, affinity, tolerations and priority class) as PodFor made
+// them. The controller compares it with the digest of the Pod the Sandbox would get now, rather
+// than the Pod's fields, which the API server's admission plugins and webhooks may have added to.
+const AnnotationPlacement = "hiloop.dev/placement"
+
+// placementDigest is the digest AnnotationPlacement carries for pod as PodFor made it.
+func placementDigest(pod *corev1.Pod) string {
+	c := pod.Spec.Containers[0]
+	b, err := json.Marshal(struct {
+		Requests, Limits  corev1.ResourceList
+		NodeSelector      map[string]string
+		Affinity          *corev1.Affinity
+		Tolerations       []corev1.Toleration
+		PriorityClassName string
+	}{c.Resources.Requests, c.Resources.Limits, pod.Spec.NodeSelector, pod.Spec.Affinity, pod.Spec.Tolerations, pod.Spec.PriorityClassName})
+	if err != nil {
+		panic(err) // API types always marshal
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// placementDiffers reports whether pod, made by PodFor for an earlier spec, asks the scheduler
+// for something other than want (PodFor's Pod for the Sandbox now). A Pod without the digest is
+// taken as it is: the controller never replaces what it cannot compare.
 func placementDiffers(pod, want *corev1.Pod) bool {
-	if len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != v1alpha1.ContainerName {
-		return true
-	}
-	got, w := pod.Spec.Containers[0].Resources, want.Spec.Containers[0].Resources
-	if !equality.Semantic.DeepEqual(got.Requests, w.Requests) || !equality.Semantic.DeepEqual(got.Limits, w.Limits) {
-		return true
-	}
-	if !equality.Semantic.DeepEqual(pod.Spec.NodeSelector, want.Spec.NodeSelector) ||
-		!equality.Semantic.DeepEqual(pod.Spec.Affinity, want.Spec.Affinity) ||
-		pod.Spec.PriorityClassName != want.Spec.PriorityClassName {
-		return true
-	}
-	for _, t := range want.Spec.Tolerations {
-		if !slices.ContainsFunc(pod.Spec.Tolerations, func(p corev1.Toleration) bool { return equality.Semantic.DeepEqual(p, t) }) {
-			return true
-		}
-	}
-	return false
+	got := pod.Annotations[AnnotationPlacement]
+	return got != "" && got != want.Annotations[AnnotationPlacement]
 }

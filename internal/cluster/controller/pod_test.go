@@ -131,8 +131,12 @@ func TestPodForPinWithoutAffinity(t *testing.T) {
 func TestPlacementDiffers(t *testing.T) {
 	base := sandbox("web", nil)
 	pod := PodFor(base)
-	// What the API server adds does not count.
+	if pod.Annotations[AnnotationPlacement] == "" {
+		t.Fatal("PodFor left out the placement digest")
+	}
+	// What admission plugins and webhooks add does not count.
 	pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/memory-pressure", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	pod.Spec.NodeSelector["pool"] = "default"
 	pod.Spec.SchedulerName = "default-scheduler"
 	if placementDiffers(pod, PodFor(base)) {
 		t.Error("a pod made from the same spec differs")
@@ -151,5 +155,17 @@ func TestPlacementDiffers(t *testing.T) {
 		if !placementDiffers(pod, PodFor(sandbox("web", mutate))) {
 			t.Errorf("%s: a changed placement does not differ", name)
 		}
+	}
+	for name, mutate := range map[string]func(*v1alpha1.Sandbox){
+		"image":  func(sb *v1alpha1.Sandbox) { sb.Spec.Image = "agents" },
+		"budget": func(sb *v1alpha1.Sandbox) { sb.Spec.ModelBudgetTokens = 10 },
+	} {
+		if placementDiffers(pod, PodFor(sandbox("web", mutate))) {
+			t.Errorf("%s: a change the scheduler does not see differs", name)
+		}
+	}
+	delete(pod.Annotations, AnnotationPlacement)
+	if placementDiffers(pod, PodFor(sandbox("web", func(sb *v1alpha1.Sandbox) { sb.Spec.CPUs = qp("1") }))) {
+		t.Error("a pod without a digest is replaced")
 	}
 }
