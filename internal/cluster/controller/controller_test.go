@@ -304,6 +304,26 @@ func TestQuota(t *testing.T) {
 	if _, msg, ok := QuotaError(apierrors.NewForbidden(corev1.Resource("pods"), "second", errorString(sb.Status.Message))); !ok || msg != sb.Status.Message {
 		t.Errorf("QuotaError does not read back its own message %q", sb.Status.Message)
 	}
+
+	// Room for more pods, and "second" is made; memory is the next limit.
+	rq, err = f.kube.CoreV1().ResourceQuotas(f.ns).Get(f.ctx, "team-compute", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rq.Spec.Hard[corev1.ResourcePods] = resource.MustParse("3")
+	if rq, err = f.kube.CoreV1().ResourceQuotas(f.ns).Update(f.ctx, rq, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rq.Status.Hard = rq.Spec.Hard.DeepCopy()
+	if _, err := f.kube.CoreV1().ResourceQuotas(f.ns).UpdateStatus(f.ctx, rq, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitPod("second")
+	f.createSandbox("third", func(s *v1alpha1.SandboxSpec) { s.CPUs, s.Memory = qp("500m"), qp("3Gi") })
+	sb = f.waitState("third", v1alpha1.StatePending, ReasonQuotaExceeded)
+	if !strings.Contains(sb.Status.Message, "memory=3Gi") || !strings.Contains(sb.Status.Message, "limited: memory=4Gi") {
+		t.Errorf("message %q, want the memory limit", sb.Status.Message)
+	}
 }
 
 type errorString string
