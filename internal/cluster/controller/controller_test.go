@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -466,4 +467,23 @@ func TestPodConflict(t *testing.T) {
 	if p := f.waitPod("web"); p.UID != foreign.UID {
 		t.Error("the foreign pod was replaced")
 	}
+}
+
+// TestStalePod: the Pod of an earlier Sandbox of the same name (which the garbage collector has
+// not reached yet) is deleted, and the new Sandbox gets its own.
+func TestStalePod(t *testing.T) {
+	f := newFixture(t)
+	f.manager(nil)
+	earlier := sandbox("web", func(sb *v1alpha1.Sandbox) { sb.Namespace, sb.UID = f.ns, "0ld-uid" })
+	stale := PodFor(earlier)
+	if err := f.c.Create(f.ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	sb := f.createSandbox("web", nil)
+	f.eventually("the new sandbox's own pod", func() (bool, string) {
+		p := f.waitPod("web")
+		ref := metav1.GetControllerOf(p)
+		return ref != nil && ref.UID == sb.UID, fmt.Sprintf("controlled by %+v", ref)
+	})
+	f.waitState("web", v1alpha1.StatePending, "")
 }
