@@ -18,6 +18,9 @@ var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 // SandboxResource is the plural resource, as RBAC rules and dynamic clients name it.
 var SandboxResource = SchemeGroupVersion.WithResource("sandboxes")
 
+// UserResource is the plural resource of Users.
+var UserResource = SchemeGroupVersion.WithResource("users")
+
 var (
 	// SchemeBuilder registers the API's types with a runtime.Scheme.
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
@@ -27,7 +30,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &Sandbox{}, &SandboxList{})
+	s.AddKnownTypes(SchemeGroupVersion, &Sandbox{}, &SandboxList{}, &User{}, &UserList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }
