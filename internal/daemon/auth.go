@@ -62,7 +62,7 @@ const trustPath = "/v1/trust"
 // fails too often (failLimiter) and keeps track of the connections each credential carries,
 // so that a revocation ends them (liveConns).
 type authenticator struct {
-	users *users.Store
+	users userStore
 	// fronts are the CAs of a cluster's fronts (--front-ca), nil without.
 	fronts *x509.CertPool
 	limit  *failLimiter
@@ -70,9 +70,10 @@ type authenticator struct {
 	log    *slog.Logger
 }
 
-func newAuthenticator(u *users.Store, log *slog.Logger) *authenticator {
+func newAuthenticator(u userStore, log *slog.Logger) *authenticator {
 	a := &authenticator{users: u, limit: newFailLimiter(log), live: newLiveConns(), log: log}
 	u.OnRevoke(a.live.revokeUser)
+	u.OnRevokeCredential(a.live.revokeCredential)
 	return a
 }
 
@@ -445,9 +446,15 @@ func (l *liveConns) revokeUser(user string) {
 	l.close(userMatch(user))
 }
 
-// revokeToken closes every connection that carried user's API token name.
-func (l *liveConns) revokeToken(user, name string) {
-	l.close(tokenMatch(user, name))
+// revokeCredential closes every connection that carried the credential r: an API token, or a
+// client certificate.
+func (l *liveConns) revokeCredential(r users.Revoked) {
+	switch {
+	case r.Token != "":
+		l.close(tokenMatch(r.User, r.Token))
+	case r.Fingerprint != "":
+		l.close(certMatch(r.User, r.Fingerprint))
+	}
 }
 
 func userMatch(user string) func(credential) bool {
@@ -456,6 +463,12 @@ func userMatch(user string) func(credential) bool {
 
 func tokenMatch(user, name string) func(credential) bool {
 	return func(c credential) bool { return c.via == viaToken && c.user == user && c.token == name }
+}
+
+func certMatch(user, fingerprint string) func(credential) bool {
+	return func(c credential) bool {
+		return c.via == viaCertificate && c.user == user && c.fingerprint == fingerprint
+	}
 }
 
 // spareCaller takes the connection of r out of a revocation's reach when r carries a credential

@@ -215,7 +215,7 @@ func (c apiCaller) do(t *testing.T, method, path string, in, out any, headers ..
 // which takes no credential.
 func (a *tlsAPI) enroll(t *testing.T, user string, admin bool) apiCaller {
 	t.Helper()
-	created, err := a.d.users.Add(user, admin, 0)
+	created, err := a.d.users.Add(user, users.AddOptions{Admin: admin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func pemOf(der []byte) []byte {
 
 func TestTrustExchangeOverTLS(t *testing.T) {
 	a := startTLSAPI(t)
-	created, err := a.d.users.Add("bob", false, 0)
+	created, err := a.d.users.Add("bob", users.AddOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +529,7 @@ func TestRevocationEndsLiveConnections(t *testing.T) {
 // A user who revokes the token they call with gets the answer, then loses the connection.
 func TestRevokingOwnTokenIsAnswered(t *testing.T) {
 	a := startTLSAPI(t)
-	if _, err := a.d.users.Add("erin", false, 0); err != nil {
+	if _, err := a.d.users.Add("erin", users.AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ci := a.token(t, "erin", "ci")

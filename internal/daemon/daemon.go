@@ -147,7 +147,7 @@ type Daemon struct {
 	// goroutines, which serve sandboxes before the session service exists.
 	liveSessions atomic.Pointer[session.Service]
 	audit        *auditlog.Log
-	users        *users.Store
+	users        userStore
 	auth         *authenticator
 	sshKeys      *sshKeys
 	ssh          *sshd.Server // nil while the endpoint is off

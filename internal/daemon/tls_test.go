@@ -452,7 +452,7 @@ func TestTLSListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created, err := d.users.Add("alice", false, time.Hour)
+	created, err := d.users.Add("alice", users.AddOptions{TrustTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

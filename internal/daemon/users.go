@@ -50,7 +50,7 @@ func (d *Daemon) createUser(w http.ResponseWriter, r *http.Request) error {
 	if err := d.namespaceEmpty(p.Name); err != nil {
 		return err
 	}
-	created, err := d.users.Add(p.Name, p.Admin, ttl)
+	created, err := d.users.Add(p.Name, users.AddOptions{Admin: p.Admin, TrustTTL: ttl})
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,8 @@ func (d *Daemon) listTokens(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, api.TokenList{Tokens: list})
 }
 
-// revokeToken deletes an API token; the connections that carried it end.
+// revokeToken deletes an API token; the connections that carried it end
+// (users.Store.OnRevokeCredential).
 func (d *Daemon) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	name, err := pathUser(r, true)
 	if err != nil {
@@ -158,7 +159,6 @@ func (d *Daemon) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	if err := d.users.RevokeToken(name, token); err != nil {
 		return err
 	}
-	d.auth.live.revokeToken(name, token)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

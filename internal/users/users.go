@@ -87,8 +87,9 @@ type certRecord struct {
 type Store struct {
 	db *store.Area
 
-	mu       sync.Mutex
-	onRevoke []func(user string)
+	mu           sync.Mutex
+	onRevoke     []func(user string)
+	onRevokeCred []func(Revoked)
 }
 
 // Open opens the users kept in db, the store.Area of this package.
@@ -115,6 +116,31 @@ func (s *Store) OnRevoke(fn func(user string)) {
 	s.onRevoke = append(s.onRevoke, fn)
 }
 
+// Revoked is a credential that stopped being good while its user stays: an API token (Token,
+// its name) or a client certificate (Fingerprint).
+type Revoked struct {
+	User        string
+	Token       string
+	Fingerprint string
+}
+
+// OnRevokeCredential registers fn, called after one credential of a user is revoked: whatever
+// holds a live connection that carried it ends that connection.
+func (s *Store) OnRevokeCredential(fn func(Revoked)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onRevokeCred = append(s.onRevokeCred, fn)
+}
+
+func (s *Store) credentialRevoked(r Revoked) {
+	s.mu.Lock()
+	fns := slices.Clone(s.onRevokeCred)
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn(r)
+	}
+}
+
 func (s *Store) revoked(user string) {
 	s.mu.Lock()
 	fns := slices.Clone(s.onRevoke)
@@ -130,26 +156,82 @@ type Who struct {
 	Admin bool
 }
 
-// Add makes a user and their first trust token, good for trustTTL (0: DefaultTrustTTL).
-func (s *Store) Add(name string, admin bool, trustTTL time.Duration) (api.UserCreated, error) {
+// AddOptions is what a new user is made with besides their name.
+type AddOptions struct {
+	// Admin users see and act on every user's resources, and manage users.
+	Admin bool
+	// TrustTTL is how long the first trust token is good for; 0: DefaultTrustTTL.
+	TrustTTL time.Duration
+	// Namespace is the Kubernetes namespace a cluster keeps the user's sandboxes in; empty:
+	// the cluster's default. A single host has none and refuses one.
+	Namespace string
+}
+
+// CheckNewName refuses a name no new user may have: an invalid one, or the built-in admin's.
+func CheckNewName(name string) error {
 	if err := api.ValidateName("user", name); err != nil {
-		return api.UserCreated{}, err
+		return err
 	}
 	if name == identity.LocalAdmin {
-		return api.UserCreated{}, api.Errorf(api.CodeUserExists, "user %q is the built-in admin of the unix socket: choose another name", name)
+		return api.Errorf(api.CodeUserExists, "user %q is the built-in admin of the unix socket: choose another name", name)
 	}
-	ttl, err := trustTTLOrDefault(trustTTL)
+	return nil
+}
+
+// The answers every users store gives, whatever keeps the users.
+
+// ErrUserExists is the answer to adding a user whose name is taken.
+func ErrUserExists(name string) error { return api.Errorf(api.CodeUserExists, "user %q exists", name) }
+
+// ErrUserNotFound is the answer about a user who does not exist.
+func ErrUserNotFound(name string) error {
+	return api.Errorf(api.CodeUserNotFound, "no user named %q", name)
+}
+
+// ErrTokenExists is the answer to making a token under a name the user has.
+func ErrTokenExists(user, name string) error {
+	return api.Errorf(api.CodeTokenExists, "user %q has a token named %q: revoke it or choose another name", user, name)
+}
+
+// ErrTokenNotFound is the answer about a token the user does not have.
+func ErrTokenNotFound(user, name string) error {
+	return api.Errorf(api.CodeTokenNotFound, "user %q has no token named %q", user, name)
+}
+
+// ErrRemoveLocalAdmin is the answer to removing the built-in admin.
+var ErrRemoveLocalAdmin = api.Errorf(api.CodeInvalidArgument, "user %q is the built-in admin of the unix socket: it cannot be removed (revoke its tokens instead)", identity.LocalAdmin)
+
+// CheckNewToken refuses what no API token may be made with: an invalid name or lifetime.
+func CheckNewToken(name string, ttl time.Duration) error {
+	if err := api.ValidateName("token", name); err != nil {
+		return err
+	}
+	if ttl < 0 {
+		return api.Errorf(api.CodeInvalidArgument, "invalid token lifetime %s: use more than 0, or none for a token good until revoked", ttl)
+	}
+	return nil
+}
+
+// Add makes a user and their first trust token.
+func (s *Store) Add(name string, o AddOptions) (api.UserCreated, error) {
+	if err := CheckNewName(name); err != nil {
+		return api.UserCreated{}, err
+	}
+	if o.Namespace != "" {
+		return api.UserCreated{}, api.Errorf(api.CodeInvalidArgument, "a user's namespace (%q) is a cluster's: a single host keeps no namespaces", o.Namespace)
+	}
+	ttl, err := TrustTTL(o.TrustTTL)
 	if err != nil {
 		return api.UserCreated{}, err
 	}
 	now := time.Now().UTC()
-	rec := userRecord{Name: name, Admin: admin, Created: now}
+	rec := userRecord{Name: name, Admin: o.Admin, Created: now}
 	var token string
 	var expires time.Time
 	err = s.db.Update(func(tx *store.Tx) error {
 		b := tx.Bucket(bucketUsers)
 		if b.Get([]byte(name)) != nil {
-			return api.Errorf(api.CodeUserExists, "user %q exists", name)
+			return ErrUserExists(name)
 		}
 		if err := putJSON(b, []byte(name), rec); err != nil {
 			return err
@@ -167,7 +249,7 @@ func (s *Store) Add(name string, admin bool, trustTTL time.Duration) (api.UserCr
 // NewTrustToken gives a user a new trust token, good for ttl (0: DefaultTrustTTL); a pending
 // one stops being good.
 func (s *Store) NewTrustToken(name string, ttl time.Duration) (api.UserCreated, error) {
-	ttl, err := trustTTLOrDefault(ttl)
+	ttl, err := TrustTTL(ttl)
 	if err != nil {
 		return api.UserCreated{}, err
 	}
@@ -187,7 +269,8 @@ func (s *Store) NewTrustToken(name string, ttl time.Duration) (api.UserCreated, 
 	return api.UserCreated{User: u, TrustToken: token, ExpiresAt: expires}, err
 }
 
-func trustTTLOrDefault(ttl time.Duration) (time.Duration, error) {
+// TrustTTL checks a trust token's lifetime, 0 meaning DefaultTrustTTL, and returns it.
+func TrustTTL(ttl time.Duration) (time.Duration, error) {
 	switch {
 	case ttl == 0:
 		return DefaultTrustTTL, nil
@@ -206,7 +289,7 @@ func newTrustToken(tx *store.Tx, user string, now time.Time, ttl time.Duration) 
 	}); err != nil {
 		return "", time.Time{}, err
 	}
-	token := randomToken()
+	token := RandomToken()
 	rec := trustRecord{User: user, Expires: now.Add(ttl)}
 	return token, rec.Expires, putJSON(b, hashKey(token), rec)
 }
@@ -343,7 +426,7 @@ func describe(tx *store.Tx, recs []userRecord) ([]api.User, error) {
 // Remove removes a user with every credential of theirs, then calls the OnRevoke functions.
 func (s *Store) Remove(name string) error {
 	if name == identity.LocalAdmin {
-		return api.Errorf(api.CodeInvalidArgument, "user %q is the built-in admin of the unix socket: it cannot be removed (revoke its tokens instead)", name)
+		return ErrRemoveLocalAdmin
 	}
 	err := s.db.Update(func(tx *store.Tx) error {
 		if _, err := getUser(tx, name); err != nil {
@@ -379,11 +462,8 @@ func ownedBy(user string) func(v []byte) bool {
 // CreateToken makes an API token for user, good for ttl (0: until revoked), and returns its
 // value, which is not kept.
 func (s *Store) CreateToken(user, name string, ttl time.Duration) (api.TokenCreated, error) {
-	if err := api.ValidateName("token", name); err != nil {
+	if err := CheckNewToken(name, ttl); err != nil {
 		return api.TokenCreated{}, err
-	}
-	if ttl < 0 {
-		return api.TokenCreated{}, api.Errorf(api.CodeInvalidArgument, "invalid token lifetime %s: use more than 0, or none for a token good until revoked", ttl)
 	}
 	now := time.Now().UTC()
 	rec := tokenRecord{User: user, Name: name, Created: now}
@@ -391,14 +471,14 @@ func (s *Store) CreateToken(user, name string, ttl time.Duration) (api.TokenCrea
 		exp := now.Add(ttl)
 		rec.Expires = &exp
 	}
-	value := TokenPrefix + randomToken()
+	value := TokenPrefix + RandomToken()
 	err := s.db.Update(func(tx *store.Tx) error {
 		if _, err := getUser(tx, user); err != nil {
 			return err
 		}
 		b := tx.Bucket(bucketAPITokens)
 		if key, _ := findToken(b, user, name); key != nil {
-			return api.Errorf(api.CodeTokenExists, "user %q has a token named %q: revoke it or choose another name", user, name)
+			return ErrTokenExists(user, name)
 		}
 		return putJSON(b, hashKey(value), rec)
 	})
@@ -417,19 +497,23 @@ func (s *Store) Tokens(user string) ([]api.APIToken, error) {
 	return u.Tokens, nil
 }
 
-// RevokeToken deletes user's token name.
+// RevokeToken deletes user's token name, then calls the OnRevokeCredential functions.
 func (s *Store) RevokeToken(user, name string) error {
-	return storeErr(s.db.Update(func(tx *store.Tx) error {
+	err := storeErr(s.db.Update(func(tx *store.Tx) error {
 		if _, err := getUser(tx, user); err != nil {
 			return err
 		}
 		b := tx.Bucket(bucketAPITokens)
 		key, _ := findToken(b, user, name)
 		if key == nil {
-			return api.Errorf(api.CodeTokenNotFound, "user %q has no token named %q", user, name)
+			return ErrTokenNotFound(user, name)
 		}
 		return b.Delete(key)
 	}))
+	if err == nil {
+		s.credentialRevoked(Revoked{User: user, Token: name})
+	}
+	return err
 }
 
 // TokenID is how an API token is told from the others without its value: the hex of its
@@ -544,7 +628,7 @@ func getUser(tx *store.Tx, name string) (userRecord, error) {
 	var rec userRecord
 	if err := getJSON(tx.Bucket(bucketUsers), []byte(name), &rec); err != nil {
 		if errors.Is(err, errMissing) {
-			return rec, api.Errorf(api.CodeUserNotFound, "no user named %q", name)
+			return rec, ErrUserNotFound(name)
 		}
 		return rec, err
 	}
@@ -609,8 +693,8 @@ func deleteWhere(b *bolt.Bucket, match func(v []byte) bool) error {
 	return err
 }
 
-// randomToken is 32 random bytes in hex.
-func randomToken() string {
+// RandomToken is 32 random bytes in hex: a trust token, or an API token after TokenPrefix.
+func RandomToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:]) // crypto/rand does not fail
 	return hex.EncodeToString(b[:])

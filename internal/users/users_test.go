@@ -55,7 +55,7 @@ func signer(t *testing.T) func(user string) (*x509.Certificate, error) {
 func TestTrustTokenIsTradedOnce(t *testing.T) {
 	s, _ := open(t)
 	sign := signer(t)
-	created, err := s.Add("alice", false, 0)
+	created, err := s.Add("alice", AddOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestTrustTokenIsTradedOnce(t *testing.T) {
 func TestTrustTokenExpiresAndIsReplaced(t *testing.T) {
 	s, _ := open(t)
 	sign := signer(t)
-	first, err := s.Add("bob", true, time.Millisecond)
+	first, err := s.Add("bob", AddOptions{Admin: true, TrustTTL: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestTrustTokenExpiresAndIsReplaced(t *testing.T) {
 func TestTrustTokenRaceHasOneWinner(t *testing.T) {
 	s, _ := open(t)
 	sign := signer(t)
-	created, err := s.Add("carol", false, 0)
+	created, err := s.Add("carol", AddOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +162,16 @@ func TestTrustTokenRaceHasOneWinner(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	s, _ := open(t)
-	_, err := s.Add(identity.LocalAdmin, false, 0)
+	_, err := s.Add(identity.LocalAdmin, AddOptions{})
 	wantCode(t, err, api.CodeUserExists)
-	_, err = s.Add("Bad_Name", false, 0)
+	_, err = s.Add("nora", AddOptions{Namespace: "team-a"})
+	wantCode(t, err, api.CodeInvalidArgument)
+	_, err = s.Add("Bad_Name", AddOptions{})
 	wantCode(t, err, api.CodeInvalidName)
-	if _, err := s.Add("dave", false, 0); err != nil {
+	if _, err := s.Add("dave", AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Add("dave", true, 0)
+	_, err = s.Add("dave", AddOptions{Admin: true})
 	wantCode(t, err, api.CodeUserExists)
 	wantCode(t, s.Remove(identity.LocalAdmin), api.CodeInvalidArgument)
 	wantCode(t, s.Remove("nobody"), api.CodeUserNotFound)
@@ -184,7 +186,7 @@ func TestNames(t *testing.T) {
 
 func TestAPITokens(t *testing.T) {
 	s, path := open(t)
-	if _, err := s.Add("erin", false, 0); err != nil {
+	if _, err := s.Add("erin", AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	tok, err := s.CreateToken("erin", "ci", 0)
@@ -236,8 +238,13 @@ func TestAPITokens(t *testing.T) {
 	if _, _, ok, _ := s.ByToken(short.Value); ok {
 		t.Error("an expired token still authenticates")
 	}
+	var revoked []Revoked
+	s.OnRevokeCredential(func(r Revoked) { revoked = append(revoked, r) })
 	if err := s.RevokeToken("erin", "ci"); err != nil {
 		t.Fatal(err)
+	}
+	if len(revoked) != 1 || revoked[0] != (Revoked{User: "erin", Token: "ci"}) {
+		t.Errorf("OnRevokeCredential got %+v", revoked)
 	}
 	if _, _, ok, _ := s.ByToken(tok.Value); ok {
 		t.Error("a revoked token still authenticates")
@@ -257,7 +264,7 @@ func TestAPITokens(t *testing.T) {
 func TestRemoveRevokesEverything(t *testing.T) {
 	s, _ := open(t)
 	sign := signer(t)
-	created, err := s.Add("frank", false, 0)
+	created, err := s.Add("frank", AddOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +299,7 @@ func TestRemoveRevokesEverything(t *testing.T) {
 		t.Errorf("a removed user's trust token: %v", err)
 	}
 	// A user of the same name made again has none of the old credentials.
-	if _, err := s.Add("frank", false, 0); err != nil {
+	if _, err := s.Add("frank", AddOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, ok, _ := s.ByToken(tok.Value); ok {
