@@ -88,7 +88,8 @@ type Store struct {
 	// local call and the watch have seen them: the local call fires them, before the method
 	// returns, and the watch does not.
 	revoking map[string]revocation
-	// using is the API tokens (by hash) whose last use is being written.
+	// using is the API tokens (by hash) and certificates (by fingerprint) whose User is being
+	// written off a request's path (tidy).
 	using map[string]bool
 }
 
@@ -780,7 +781,8 @@ func live(t hiloopv1.UserToken, now time.Time) bool {
 
 // ByToken returns the user an API token's value names, and the token's name; ok is false for a
 // value that is not a live token. It reads the cache only; the token's last use is written
-// after it, at most once a minute per token by each replica.
+// after it, at most once a minute per token by each replica, and an expired token is pruned
+// after it is refused.
 func (s *Store) ByToken(value string) (who users.Who, name string, ok bool, err error) {
 	if !strings.HasPrefix(value, users.TokenPrefix) {
 		return users.Who{}, "", false, nil
@@ -792,17 +794,22 @@ func (s *Store) ByToken(value string) (who users.Who, name string, ok bool, err 
 	}
 	t, found := findToken(u, hash)
 	now := time.Now()
-	if !found || !live(t, now) {
+	if !found {
+		return users.Who{}, "", false, nil
+	}
+	if !live(t, now) {
+		s.tidy(u.Name, hash, false)
 		return users.Who{}, "", false, nil
 	}
 	if t.LastUsed == nil || now.Sub(t.LastUsed.Time) >= lastUsedEvery {
-		s.noteUse(u.Name, hash)
+		s.tidy(u.Name, hash, true)
 	}
 	return whoOf(u), t.Name, true, nil
 }
 
-// noteUse writes, off the request's path, that user's token hash was used now.
-func (s *Store) noteUse(user, hash string) {
+// tidy writes user's User off the request's path: when used, that the token (or certificate)
+// key was used now; in any case without what expired (change prunes it).
+func (s *Store) tidy(user, hash string, used bool) {
 	s.mu.Lock()
 	if s.using[hash] {
 		s.mu.Unlock()
@@ -819,8 +826,8 @@ func (s *Store) noteUse(user, hash string) {
 		now := time.Now()
 		_, err := s.change(user, func(u *hiloopv1.User) error {
 			i := slices.IndexFunc(u.Status.Tokens, func(t hiloopv1.UserToken) bool { return t.Hash == hash })
-			if i < 0 {
-				return nil // revoked in between
+			if i < 0 || !used {
+				return nil // revoked in between, or only expired ones to prune
 			}
 			t := &u.Status.Tokens[i]
 			if t.LastUsed == nil || now.Sub(t.LastUsed.Time) >= lastUsedEvery {
@@ -836,14 +843,19 @@ func (s *Store) noteUse(user, hash string) {
 }
 
 // ByCertificate returns the user of the client certificate with fingerprint; ok is false for
-// one no front issued, one that expired, or one whose user is gone. It reads the cache only.
+// one no front issued, one that expired (pruned after), or one whose user is gone. It reads
+// the cache only.
 func (s *Store) ByCertificate(fingerprint string) (who users.Who, ok bool, err error) {
 	u, err := s.holder(indexCert, fingerprint)
 	if err != nil || u == nil {
 		return users.Who{}, false, err
 	}
 	i := slices.IndexFunc(u.Status.Certificates, func(c hiloopv1.UserCertificate) bool { return c.Fingerprint == fingerprint })
-	if i < 0 || !time.Now().Before(u.Status.Certificates[i].Expires.Time) {
+	if i < 0 {
+		return users.Who{}, false, nil
+	}
+	if !time.Now().Before(u.Status.Certificates[i].Expires.Time) {
+		s.tidy(u.Name, fingerprint, false)
 		return users.Who{}, false, nil
 	}
 	return whoOf(u), true, nil
