@@ -24,7 +24,8 @@ var (
 	envOnce sync.Once
 	env     *envtest.Environment
 	envCfg  *rest.Config
-	envErr  error
+	envErr  error // the API server did not start
+	binErr  error // there are no binaries to start it with
 )
 
 func TestMain(m *testing.M) {
@@ -62,7 +63,7 @@ func apiServer(t *testing.T) *rest.Config {
 	envOnce.Do(func() {
 		dir, err := k8sBin()
 		if err != nil {
-			envErr = err
+			binErr = err
 			return
 		}
 		e := &envtest.Environment{
@@ -74,8 +75,11 @@ func apiServer(t *testing.T) *rest.Config {
 			env = e
 		}
 	})
+	if binErr != nil {
+		testenv.Unavailable(t, "this test needs a Kubernetes API server: %v", binErr)
+	}
 	if envErr != nil {
-		testenv.Unavailable(t, "this test needs a Kubernetes API server: %v", envErr)
+		t.Fatalf("start the API server: %v", envErr)
 	}
 	c := rawClient(t)
 	if err := c.DeleteAllOf(context.Background(), &hiloopv1.User{}); err != nil {
