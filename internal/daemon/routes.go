@@ -137,29 +137,37 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &p); err != nil {
 		return err
 	}
-	if err := d.checkCreate(r, &p); err != nil {
-		return err
-	}
-	sb, err := d.sandboxes.Create(r.Context(), p)
+	sb, err := d.create(r.Context(), principal(r).Namespace(), p)
 	if err != nil {
 		return err
 	}
+	return d.writeSandbox(w, http.StatusCreated, present(sb))
+}
+
+// create makes the sandbox p asks for in namespace ns (its owner's) and returns it with its
+// usage: the one path of every create, the API's and a node agent's (agentSandboxes). p.Name
+// is the bare name; the sandbox is kept under its key in ns.
+func (d *Daemon) create(ctx context.Context, ns string, p api.SandboxesPost) (api.Sandbox, error) {
+	if err := d.checkCreate(ns, &p); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, err := d.sandboxes.Create(ctx, p)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
 	if len(p.Secrets) > 0 {
 		if err := d.secrets.Attach(sb.ID, sb.Name, p.Secrets); err != nil {
-			return err
+			return api.Sandbox{}, err
 		}
 	}
 	// No harness runs before the answer, so the budget holds from the sandbox's first request.
 	err = d.setCreateBudget(sb.ID, "", p.ModelBudgetTokens, func() error {
-		return d.sandboxes.Delete(context.WithoutCancel(r.Context()), sb.Name, false)
+		return d.sandboxes.Delete(context.WithoutCancel(ctx), sb.Name, false)
 	})
 	if err != nil {
-		return err
+		return api.Sandbox{}, err
 	}
-	if sb, err = d.withSandboxUsage(sb); err != nil {
-		return err
-	}
-	return d.writeSandbox(w, http.StatusCreated, present(sb))
+	return d.withSandboxUsage(sb)
 }
 
 // checkCreate normalises a create request and refuses it, naming every problem at once, when
@@ -167,13 +175,12 @@ func (d *Daemon) createSandbox(w http.ResponseWriter, r *http.Request) error {
 // have (another user's is not found); the refusal then also says what else stands in its way
 // (sandbox.Manager.CheckCreate). A request with valid values goes on to the manager's Create,
 // which refuses what the host lacks for it together. The names it gives (its own, its
-// snapshot's) become keys of the caller's namespace, so that a name taken in another
+// snapshot's) become keys of namespace ns, the caller's, so that a name taken in another
 // namespace is not in its way.
-func (d *Daemon) checkCreate(r *http.Request, p *api.SandboxesPost) error {
+func (d *Daemon) checkCreate(ns string, p *api.SandboxesPost) error {
 	defaultCPUs, defaultMemory := p.CPUs == 0, p.MemoryMB == 0
 	var ps api.Problems
 	ps.Add("", p.Normalize())
-	ns := principal(r).Namespace()
 	if !ps.Has("name") {
 		p.Name = identity.Key(ns, p.Name)
 	}

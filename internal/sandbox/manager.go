@@ -130,6 +130,7 @@ type Manager struct {
 
 	onStop   []func(name string)
 	onDelete []func(name, id string)
+	onChange []func(name string)
 }
 
 // NewManager wires a manager. layerDir holds the runtime's per-sandbox directories.
@@ -699,7 +700,11 @@ func (m *Manager) delete(ctx context.Context, rec *store.Sandbox) error {
 		_ = m.setState(rec, api.StateFailed, err.Error())
 		return fmt.Errorf("delete sandbox %q: %w", displayName(rec.Name), err)
 	}
-	return m.store.DeleteSandbox(rec.Name)
+	if err := m.store.DeleteSandbox(rec.Name); err != nil {
+		return err
+	}
+	m.changed(rec.Name)
+	return nil
 }
 
 // Exec starts a process in a running sandbox.
@@ -808,6 +813,9 @@ func (m *Manager) save(rec *store.Sandbox) error {
 		*s = *rec
 		return nil
 	})
+	if err == nil {
+		m.changed(rec.Name)
+	}
 	return err
 }
 
@@ -1034,5 +1042,23 @@ func (m *Manager) deleted(name, id string) {
 	m.mu.Unlock()
 	for _, fn := range fns {
 		fn(name, id)
+	}
+}
+
+// OnChange registers fn to be called with a sandbox's name each time its record changes (a
+// state, a setting) or goes. fn runs under the sandbox's lock: it must return at once and must
+// not call the manager (a node agent queues the name and reads the sandbox later).
+func (m *Manager) OnChange(fn func(name string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onChange = append(m.onChange, fn)
+}
+
+func (m *Manager) changed(name string) {
+	m.mu.Lock()
+	fns := m.onChange
+	m.mu.Unlock()
+	for _, fn := range fns {
+		fn(name)
 	}
 }
