@@ -117,6 +117,9 @@ type Config struct {
 	// EventLimits bound each session's and each sandbox's event log (--session-log-events,
 	// --session-log-mib, --sandbox-log-events, --sandbox-log-mib); 0 fields are no limit.
 	EventLimits eventlog.Limits
+	// Agent makes the daemon a node agent of a Kubernetes cluster (--kubeconfig); nil: it is
+	// not one.
+	Agent *AgentConfig
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -537,6 +540,15 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	for _, a := range apis {
 		a.logServing(d.log)
 		go func() { errc <- a.srv.Serve(a.ln) }()
+	}
+	if d.cfg.Agent != nil {
+		// Once the TLS listener is up: its endpoint and fingerprint go on the Node.
+		if err := d.startAgent(ctx, errc); err != nil {
+			for _, a := range apis {
+				_ = a.srv.Close()
+			}
+			return err
+		}
 	}
 	select {
 	case <-ctx.Done():

@@ -37,6 +37,8 @@ func Main() int {
 	var addrs addressFlags
 	var allowCIDRs, upstreamCAs, sandboxCAFiles []string
 	var eventLimits func() error
+	agentCfg := AgentConfig{NodePort: DefaultNodePort}
+	var nodeMemoryMiB int64
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
 		Short:         "Run the hiloop sandbox daemon",
@@ -55,6 +57,11 @@ func Main() int {
 			}
 			cfg.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			errs = append(errs, eventLimits(), addrs.apply(&cfg), checkTLSFlags(cfg))
+			if agentCfg.Kubeconfig != "" {
+				agentCfg.MemoryBytes = nodeMemoryMiB << 20
+				cfg.Agent = &agentCfg
+			}
+			errs = append(errs, checkAgentFlags(cfg))
 			for _, c := range allowCIDRs {
 				prefix, err := netip.ParsePrefix(c)
 				if err != nil {
@@ -133,6 +140,16 @@ func Main() int {
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	eventLimits = addEventLimitFlags(f, &cfg.EventLimits)
+	f.StringVar(&agentCfg.Kubeconfig, "kubeconfig", "", "run as a node agent of the Kubernetes cluster this kubeconfig reaches (\"in-cluster\": the Pod's service account): register this host as a Node and run the sandboxes whose Pods are bound to it (empty: not a node agent)")
+	f.StringVar(&agentCfg.NodeName, "node-name", "", "the node agent's Node name (default: the host's name)")
+	f.StringVar(&agentCfg.NodeIP, "node-ip", "", "the address the node agent's Node advertises (InternalIP), where the API server reaches --node-port (default: the host's first address that is not loopback)")
+	f.IntVar(&agentCfg.NodePort, "node-port", DefaultNodePort, "the node agent's HTTPS port, where the API server sends kubectl exec, logs and port-forward (the kubelet's port)")
+	f.StringVar(&agentCfg.NodeCertFile, "node-tls-cert", "", "serve this certificate (PEM) on --node-port instead of --listen's: one the API server's --kubelet-certificate-authority trusts; with --node-tls-key")
+	f.StringVar(&agentCfg.NodeKeyFile, "node-tls-key", "", "the key of --node-tls-cert (PEM)")
+	f.StringVar(&agentCfg.KubeClientCAFile, "kube-client-ca", "", "the CA certificates (PEM) of the API server's client certificate for kubelets (its --kubelet-client-certificate); required with --kubeconfig")
+	f.Float64Var(&agentCfg.CPUs, "node-cpus", 0, "the CPUs the node agent's Node offers (default: the host's)")
+	f.Int64Var(&nodeMemoryMiB, "node-memory-mib", 0, "the memory the node agent's Node offers, in MiB (default: the host's)")
+	f.IntVar(&agentCfg.Pods, "node-pods", 0, fmt.Sprintf("how many sandboxes the node agent's Node runs at once (default %d)", defaultNodePods))
 	if err := cmd.Execute(); err != nil {
 		// One line each for the errors joined (every bad flag).
 		for _, line := range strings.Split(err.Error(), "\n") {
