@@ -46,10 +46,9 @@ func (a *Agent) describeNode(n *corev1.Node) {
 	n.Spec.Taints = []corev1.Taint{taint}
 	n.Status.Capacity = a.cfg.Capacity.DeepCopy()
 	n.Status.Allocatable = a.cfg.Capacity.DeepCopy()
-	n.Status.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: a.cfg.NodeIP},
-		{Type: corev1.NodeHostName, Address: a.cfg.NodeName},
-	}
+	// The address alone, not the name: an API server that prefers a node's Hostname (its
+	// default) would otherwise have to resolve the node's name to reach its port.
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.NodeIP}}
 	n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(a.cfg.ServePort)
 	n.Status.NodeInfo = corev1.NodeSystemInfo{
 		OperatingSystem:         "linux",

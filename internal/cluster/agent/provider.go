@@ -14,6 +14,7 @@ import (
 	vkapi "github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	utilexec "k8s.io/utils/exec"
@@ -269,6 +270,15 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	delete(p.entries, k)
 	p.mu.Unlock()
+	if pod.DeletionTimestamp != nil {
+		// Stopped: the Pod can go now, as a kubelet lets a Pod go once its containers ended,
+		// rather than at the end of its grace period (the Sandbox's next Pod waits for it).
+		opts := metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: metav1.NewUIDPreconditions(string(pod.UID))}
+		err := p.a.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, opts)
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			p.a.log.Warn("delete a stopped Pod", "pod", k, "err", err)
+		}
+	}
 	return nil
 }
 
