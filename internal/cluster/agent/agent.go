@@ -145,8 +145,8 @@ func New(cfg Config) (*Agent, error) {
 // Run registers the node, serves its port and runs the Pods bound to it until ctx ends. It
 // returns once the node is ready through ready (closed), or with the error that stopped it.
 func (a *Agent) Run(ctx context.Context, ready chan<- struct{}) error {
-	vklog.L = vkslog.FromSlog(a.log)
-	ctx = vklog.WithLogger(ctx, vklog.L)
+	logger := vkslog.FromSlog(a.log)
+	ctx = vklog.WithLogger(ctx, logger)
 	// The Sandboxes first: a Pod's create reads its Sandbox.
 	if err := a.sandboxes.start(ctx); err != nil {
 		return err
@@ -193,12 +193,19 @@ func (a *Agent) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	a.node = n
+	// After NewNode, whose look for a kubeconfig in the environment (unused: it has the
+	// agent's client) would log a warning.
+	vklog.L = logger
 	go a.provider.run(ctx)
 	go func() {
 		select {
 		case <-n.Ready():
 			if err := a.ensureNodeMeta(ctx); err != nil {
 				a.log.Error("node labels, annotations and taint", "err", err)
+			}
+			// The Pod cache is filled now: a sandbox that lost its Pod meanwhile stops.
+			if err := a.provider.stopOrphans(ctx); err != nil {
+				a.log.Error("stop the sandboxes that lost their Pods", "err", err)
 			}
 			a.log.Info("node ready", "ip", a.cfg.NodeIP, "port", a.cfg.ServePort)
 			if ready != nil {

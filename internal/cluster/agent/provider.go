@@ -161,7 +161,13 @@ func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Unlock()
 	sb, fail, err := p.runSandbox(ctx, pod)
 	if err != nil {
-		return err // virtual-kubelet tries again
+		// virtual-kubelet tries again, with CreatePod as long as GetPod does not find it.
+		if !ok {
+			p.mu.Lock()
+			delete(p.entries, k)
+			p.mu.Unlock()
+		}
+		return err
 	}
 	p.mu.Lock()
 	if sb != nil {
@@ -498,4 +504,38 @@ func (p *provider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, err
 // GetMetricsResource reports no metrics.
 func (p *provider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, error) {
 	return nil, nil
+}
+
+// stopOrphans stops every running sandbox of this node that belongs to a Sandbox placed here
+// but has no Pod on the node: its Pod was deleted while the agent was not running. A sandbox
+// no Sandbox names (made on this host alone) is left as it is.
+func (p *provider) stopOrphans(ctx context.Context) error {
+	list, err := p.a.cfg.Sandboxes.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sb := range list {
+		if sb.State != hapi.StateRunning {
+			continue
+		}
+		res, ok := p.a.sandboxes.placedHere(sb.Name)
+		if !ok {
+			continue
+		}
+		if _, err := p.pods.Pods(res.Namespace).Get(res.Name); !apierrors.IsNotFound(err) {
+			continue // it has its Pod, or the cache cannot say
+		}
+		p.mu.Lock()
+		_, running := p.entries[podKey(res.Namespace, res.Name)]
+		p.mu.Unlock()
+		if running {
+			continue
+		}
+		if _, err := p.a.cfg.Sandboxes.Stop(ctx, sb.Name); err != nil {
+			p.a.log.Warn("stop a sandbox whose Pod went while the agent was away", "sandbox", sb.Name, "err", err)
+			continue
+		}
+		p.a.log.Info("stopped a sandbox whose Pod went while the agent was away", "sandbox", sb.Name)
+	}
+	return nil
 }

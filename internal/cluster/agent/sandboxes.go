@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -156,4 +157,20 @@ func toSandbox(obj any) (*hv1.Sandbox, error) {
 func isCode(err error, code hapi.ErrorCode) bool {
 	var e *hapi.Error
 	return errors.As(err, &e) && e.Code == code
+}
+
+// placedHere is the Sandbox named key that is placed on this node (status.node), if the cache
+// has one.
+func (w *sandboxWatch) placedHere(key string) (*hv1.Sandbox, bool) {
+	objs, err := w.lister.List(labels.Everything())
+	if err != nil {
+		return nil, false
+	}
+	for _, obj := range objs {
+		sb, err := toSandbox(obj)
+		if err == nil && sb.Name == key && sb.Status.Node == w.a.cfg.NodeName && sb.DeletionTimestamp == nil {
+			return sb, true
+		}
+	}
+	return nil, false
 }
