@@ -133,7 +133,7 @@ func (d *Daemon) startAgent(ctx context.Context, errc chan<- error) error {
 		return err
 	}
 	go func() {
-		err := a.Run(ctx, nil)
+		err := a.Run(ctx)
 		if ctx.Err() == nil {
 			errc <- fmt.Errorf("node agent: %w", err)
 		}

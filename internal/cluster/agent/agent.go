@@ -101,7 +101,6 @@ type Agent struct {
 	dyn       dynamic.Interface
 	sandboxes *sandboxWatch
 	provider  *provider
-	node      *nodeutil.Node
 }
 
 // RestConfig is the client configuration kubeconfig names (or InCluster).
@@ -142,9 +141,9 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Run registers the node, serves its port and runs the Pods bound to it until ctx ends. It
-// returns once the node is ready through ready (closed), or with the error that stopped it.
-func (a *Agent) Run(ctx context.Context, ready chan<- struct{}) error {
+// Run registers the node, serves its port and runs the Pods bound to it until ctx ends, or
+// returns the error that stopped it.
+func (a *Agent) Run(ctx context.Context) error {
 	logger := vkslog.FromSlog(a.log)
 	ctx = vklog.WithLogger(ctx, logger)
 	// The Sandboxes first: a Pod's create reads its Sandbox.
@@ -192,7 +191,6 @@ func (a *Agent) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
-	a.node = n
 	// After NewNode, whose look for a kubeconfig in the environment (unused: it has the
 	// agent's client) would log a warning.
 	vklog.L = logger
@@ -208,16 +206,13 @@ func (a *Agent) Run(ctx context.Context, ready chan<- struct{}) error {
 				a.log.Error("stop the sandboxes that lost their Pods", "err", err)
 			}
 			a.log.Info("node ready", "ip", a.cfg.NodeIP, "port", a.cfg.ServePort)
-			if ready != nil {
-				close(ready)
-			}
 		case <-n.Done():
 		}
 	}()
 	return n.Run(ctx)
 }
 
-// resourceList is the capacity of a node as the flags and the host give it.
+// ResourceList is the capacity of a node as the flags and the host give it.
 func ResourceList(cpus float64, memoryBytes, storageBytes int64, pods int) corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourceCPU:              *resource.NewMilliQuantity(int64(cpus*1000), resource.DecimalSI),

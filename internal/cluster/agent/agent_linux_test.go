@@ -414,6 +414,13 @@ func TestNodeAgent(t *testing.T) {
 		if n.Status.DaemonEndpoints.KubeletEndpoint.Port != int32(d.nodePort) {
 			t.Errorf("kubelet port %d, want %d", n.Status.DaemonEndpoints.KubeletEndpoint.Port, d.nodePort)
 		}
+		eventually(t, "the node's lease", func() (bool, string) {
+			l, err := e.kc.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == nodeName && l.Spec.RenewTime != nil, fmt.Sprint(l.Spec)
+		})
 	})
 
 	web := e.createSandbox(t, newSandbox("web", testImage))
