@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -343,7 +344,7 @@ func TestNodeAgent(t *testing.T) {
 	d.args = []string{
 		"--data-dir", filepath.Join(dir, "data"), "--socket", d.socket, "--init-path", initPath,
 		"--images-dir", imagesDir, "--overcommit", "100", "--spares", "0",
-		"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--ssh-listen", "127.0.0.1:0",
 		"--kubeconfig", c.UserKubeconfig("hiloop:agent:"+nodeName, "hiloop:agents"),
 		"--node-name", nodeName, "--node-ip", "127.0.0.1", "--node-port", strconv.Itoa(d.nodePort),
 		"--node-tls-cert", filepath.Join(dir, "node.crt"), "--node-tls-key", filepath.Join(dir, "node.key"),
@@ -369,6 +370,12 @@ func TestNodeAgent(t *testing.T) {
 		d.stop(syscall.SIGTERM)
 		if mounts, _ := os.ReadFile("/proc/mounts"); bytes.Contains(mounts, []byte(dir)) {
 			t.Errorf("mounts left under %s", dir)
+		}
+		loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, l := range loops {
+			if b, _ := os.ReadFile(l); bytes.HasPrefix(b, []byte(dir)) {
+				t.Errorf("loop device left: %s on %s", l, b)
+			}
 		}
 		if t.Failed() || testing.Verbose() {
 			t.Logf("sandboxd log:\n%s", tail(d.log))
@@ -405,6 +412,9 @@ func TestNodeAgent(t *testing.T) {
 		}
 		if got, want := n.Annotations[hv1.AnnotationEndpoint], "https://"+v.TLSEndpoint; got != want || v.TLSFingerprint == "" || n.Annotations[hv1.AnnotationFingerprint] != v.TLSFingerprint {
 			t.Errorf("annotations %v, want endpoint %s fingerprint %s", n.Annotations, want, v.TLSFingerprint)
+		}
+		if n.Annotations[hv1.AnnotationSSHEndpoint] != v.SSHEndpoint || v.SSHEndpoint == "" {
+			t.Errorf("ssh endpoint %q, want %q", n.Annotations[hv1.AnnotationSSHEndpoint], v.SSHEndpoint)
 		}
 		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, corev1.ResourcePods} {
 			if q, ok := n.Status.Allocatable[r]; !ok || q.Sign() <= 0 {
@@ -475,16 +485,39 @@ func TestNodeAgent(t *testing.T) {
 
 	t.Run("kubectl port-forward", func(t *testing.T) {
 		kubectlOK(t, c, "", "-n", team, "exec", "web", "--", "sh", "-c", "mkdir -p /tmp/www; echo served-inside > /tmp/www/index.html; nohup python3 -m http.server 6767 --bind 127.0.0.1 --directory /tmp/www >/dev/null 2>&1 &")
-		port := freePort(t)
+		// kubectl port-forward ends at the first connection the sandbox refuses.
+		eventually(t, "the sandbox's server up", func() (bool, string) {
+			out, err := kubectl(t, c, "", "-n", team, "exec", "web", "--", "python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:6767/index.html').read().decode(), end='')")
+			return err == nil && out == "served-inside\n", fmt.Sprint(out, err)
+		})
+		// Port 0: kubectl picks a free port and says which, so no other process can take it
+		// between a test's pick and kubectl's listen.
 		bin := filepath.Join(os.Getenv(k8stest.BinEnv), "kubectl")
-		pf := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "-n", team, "port-forward", "pod/web", strconv.Itoa(port)+":6767")
-		pf.Stdout, pf.Stderr = io.Discard, io.Discard
+		pf := exec.Command(bin, "--kubeconfig", c.Kubeconfig, "-n", team, "port-forward", "pod/web", ":6767")
+		var stderr bytes.Buffer
+		pf.Stderr = &stderr
+		stdout, err := pf.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := pf.Start(); err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = pf.Process.Kill(); _ = pf.Wait() }()
+		// "Forwarding from 127.0.0.1:PORT -> 6767"
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		var port string
+		if _, rest, ok := strings.Cut(line, "127.0.0.1:"); ok {
+			port, _, _ = strings.Cut(rest, " ")
+		}
+		if port == "" {
+			_ = pf.Process.Kill()
+			_ = pf.Wait() // then stderr is whole
+			t.Fatalf("kubectl port-forward said %q (%v): %s", line, err, stderr.String())
+		}
+		go func() { _, _ = io.Copy(io.Discard, stdout) }()
 		eventually(t, "the sandbox's server through port-forward", func() (bool, string) {
-			resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/index.html")
+			resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://127.0.0.1:" + port + "/index.html")
 			if err != nil {
 				return false, err.Error()
 			}

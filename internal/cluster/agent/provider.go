@@ -404,16 +404,23 @@ func (p *provider) RunInContainer(ctx context.Context, namespace, podName, conta
 			}
 		}()
 	}
-	done := make(chan struct{})
-	defer close(done)
+	exited := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			_ = proc.Kill() // the client went away
-		case <-done:
+			// The client went away while the command ran. Once it has exited, what it left
+			// running in the background (a server started with nohup) is not killed: Kill
+			// ends the exec's whole session.
+			select {
+			case <-exited:
+			default:
+				_ = proc.Kill()
+			}
+		case <-exited:
 		}
 	}()
 	status, err := proc.Wait()
+	close(exited)
 	out.Wait()
 	if err != nil {
 		return err
