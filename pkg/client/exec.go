@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/coder/websocket"
 
@@ -74,12 +75,14 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 		header.Set(api.ExecHandoffHeader, strings.Join(offered.names, ","))
 	}
 	wsURL := "ws" + c.baseURL[len("http"):] + "/v1/sandboxes/" + url.PathEscape(name) + "/exec"
+	var batch *batchConn
 	conn, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{
 		HTTPClient: &http.Client{Transport: upgrader{dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := c.dial(ctx, network, addr)
 			if err == nil {
 				netcopy.WidenUnix(conn) // stdin in flight, as the daemon does for output
-				conn = handoff.Send(conn, offered.files)
+				batch = &batchConn{Conn: handoff.Send(conn, offered.files)}
+				conn = batch
 			}
 			return conn, err
 		}}},
@@ -138,7 +141,7 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 		}
 	}()
 	started := make(chan *execflow.Credit, 1)
-	go forwardInput(readCtx, conn, req.Stdin, stdio, started)
+	go forwardInput(readCtx, conn, batch, req.Stdin, stdio, started)
 
 	var stdinCredit *execflow.Credit
 	var handedOff []string
@@ -253,7 +256,7 @@ func readOutput(out *execflow.Queue, r io.Reader) error {
 
 // forwardInput sends stdin, window sizes and signals until ctx ends. Stdin waits for the
 // command to start, and then for the daemon's credit when it gives one.
-func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, stdio ExecIO, started <-chan *execflow.Credit) {
+func forwardInput(ctx context.Context, conn *websocket.Conn, batch *batchConn, sendStdin bool, stdio ExecIO, started <-chan *execflow.Credit) {
 	if sendStdin && stdio.Stdin != nil {
 		go func() {
 			var credit *execflow.Credit
@@ -279,7 +282,12 @@ func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, std
 					if credit != nil && credit.Take(ctx, int64(n)) != nil {
 						return
 					}
-					if conn.Write(ctx, websocket.MessageBinary, buf[:1+n]) != nil {
+					// The library masks a client's frame into its 4 KiB buffer and writes
+					// each 4 KiB as it fills: batched, a message goes out in large writes
+					// (over TLS, full records) rather than 64 small ones.
+					batch.hold()
+					err := conn.Write(ctx, websocket.MessageBinary, buf[:1+n])
+					if batch.release() != nil || err != nil {
 						return
 					}
 				}
@@ -305,4 +313,78 @@ func forwardInput(ctx context.Context, conn *websocket.Conn, sendStdin bool, std
 func writeControl(ctx context.Context, conn *websocket.Conn, c api.ExecControl) error {
 	b, _ := json.Marshal(c)
 	return conn.Write(ctx, websocket.MessageText, b)
+}
+
+// batchConn is the exec connection's writer side: between hold and release it gathers the
+// writes made under it into writes of up to batchSize, and otherwise passes them straight
+// through. The WebSocket library writes a client's frame (which it must mask, copying it) in
+// pieces of its 4 KiB buffer, each flushed to the connection: over TLS a record and a syscall
+// for every 4 KiB of stdin, which cost more than the encryption itself. Another writer's frame
+// (an ack, a pong) that comes while a stdin message is held waits in the batch behind it, as
+// it would have waited for the message's frame anyway.
+type batchConn struct {
+	net.Conn
+	mu    sync.Mutex
+	holds int
+	buf   []byte
+}
+
+// batchSize is the most a batch gathers before it writes: a stdin message whole.
+const batchSize = execChunk + 64
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.holds == 0 {
+		if err := b.flush(); err != nil {
+			return 0, err
+		}
+		return b.Conn.Write(p)
+	}
+	if len(b.buf)+len(p) > cap(b.buf) {
+		if err := b.flush(); err != nil {
+			return 0, err
+		}
+		if len(p) > cap(b.buf) {
+			return b.Conn.Write(p)
+		}
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// hold starts gathering writes; every hold is matched by a release.
+func (b *batchConn) hold() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holds++
+	if b.buf == nil {
+		b.buf = make([]byte, 0, batchSize)
+	}
+}
+
+// release ends a hold, writing what was gathered once no hold is left, and returns the error
+// of that write.
+func (b *batchConn) release() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.holds--; b.holds > 0 {
+		return nil
+	}
+	return b.flush()
+}
+
+func (b *batchConn) flush() error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	_, err := b.Conn.Write(b.buf)
+	b.buf = b.buf[:0]
+	return err
 }
