@@ -426,15 +426,29 @@ func keepAlive(ctx context.Context, conn *websocket.Conn, kill func(), interval 
 
 // streamWriter is a ResponseWriter whose hijacked connection carries a stream: on a unix
 // socket it gets a stream's send buffer (netcopy.WidenUnix), so that output in flight to the
-// client is not cut into ~208 KiB pieces, each waking both ends.
+// client is not cut into ~208 KiB pieces, each waking both ends; and its writes go through a
+// buffer of streamWriteBuffer rather than the server's 4 KiB one (see there).
 type streamWriter struct{ http.ResponseWriter }
+
+// streamWriteBuffer is the WebSocket's write buffer on an exec stream. The library writes a
+// frame's header into it and then the payload: with 4 KiB, every message went out as a 4 KiB
+// write (over TLS, a 4 KiB record of its own) and then the rest, so that output read from the
+// command in small pieces cost two records and two syscalls a piece. A message up to this size
+// is one write; a larger one fills the buffer once and writes the rest straight through.
+const streamWriteBuffer = 64 << 10
 
 func (w streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil {
-		netcopy.WidenUnix(c)
+	if err != nil {
+		return c, brw, err
 	}
-	return c, brw, err
+	netcopy.WidenUnix(c)
+	// What the server buffered (the answer, if it is still there) goes first.
+	if err := brw.Writer.Flush(); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(c, streamWriteBuffer)), nil
 }
 
 // execStream serializes writes on the exec WebSocket.
