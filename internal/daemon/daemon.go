@@ -33,6 +33,7 @@ import (
 	"github.com/hiloop/hiloop/internal/harness/fake"
 	"github.com/hiloop/hiloop/internal/logins"
 	"github.com/hiloop/hiloop/internal/modelroute"
+	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/internal/runtime"
 	"github.com/hiloop/hiloop/internal/sandbox"
 	"github.com/hiloop/hiloop/internal/secrets"
@@ -649,11 +650,12 @@ func (d *Daemon) newAPIServer(kind apiListenerKind, handler http.Handler, limite
 	a := apiServer{srv: srv, ln: limiter, kind: kind}
 	if kind == apiTLS {
 		a.tls = &d.tls
-		a.ln = tls.NewListener(limiter, d.tls.serverConfig())
+		// A stream's TLS records are read many a syscall (netcopy.ReadBuffered).
+		a.ln = tls.NewListener(netcopy.ReadBufferedListener(limiter), d.tls.serverConfig())
 		srv.TLSNextProto = noHTTP2
 		srv.ConnState = func(c net.Conn, s http.ConnState) {
 			if tc, ok := c.(*tls.Conn); ok {
-				c = tc.NetConn()
+				c = netcopy.Unbuffered(tc.NetConn())
 			}
 			limiter.connState(c, s)
 		}

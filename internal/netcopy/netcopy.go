@@ -8,7 +8,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"time"
 )
 
 // closeWriter is a connection that can say it sends no more while it still reads.
@@ -38,7 +40,18 @@ func Join(a, b net.Conn) (aToB, bToA int64, err error) {
 // copyHalf copies src to dst, then half-closes dst, or closes both when it cannot (so that the
 // other direction ends too rather than waiting forever).
 func copyHalf(dst, src net.Conn) (int64, error) {
-	n, err := io.Copy(dst, src)
+	var n int64
+	var err error
+	switch {
+	case isTLS(src):
+		n, err = copyFromTLS(dst, src)
+	case isTLS(dst):
+		// Reads as large as a TLS write can take whole: Go's own copy from a socket reads
+		// 32 KiB at a time.
+		n, err = io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, make([]byte, tlsCopyBuffer))
+	default:
+		n, err = io.Copy(dst, src)
+	}
 	if cw, ok := dst.(closeWriter); ok && err == nil {
 		if cw.CloseWrite() == nil {
 			return n, nil
@@ -87,3 +100,136 @@ func ordinary(err error) error {
 	}
 	return err
 }
+
+// readBufferSize is what one read of a ReadBuffered connection takes from the socket at most.
+const readBufferSize = 256 << 10
+
+// readBufferFrom is the size of a read that makes a ReadBuffered connection allocate its
+// buffer: TLS asks for a large read only to receive a large record, which a stream sends; the
+// short records of API requests and answers are read straight, at no memory cost.
+const readBufferFrom = 8 << 10
+
+// ReadBuffered returns c reading through a buffer that takes what the socket holds, up to 256
+// KiB a syscall, once the connection carries large reads: for a TLS connection's socket (it is
+// made for tls.Client or tls.Server). Go's TLS reads a record or two a syscall, so a stream
+// over TLS paid a read, and mostly a wait in the poller and a wakeup, for every 16 KiB record;
+// with the buffer a stream's records arrive many at a time. NetConn returns c.
+func ReadBuffered(c net.Conn) net.Conn { return &readBuffered{Conn: c} }
+
+type readBuffered struct {
+	net.Conn
+	buf        []byte
+	start, end int
+	err        error // the socket's, once what is buffered has been read
+}
+
+func (r *readBuffered) Read(p []byte) (int, error) {
+	if r.start < r.end {
+		n := copy(p, r.buf[r.start:r.end])
+		r.start += n
+		return n, nil
+	}
+	if r.err != nil {
+		err := r.err
+		r.err = nil
+		return 0, err
+	}
+	if r.buf == nil && len(p) < readBufferFrom || len(p) >= readBufferSize {
+		return r.Conn.Read(p)
+	}
+	if r.buf == nil {
+		r.buf = make([]byte, readBufferSize)
+	}
+	n, err := r.Conn.Read(r.buf)
+	m := copy(p, r.buf[:n])
+	r.start, r.end = m, n
+	if m < n && err != nil {
+		r.err, err = err, nil
+	}
+	return m, err
+}
+
+// NetConn is the connection under the buffer.
+func (r *readBuffered) NetConn() net.Conn { return r.Conn }
+
+// Unbuffered returns the connection under ReadBuffered's buffer, or c itself.
+func Unbuffered(c net.Conn) net.Conn {
+	if r, ok := c.(*readBuffered); ok {
+		return r.Conn
+	}
+	return c
+}
+
+// ReadBufferedListener is ln with its connections ReadBuffered: a TLS listener's socket.
+func ReadBufferedListener(ln net.Listener) net.Listener { return readBufferedListener{ln} }
+
+type readBufferedListener struct{ net.Listener }
+
+func (l readBufferedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return ReadBuffered(c), nil
+}
+
+// tlsCopyBuffer is the buffer of a copy into or out of a TLS connection.
+const tlsCopyBuffer = 256 << 10
+
+// maxRecord is the most data one TLS record carries.
+const maxRecord = 16 << 10
+
+func isTLS(c net.Conn) bool {
+	_, ok := c.(*tls.Conn)
+	return ok
+}
+
+type onlyWriter struct{ io.Writer }
+
+type onlyReader struct{ io.Reader }
+
+// copyFromTLS copies src, a TLS connection, to dst. A TLS read returns one record, 16 KiB at
+// most; writing each on its own cost a syscall, and a wakeup of the reader at the other end,
+// per record. After a read, the records that have already arrived are taken too, without
+// waiting for more (a read deadline in the past makes a read that would wait return at once;
+// Go's TLS keeps its state through such a timeout), and written out together.
+func copyFromTLS(dst, src net.Conn) (int64, error) {
+	buf := make([]byte, tlsCopyBuffer)
+	var written int64
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && err == nil && n < len(buf)-maxRecord {
+			if src.SetReadDeadline(aLongTimeAgo) == nil {
+				for n < len(buf)-maxRecord {
+					m, rerr := src.Read(buf[n:])
+					n += m
+					if rerr != nil {
+						if !errors.Is(rerr, os.ErrDeadlineExceeded) {
+							err = rerr
+						}
+						break
+					}
+				}
+				if derr := src.SetReadDeadline(time.Time{}); derr != nil && err == nil {
+					err = derr
+				}
+			}
+		}
+		if n > 0 {
+			m, werr := dst.Write(buf[:n])
+			written += int64(m)
+			if werr != nil {
+				return written, werr
+			}
+		}
+		if err == io.EOF {
+			return written, nil
+		}
+		if err != nil {
+			return written, err
+		}
+	}
+}
+
+// aLongTimeAgo is a deadline that has passed.
+var aLongTimeAgo = time.Unix(1, 0)

@@ -2,10 +2,16 @@ package netcopy
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"math/big"
 	"net"
 	"testing"
+	"time"
 )
 
 // pair returns both ends of a loopback TCP connection.
@@ -82,5 +88,98 @@ func TestBare(t *testing.T) {
 	tc := tls.Client(wrapped{a}, &tls.Config{})
 	if got := Bare(wrapped{tc}); got != tc {
 		t.Fatalf("Bare of a wrapped TLS connection is %T, want the TLS connection", got)
+	}
+}
+
+// tlsPair returns both ends of a TLS connection over loopback TCP, each over ReadBuffered as
+// hiloop's client and daemon make them, with a certificate made for the test.
+func tlsPair(t *testing.T) (client, server *tls.Conn) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := pair(t)
+	client = tls.Client(ReadBuffered(a), &tls.Config{InsecureSkipVerify: true}) // the test's own server
+	server = tls.Server(ReadBuffered(b), &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	errs := make(chan error, 1)
+	go func() { errs <- server.Handshake() }()
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	return client, server
+}
+
+// pattern is n bytes that differ from one position to the next, so that data reordered,
+// dropped or repeated does not compare equal.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i>>11)
+	}
+	return b
+}
+
+// Through TLS, in writes of every size (many records arriving at once, which the copy takes
+// together, and single small ones), both directions arrive whole and in order, and each end
+// sees the other's half-close.
+func TestJoinCarriesTLSBothWays(t *testing.T) {
+	tlsClient, tlsServer := tlsPair(t)
+	proxyOut, plain := pair(t)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := Join(tlsServer, proxyOut)
+		done <- err
+	}()
+	up, down := pattern(9<<20+123), pattern(7<<20+45)
+	go func() {
+		for rest, size := up, 1; len(rest) > 0; size = size*3 + 1 {
+			n := min(len(rest), size%(1<<20))
+			tlsClient.Write(rest[:n])
+			rest = rest[n:]
+		}
+		tlsClient.CloseWrite()
+	}()
+	go func() {
+		plain.Write(down)
+		plain.(*net.TCPConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(plain)
+	if err != nil || !bytes.Equal(got, up) {
+		t.Fatalf("the plain end read %d bytes, %v; want the %d sent", len(got), err, len(up))
+	}
+	got, err = io.ReadAll(tlsClient)
+	if err != nil || !bytes.Equal(got, down) {
+		t.Fatalf("the TLS end read %d bytes, %v; want the %d sent", len(got), err, len(down))
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+}
+
+// A few bytes through TLS reach the other end while the sender sends nothing more: the copy
+// takes what has arrived, and never waits for more to fill its buffer.
+func TestJoinFromTLSDoesNotWaitForMore(t *testing.T) {
+	tlsClient, tlsServer := tlsPair(t)
+	proxyOut, plain := pair(t)
+	defer tlsClient.Close()
+	defer plain.Close()
+	go Join(tlsServer, proxyOut)
+	for _, msg := range []string{"ping", "a second line\n", "x"} {
+		if _, err := tlsClient.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(plain, got); err != nil || string(got) != msg {
+			t.Fatalf("read %q, %v; want %q", got, err, msg)
+		}
 	}
 }

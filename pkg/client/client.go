@@ -25,6 +25,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/hiloop/hiloop/internal/netcopy"
 	"github.com/hiloop/hiloop/pkg/api"
 )
 
@@ -171,7 +172,7 @@ func dialTLS(ctx context.Context, dialer *net.Dialer, addr string, cfg *tls.Conf
 	if err != nil {
 		return nil, err
 	}
-	conn := tls.Client(raw, cfg)
+	conn := tls.Client(netcopy.ReadBuffered(raw), cfg)
 	if err := conn.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, err
