@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 
 	"github.com/hiloop/hiloop/internal/execflow"
 	"github.com/hiloop/hiloop/internal/netcopy"
@@ -38,7 +39,8 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 		handed.close()
 		return err
 	}
-	conn, err := websocket.Accept(streamWriter{w}, r, nil)
+	sw := &streamWriter{ResponseWriter: w}
+	conn, err := websocket.Accept(sw, r, nil)
 	if err != nil {
 		handed.close()
 		return nil // Accept has answered the client already
@@ -47,7 +49,7 @@ func (d *Daemon) execSandbox(w http.ResponseWriter, r *http.Request) error {
 	conn.SetReadLimit(api.MaxBodyBytes)
 	ctx := r.Context()
 
-	s := &execStream{conn: conn}
+	s := &execStream{conn: conn, raw: sw.conn}
 	exit, err := d.runExec(ctx, name, s, handed)
 	if err != nil {
 		var apiErr *api.Error
@@ -158,6 +160,17 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream, handed
 				if err != nil {
 					return
 				}
+				if n < chunk/8 {
+					// The command writes in small pieces (4 KiB for coreutils), each of
+					// which woke this read: every piece became a message of its own, with
+					// its wakeups, syscalls and TLS record at both ends, and that cost so
+					// much CPU that the command fell further behind and the pieces stayed
+					// small (stdout over a remote alternated between ~700 and ~150 MB/s).
+					// A pause after sending lets the pipe fill, so the next read takes what
+					// the command wrote meanwhile in one. What is read has been sent; the
+					// next output waits at most the pause.
+					_ = unix.Nanosleep(&unix.Timespec{Nsec: int64(smallReadPause)}, nil)
+				}
 			}
 		}()
 	}
@@ -244,6 +257,11 @@ func (d *Daemon) runExec(ctx context.Context, name string, s *execStream, handed
 // older client's read limit (api.MaxBodyBytes) and to leave a default window room for several in
 // flight.
 const execChunk = 256 << 10
+
+// smallReadPause is how long an output pump waits after a small read of the command's
+// output before it reads again (see there): at a gigabyte a second, 50 KiB of output, and for
+// a person, nothing.
+const smallReadPause = 50 * time.Microsecond
 
 // execStdinWindow is how much of a flow-controlled client's stdin the daemon queues for a
 // command that has not read it yet.
@@ -428,7 +446,10 @@ func keepAlive(ctx context.Context, conn *websocket.Conn, kill func(), interval 
 // socket it gets a stream's send buffer (netcopy.WidenUnix), so that output in flight to the
 // client is not cut into ~208 KiB pieces, each waking both ends; and its writes go through a
 // buffer of streamWriteBuffer rather than the server's 4 KiB one (see there).
-type streamWriter struct{ http.ResponseWriter }
+type streamWriter struct {
+	http.ResponseWriter
+	conn net.Conn // hijacked
+}
 
 // streamWriteBuffer is the WebSocket's write buffer on an exec stream. The library writes a
 // frame's header into it and then the payload: with 4 KiB, every message went out as a 4 KiB
@@ -437,12 +458,13 @@ type streamWriter struct{ http.ResponseWriter }
 // is one write; a larger one fills the buffer once and writes the rest straight through.
 const streamWriteBuffer = 64 << 10
 
-func (w streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return c, brw, err
 	}
 	netcopy.WidenUnix(c)
+	w.conn = c
 	// What the server buffered (the answer, if it is still there) goes first.
 	if err := brw.Writer.Flush(); err != nil {
 		c.Close()
@@ -455,12 +477,22 @@ func (w streamWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 type execStream struct {
 	mu   sync.Mutex
 	conn *websocket.Conn
+	raw  net.Conn // the connection under it
 }
 
+// data sends output; over TLS, a message's records go out in one write (netcopy.HoldWrites).
 func (s *execStream) data(ctx context.Context, b []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.conn.Write(ctx, websocket.MessageBinary, b)
+	release := func() error { return nil }
+	if s.raw != nil {
+		release = netcopy.HoldWrites(s.raw)
+	}
+	err := s.conn.Write(ctx, websocket.MessageBinary, b)
+	if rerr := release(); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 func (s *execStream) control(ctx context.Context, c api.ExecControl) error {

@@ -48,7 +48,7 @@ func copyHalf(dst, src net.Conn) (int64, error) {
 	case isTLS(dst):
 		// Reads as large as a TLS write can take whole: Go's own copy from a socket reads
 		// 32 KiB at a time.
-		n, err = io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, make([]byte, tlsCopyBuffer))
+		n, err = io.CopyBuffer(heldWriter{dst}, onlyReader{src}, make([]byte, tlsCopyBuffer))
 	default:
 		n, err = io.Copy(dst, src)
 	}
@@ -121,6 +121,85 @@ type readBuffered struct {
 	buf        []byte
 	start, end int
 	err        error // the socket's, once what is buffered has been read
+
+	wmu   sync.Mutex
+	holds int    // HoldWrites not yet released
+	wbuf  []byte // the writes held
+}
+
+// holdBuffer is the most a hold gathers before it writes: a 256 KiB message's records.
+const holdBuffer = 320 << 10
+
+// HoldWrites gathers the writes to the socket under c, a TLS connection whose socket is
+// ReadBuffered, until the release it returns, which writes them as one (and returns that
+// write's error). Go's TLS writes each record of a large write with a syscall of its own, 16
+// KiB each, over loopback a trip through the network stack and a wakeup of the reader each.
+// A write made meanwhile by another writer (a keepalive, an acknowledgement) waits in the
+// batch; one that comes with no hold goes straight out. For any other connection, release
+// does nothing.
+func HoldWrites(c net.Conn) (release func() error) {
+	for {
+		if tc, ok := c.(*tls.Conn); ok {
+			if r, ok := tc.NetConn().(*readBuffered); ok {
+				r.hold()
+				return r.release
+			}
+			return func() error { return nil }
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return func() error { return nil }
+		}
+		c = u.NetConn()
+	}
+}
+
+func (r *readBuffered) hold() {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	r.holds++
+	if r.wbuf == nil {
+		r.wbuf = make([]byte, 0, holdBuffer)
+	}
+}
+
+func (r *readBuffered) release() error {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.holds--; r.holds > 0 {
+		return nil
+	}
+	return r.flush()
+}
+
+func (r *readBuffered) flush() error {
+	if len(r.wbuf) == 0 {
+		return nil
+	}
+	_, err := r.Conn.Write(r.wbuf)
+	r.wbuf = r.wbuf[:0]
+	return err
+}
+
+func (r *readBuffered) Write(p []byte) (int, error) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if r.holds == 0 {
+		if err := r.flush(); err != nil {
+			return 0, err
+		}
+		return r.Conn.Write(p)
+	}
+	if len(r.wbuf)+len(p) > cap(r.wbuf) {
+		if err := r.flush(); err != nil {
+			return 0, err
+		}
+		if len(p) > cap(r.wbuf) {
+			return r.Conn.Write(p)
+		}
+	}
+	r.wbuf = append(r.wbuf, p...)
+	return len(p), nil
 }
 
 func (r *readBuffered) Read(p []byte) (int, error) {
@@ -184,7 +263,17 @@ func isTLS(c net.Conn) bool {
 	return ok
 }
 
-type onlyWriter struct{ io.Writer }
+// heldWriter writes to a TLS connection with its records' writes held (HoldWrites).
+type heldWriter struct{ c net.Conn }
+
+func (w heldWriter) Write(p []byte) (int, error) {
+	release := HoldWrites(w.c)
+	n, err := w.c.Write(p)
+	if rerr := release(); err == nil {
+		err = rerr
+	}
+	return n, err
+}
 
 type onlyReader struct{ io.Reader }
 

@@ -384,7 +384,12 @@ func (b *batchConn) flush() error {
 	if len(b.buf) == 0 {
 		return nil
 	}
+	// Over TLS, the batch's records go out in one write too.
+	release := netcopy.HoldWrites(b.Conn)
 	_, err := b.Conn.Write(b.buf)
+	if rerr := release(); err == nil {
+		err = rerr
+	}
 	b.buf = b.buf[:0]
 	return err
 }
