@@ -183,3 +183,75 @@ func TestJoinFromTLSDoesNotWaitForMore(t *testing.T) {
 		}
 	}
 }
+
+// countingConn counts the writes that reach the socket.
+type countingConn struct {
+	net.Conn
+	writes int
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes++
+	return c.Conn.Write(p)
+}
+
+// A held TLS write reaches the socket in a few large writes instead of one per record, all of
+// it, and in order; a write without a hold goes straight out.
+func TestHoldWritesGathersRecords(t *testing.T) {
+	a, b := pair(t)
+	counted := &countingConn{Conn: a}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := tls.Server(ReadBuffered(counted), &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	client := tls.Client(ReadBuffered(b), &tls.Config{InsecureSkipVerify: true}) // the test's own server
+	defer server.Close()
+	defer client.Close()
+	errs := make(chan error, 1)
+	go func() { errs <- client.Handshake() }()
+	if err := server.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	data := pattern(1 << 20)
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(data)+5)
+		_, err := io.ReadFull(client, b)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	before := counted.writes
+	release := HoldWrites(server)
+	if _, err := server.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	// 64 records of 16 KiB, gathered up to holdBuffer a write.
+	if n := counted.writes - before; n > len(data)/(holdBuffer-maxRecord)+1 {
+		t.Errorf("a held 1 MiB write reached the socket in %d writes", n)
+	}
+	before = counted.writes
+	if _, err := server.Write([]byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted.writes - before; n != 1 {
+		t.Errorf("a write without a hold reached the socket in %d writes, want 1", n)
+	}
+	b2 := <-got
+	if !bytes.Equal(b2[:len(data)], data) || string(b2[len(data):]) != "after" {
+		t.Fatal("the peer read other bytes than were written")
+	}
+}
