@@ -274,6 +274,7 @@ func forwardInput(ctx context.Context, conn *websocket.Conn, batch *batchConn, s
 			if credit != nil {
 				chunk = min(chunk, credit.Window())
 			}
+			widenPipe(stdio.Stdin)
 			buf := make([]byte, 1+chunk)
 			buf[0] = api.StreamStdin
 			for {
