@@ -114,6 +114,8 @@ func (c *Client) Exec(ctx context.Context, name string, req api.ExecRequest, std
 	readCtx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
 	out := execflow.NewQueue(execWindow)
+	widenPipe(stdio.Stdout)
+	widenPipe(stdio.Stderr)
 	var outErr error
 	outDone := make(chan struct{})
 	go func() {
