@@ -25,6 +25,7 @@ import (
 
 	"github.com/hiloop/hiloop/images"
 	"github.com/hiloop/hiloop/internal/auditlog"
+	"github.com/hiloop/hiloop/internal/cluster/front"
 	"github.com/hiloop/hiloop/internal/egresslog"
 	"github.com/hiloop/hiloop/internal/eventlog"
 	"github.com/hiloop/hiloop/internal/gateway"
@@ -121,6 +122,8 @@ type Config struct {
 	// Agent makes the daemon a node agent of a Kubernetes cluster (--kubeconfig); nil: it is
 	// not one.
 	Agent *AgentConfig
+	// Front makes the daemon a cluster's front (--cluster, RunFront); nil: it is not one.
+	Front *FrontConfig
 	// Version is the daemon's build version.
 	Version string
 	Log     *slog.Logger
@@ -161,6 +164,8 @@ type Daemon struct {
 	// tls is the daemon's CA, which signs users' client certificates, and the TLS listener's
 	// certificate and fingerprint.
 	tls daemonTLS
+	// front is the cluster a front serves (--cluster); nil on a host.
+	front *front.Front
 }
 
 // New opens the data dir and reconciles the store with what runs on the host.

@@ -107,6 +107,10 @@ func (d *Daemon) auditRecords(w http.ResponseWriter, r *http.Request) error {
 
 // auditAdd stores rec in the audit log; a failure to store it is logged, never lost silently.
 func (d *Daemon) auditAdd(rec api.AuditRecord) {
+	if d.front != nil {
+		d.auditFront(rec)
+		return
+	}
 	if err := d.audit.Add(rec); err != nil {
 		d.log.Error("audit log", "err", err, "action", rec.Action, "provider", rec.Provider)
 	}

@@ -38,6 +38,8 @@ func Main() int {
 	var allowCIDRs, upstreamCAs, sandboxCAFiles []string
 	var eventLimits func() error
 	agentCfg := AgentConfig{NodePort: DefaultNodePort}
+	var cluster bool
+	frontCfg := FrontConfig{Namespace: DefaultClusterNamespace, DefaultUserNamespace: DefaultDefaultUserNamespace}
 	var nodeMemoryMiB int64
 	cmd := &cobra.Command{
 		Use:           "sandboxd",
@@ -57,6 +59,17 @@ func Main() int {
 			}
 			cfg.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			errs = append(errs, eventLimits(), addrs.apply(&cfg), checkTLSFlags(cfg))
+			if cluster {
+				// A front runs no sandbox: none of the host's flags apply, and it needs no root.
+				frontCfg.Kubeconfig = agentCfg.Kubeconfig
+				cfg.Front = &frontCfg
+				if err := errors.Join(append(errs, checkFrontFlags(cfg))...); err != nil {
+					return err
+				}
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return RunFront(ctx, cfg)
+			}
 			if agentCfg.Kubeconfig != "" {
 				agentCfg.MemoryBytes = nodeMemoryMiB << 20
 				cfg.Agent = &agentCfg
@@ -140,6 +153,9 @@ func Main() int {
 	f.StringVar(&cfg.MasterKeyFile, "master-key-file", "", "the 32-byte key that seals the secrets (default <data-dir>/master.key, created on first start; back it up)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	eventLimits = addEventLimitFlags(f, &cfg.EventLimits)
+	f.BoolVar(&cluster, "cluster", false, "run as a Kubernetes cluster's front: serve the hiloop API on --listen over the cluster's Sandbox and User resources (--kubeconfig's cluster, or in-cluster), and route calls on a sandbox to the node agent holding it; no sandbox runs here, and nothing is kept on disk")
+	f.StringVar(&frontCfg.Namespace, "cluster-namespace", DefaultClusterNamespace, "with --cluster: the front's own namespace, where its TLS identity (Secret hiloop-front, ConfigMap hiloop-front-ca) and the controller's Lease live")
+	f.StringVar(&frontCfg.DefaultUserNamespace, "default-user-namespace", DefaultDefaultUserNamespace, "with --cluster: the Kubernetes namespace of the sandboxes of a user added without one")
 	f.StringVar(&agentCfg.Kubeconfig, "kubeconfig", "", "run as a node agent of the Kubernetes cluster this kubeconfig reaches (\"in-cluster\": the Pod's service account): register this host as a Node and run the sandboxes whose Pods are bound to it (empty: not a node agent)")
 	f.StringVar(&agentCfg.NodeName, "node-name", "", "the node agent's Node name (default: the host's name)")
 	f.StringVar(&agentCfg.NodeIP, "node-ip", "", "the address the node agent's Node advertises (InternalIP), where the API server reaches --node-port (default: the host's first address that is not loopback)")

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
 	"net/http"
@@ -47,10 +48,10 @@ func (d *Daemon) createUser(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := d.namespaceEmpty(p.Name); err != nil {
+	if err := d.namespaceEmpty(r.Context(), p.Name); err != nil {
 		return err
 	}
-	created, err := d.users.Add(p.Name, users.AddOptions{Admin: p.Admin, TrustTTL: ttl})
+	created, err := d.users.Add(p.Name, users.AddOptions{Admin: p.Admin, TrustTTL: ttl, Namespace: p.Namespace})
 	if err != nil {
 		return err
 	}
@@ -226,9 +227,12 @@ func (d *Daemon) userRemoved(user string) {
 // namespaceEmpty refuses to give out a user name whose namespace still holds resources: those
 // of a removed user, which a new user of the name would otherwise own. An admin deletes them
 // first, acting as the removed user (--as).
-func (d *Daemon) namespaceEmpty(name string) error {
+func (d *Daemon) namespaceEmpty(ctx context.Context, name string) error {
 	if api.ValidateName("user", name) != nil || name == identity.LocalAdmin {
 		return nil // the users store says what is wrong with the name
+	}
+	if d.front != nil {
+		return d.frontNamespaceEmpty(ctx, name)
 	}
 	var held []string
 	count := func(what string, n int) {

@@ -23,7 +23,8 @@ const MaxBodyBytes = 1 << 20
 
 // SandboxState is where a sandbox is in its lifecycle:
 // creating → stopped → starting → running → stopping → stopped; deleting from any state; failed
-// after a start, stop or delete that failed.
+// after a start, stop or delete that failed. On a cluster's front, also pending (waiting for a
+// node) and unavailable (its node's agent does not answer).
 type SandboxState string
 
 // The sandbox states. Only the daemon writes them.
@@ -35,14 +36,25 @@ const (
 	StateStopping SandboxState = "stopping"
 	StateDeleting SandboxState = "deleting"
 	StateFailed   SandboxState = "failed"
+	// StatePending is a cluster's sandbox waiting for a node: the scheduler found none with
+	// room (Message has its words), or a ResourceQuota of its namespace is full.
+	StatePending SandboxState = "pending"
+	// StateUnavailable is a cluster's sandbox whose node is not ready or gone: it may still run
+	// there, but nothing reaches it until its agent is back (Message names the node).
+	StateUnavailable SandboxState = "unavailable"
 )
 
 var sandboxStates = [...]SandboxState{
 	StateCreating, StateStopped, StateStarting, StateRunning, StateStopping, StateDeleting, StateFailed,
 }
 
-// SandboxStates returns every sandbox state.
+// SandboxStates returns every state a sandbox has on a host: a single host's daemon, or a
+// cluster's node agent.
 func SandboxStates() []SandboxState { return slices.Clone(sandboxStates[:]) }
+
+// ClusterSandboxStates returns the states only a cluster's front answers with, besides
+// SandboxStates: a sandbox that has no node yet, or whose node does not answer.
+func ClusterSandboxStates() []SandboxState { return []SandboxState{StatePending, StateUnavailable} }
 
 // StorageClass is the lifetime of a sandbox's /workspace.
 type StorageClass string
@@ -166,6 +178,12 @@ type Sandbox struct {
 	Exposures []Exposure `json:"exposures,omitempty"`
 	// Error says why the sandbox is "failed", if it is.
 	Error string `json:"error,omitempty"`
+	// Node is, on a cluster, the node (a node agent) that holds the sandbox's workspace, e.g.
+	// "agent-1"; empty on a single host and until the sandbox is placed.
+	Node string `json:"node,omitempty"`
+	// Message says, on a cluster, why the sandbox is pending or unavailable, e.g. the
+	// scheduler's "0/2 nodes are available: 2 Insufficient cpu."
+	Message string `json:"message,omitempty"`
 	// CreatedAt is when the sandbox was created.
 	CreatedAt time.Time `json:"created_at"`
 	// StartedAt is when the sandbox last started; zero while stopped.

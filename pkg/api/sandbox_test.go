@@ -154,7 +154,7 @@ func TestSandboxWire(t *testing.T) {
 }
 
 // SandboxStates is what the daemon's state machine must have a row for: a state declared and
-// left out of it would go unchecked there.
+// left out of it (and out of the cluster's) would go unchecked there.
 func TestSandboxStatesListsEveryDeclaredState(t *testing.T) {
-	wantAllDeclared(t, "SandboxStates()", SandboxStates())
+	wantAllDeclared(t, "SandboxStates() and ClusterSandboxStates()", append(SandboxStates(), ClusterSandboxStates()...))
 }

@@ -28,6 +28,9 @@ type UsersPost struct {
 	// TrustTokenTTL is how long the trust token is good for, e.g. "24h" (the default), at most
 	// 30 days.
 	TrustTokenTTL string `json:"trust_token_ttl,omitempty"`
+	// Namespace is, on a cluster, the Kubernetes namespace the user's sandboxes live in, e.g.
+	// "team-a" (default: the front's --default-user-namespace). A single host refuses one.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // User is a user of the daemon.
