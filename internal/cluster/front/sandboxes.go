@@ -80,6 +80,10 @@ func (f *Front) Create(ctx context.Context, owner, key string, req api.Sandboxes
 			uid := sb.UID
 			if derr := f.c.Delete(context.WithoutCancel(ctx), sb, client.Preconditions{UID: &uid}); derr != nil && !apierrors.IsNotFound(derr) {
 				f.opt.Log.Error("delete a Sandbox whose Pod was refused", "sandbox", ns+"/"+key, "err", derr)
+			} else {
+				// Never placed, the controller releases it at once: the caller's next list
+				// does not show it.
+				f.waitGone(context.WithoutCancel(ctx), sb, 10*time.Second)
 			}
 			return api.Sandbox{}, err
 		}
@@ -180,20 +184,26 @@ func (f *Front) Delete(ctx context.Context, owner, key string) (*api.Sandbox, er
 	if err := f.c.Delete(ctx, sb, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		return nil, storeErr(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, DeleteWait)
+	return f.waitGone(ctx, sb, DeleteWait), nil
+}
+
+// waitGone waits, at most limit, until the cache no longer holds sb (deleted: a later list
+// does not show it); it returns the sandbox as it is when it is still there.
+func (f *Front) waitGone(ctx context.Context, sb *hv1.Sandbox, limit time.Duration) *api.Sandbox {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
 		changed := f.changes()
 		var now hv1.Sandbox
 		err := f.c.Get(ctx, client.ObjectKeyFromObject(sb), &now)
-		if apierrors.IsNotFound(err) || err == nil && now.UID != uid {
-			return nil, nil
+		if apierrors.IsNotFound(err) || err == nil && now.UID != sb.UID {
+			return nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
 			out := Present(&now)
-			return &out, nil
+			return &out
 		}
 	}
 }
