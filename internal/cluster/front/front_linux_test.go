@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -41,11 +42,12 @@ func buildBinaries(t *testing.T) (bin string) {
 	for _, b := range []struct{ out, pkg, tags string }{
 		{"sandboxd", "./cmd/sandboxd", "seccomp"},
 		{"hiloop-init", "./cmd/hiloop-init", ""},
+		{"hiloop-fake-agent", "./cmd/hiloop-fake-agent", ""},
 		{"hiloop", "./cmd/hiloop", ""},
 	} {
 		cmd := exec.Command("go", "build", "-tags", b.tags, "-o", filepath.Join(dir, b.out), b.pkg)
 		cmd.Dir = repoRoot(t)
-		if b.out == "hiloop-init" {
+		if b.out == "hiloop-init" || b.out == "hiloop-fake-agent" {
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -230,6 +232,11 @@ func trusting(t *testing.T, bin string, f *daemon, user string, addr string) cli
 	return c
 }
 
+func isCode(err error, code api.ErrorCode) bool {
+	var e *api.Error
+	return errors.As(err, &e) && e.Code == code
+}
+
 // small is what a test sandbox asks for: two agents on one host share it.
 var small = []string{"--image", "minimal", "--cpus", "0.25", "--memory-mb", "128", "--workspace-gib", "1", "--rootfs-gib", "1"}
 
@@ -279,6 +286,7 @@ func TestFront(t *testing.T) {
 	for _, node := range []string{"node-a", "node-b"} {
 		a := startDaemon(t, bin, dir, node, []string{
 			"--data-dir", filepath.Join(dir, node), "--init-path", filepath.Join(bin, "hiloop-init"),
+			"--fake-agent-path", filepath.Join(bin, "hiloop-fake-agent"),
 			"--images-dir", images, "--overcommit", "100", "--spares", "0",
 			"--listen", "127.0.0.1:" + strconv.Itoa(freePort(t)), "--front-ca", filepath.Join(dir, "front-ca.crt"),
 			"--kubeconfig", c.UserKubeconfig("hiloop:agent:"+node, "hiloop:agents"),
@@ -315,6 +323,23 @@ func TestFront(t *testing.T) {
 			}
 			return false, "no Ready condition"
 		})
+	}
+
+	// A second replica reads the first one's identity: the same certificate, the same users.
+	front2Addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	f2 := startDaemon(t, bin, dir, "front2", []string{"--cluster", "--kubeconfig", c.UserKubeconfig("hiloop:front"),
+		"--listen", front2Addr, "--tls-san", "127.0.0.1"})
+	t.Cleanup(f2.stop)
+	v1, err := f.local.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := f2.local.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1.TLSFingerprint == "" || v1.TLSFingerprint != v2.TLSFingerprint {
+		t.Fatalf("the replicas present %q and %q", v1.TLSFingerprint, v2.TLSFingerprint)
 	}
 
 	admin := trusting(t, bin, f, "admin", frontAddr)
@@ -374,6 +399,99 @@ func TestFront(t *testing.T) {
 		}
 		if _, _, code := bob.run("sandbox", "exec", "web", "--", "true"); code != api.ExitCodeNotFound {
 			t.Errorf("bob's exec in alice's web: exit %d", code)
+		}
+	})
+
+	t.Run("second replica", func(t *testing.T) {
+		// alice trusts the second replica too, with a trust token the first one made.
+		created, err := f.local.NewTrustToken(ctx, "alice", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		alice.ok("remote", "add", "front2", "https://"+front2Addr, "--token", created.TrustToken, "--accept-fingerprint", v2.TLSFingerprint)
+		var list api.SandboxList
+		alice.json(&list, "--remote", "front2", "sandbox", "list")
+		if len(list.Sandboxes) != 1 || list.Sandboxes[0].Name != "web" {
+			t.Errorf("alice lists on the second replica %+v", list.Sandboxes)
+		}
+		if out := alice.ok("--remote", "front2", "sandbox", "exec", "web", "--", "echo", "via", "front2"); strings.TrimSpace(out) != "via front2" {
+			t.Errorf("exec through the second replica said %q", out)
+		}
+	})
+
+	t.Run("snapshots and sessions", func(t *testing.T) {
+		var sn api.Snapshot
+		alice.json(&sn, "sandbox", "snapshot", "create", "web", "--name", "before")
+		if sn.Name != "before" || sn.Sandbox != "web" {
+			t.Errorf("snapshot %+v", sn)
+		}
+		var sns api.SnapshotList
+		alice.json(&sns, "sandbox", "snapshot", "list")
+		if len(sns.Snapshots) != 1 || sns.Snapshots[0].Name != "before" {
+			t.Errorf("alice's snapshots %+v", sns.Snapshots)
+		}
+		bob.json(&sns, "sandbox", "snapshot", "list")
+		if len(sns.Snapshots) != 0 {
+			t.Errorf("bob's snapshots %+v", sns.Snapshots)
+		}
+		alice.json(&sn, "sandbox", "snapshot", "get", "before")
+		if sn.Name != "before" {
+			t.Errorf("snapshot get %+v", sn)
+		}
+		if _, _, code := bob.run("sandbox", "snapshot", "get", "before"); code != api.ExitCodeNotFound {
+			t.Errorf("bob gets alice's snapshot: exit %d", code)
+		}
+		alice.ok("sandbox", "snapshot", "delete", "before")
+
+		id := strings.TrimSpace(alice.ok("session", "new", "web", "--harness", "fake"))
+		var ses api.SessionList
+		alice.json(&ses, "session", "list")
+		if len(ses.Sessions) != 1 || ses.Sessions[0].ID != id || ses.Sessions[0].Sandbox != "web" {
+			t.Errorf("alice's sessions %+v, made %s", ses.Sessions, id)
+		}
+		var se api.Session
+		alice.json(&se, "session", "get", id)
+		if se.ID != id {
+			t.Errorf("session get %+v", se)
+		}
+		if _, _, code := bob.run("session", "get", id); code != api.ExitCodeNotFound {
+			t.Errorf("bob gets alice's session: exit %d", code)
+		}
+		alice.ok("session", "delete", id)
+	})
+
+	t.Run("idempotent create", func(t *testing.T) {
+		p := api.SandboxesPost{Name: "idem", Image: "minimal", CPUs: 0.25, MemoryMB: 128, WorkspaceGiB: 1, RootfsGiB: 1, NoStart: true}
+		first, err := f.local.CreateSandbox(ctx, p, client.WithIdempotencyKey("k1"))
+		if err != nil || first.State != api.StateStopped {
+			t.Fatalf("create: %+v %v", first, err)
+		}
+		again, err := f2.local.CreateSandbox(ctx, p, client.WithIdempotencyKey("k1"))
+		if err != nil || again.Name != "idem" || !again.CreatedAt.Equal(first.CreatedAt) {
+			t.Errorf("the retry: %+v %v", again, err)
+		}
+		if _, err := f.local.CreateSandbox(ctx, p, client.WithIdempotencyKey("k2")); !isCode(err, api.CodeSandboxExists) {
+			t.Errorf("another key: %v", err)
+		}
+		p.Image = "base"
+		if _, err := f.local.CreateSandbox(ctx, p, client.WithIdempotencyKey("k1")); !isCode(err, api.CodeIdempotencyKeyReused) {
+			t.Errorf("the key for another request: %v", err)
+		}
+		if err := f.local.DeleteSandbox(ctx, "idem", false); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("unschedulable", func(t *testing.T) {
+		sb, err := f.local.CreateSandbox(ctx, api.SandboxesPost{Name: "huge", Image: "minimal", CPUs: 256, MemoryMB: 128, WorkspaceGiB: 1, RootfsGiB: 1})
+		if err != nil || sb.State != api.StatePending || !strings.Contains(sb.Message, "Insufficient cpu") || sb.Node != "" {
+			t.Errorf("a sandbox no node has room for: %+v %v", sb, err)
+		}
+		if _, errOut, code := admin.run("sandbox", "exec", "huge", "--", "true"); code != api.CodeSandboxNotRunning.ExitCode() || !strings.Contains(errOut, "no node yet") {
+			t.Errorf("exec in a pending sandbox: exit %d: %s", code, errOut)
+		}
+		if err := f.local.DeleteSandbox(ctx, "huge", false); err != nil {
+			t.Error(err)
 		}
 	})
 
