@@ -133,12 +133,26 @@ func (d *Daemon) auditFront(rec api.AuditRecord) {
 	d.log.Info("audit", "action", rec.Action, "user", rec.User, "as", rec.As, "method", rec.Method, "route", rec.Route, "status", rec.Status, "message", rec.Message)
 }
 
-// frontRoutes is the front's API: the single host's route table, row by row, served by the
-// front itself (sandboxes, users, trust), routed to a node agent (what reaches a sandbox, a
-// session or a snapshot), gathered from every agent (lists), or refused as not served on a
-// cluster yet.
-func (d *Daemon) frontRoutes() []route {
-	own := map[string]handlerFunc{
+// frontRole is who answers a route on a cluster's front.
+type frontRole string
+
+const (
+	// roleFront: the front itself, from the cluster's resources (sandboxes, users, trust).
+	roleFront frontRole = "front"
+	// roleSandboxAgent: the node agent holding the sandbox the path names (proxySandbox).
+	roleSandboxAgent frontRole = "sandbox's agent"
+	// roleFoundAgent: the node agent that has the session or snapshot the path names
+	// (proxyFound).
+	roleFoundAgent frontRole = "agent that has it"
+	// roleEveryAgent: every ready node agent, the answers merged (fanOut).
+	roleEveryAgent frontRole = "every agent"
+	// roleNone: not served on a cluster yet (unsupported_capability).
+	roleNone frontRole = "none"
+)
+
+// frontOwn are the routes the front answers itself, and the lists it gathers from every agent.
+func (d *Daemon) frontOwn() map[string]handlerFunc {
+	return map[string]handlerFunc{
 		"GET /v1/version":                        d.frontVersion,
 		"GET /v1/sandboxes":                      d.frontListSandboxes,
 		"POST /v1/sandboxes":                     d.frontCreateSandbox,
@@ -147,12 +161,6 @@ func (d *Daemon) frontRoutes() []route {
 		"POST /v1/sandboxes/{name}/start":        d.frontStartSandbox,
 		"POST /v1/sandboxes/{name}/stop":         d.frontStopSandbox,
 		"POST /v1/sessions":                      d.frontCreateSession,
-		"GET /v1/sessions":                       fanOut(mergeSessions)(d),
-		"GET /v1/snapshots":                      fanOut(mergeSnapshots)(d),
-		"GET /v1/audit":                          fanOut(mergeAudit)(d),
-		"GET /v1/usage":                          fanOut(mergeUsage)(d),
-		"GET /v1/snapshots/{snapshot}":           d.proxyFound,
-		"DELETE /v1/snapshots/{snapshot}":        d.proxyFound,
 		"POST /v1/users":                         d.createUser,
 		"GET /v1/users":                          d.listUsers,
 		"GET /v1/users/{user}":                   d.getUser,
@@ -164,17 +172,52 @@ func (d *Daemon) frontRoutes() []route {
 		"POST " + trustPath:                      d.trust,
 		"GET /v1/whoami":                         d.whoami,
 	}
+}
+
+// frontLists are the lists the front gathers from every ready agent.
+func (d *Daemon) frontLists() map[string]handlerFunc {
+	return map[string]handlerFunc{
+		"GET /v1/sessions":  fanOut(mergeSessions)(d),
+		"GET /v1/snapshots": fanOut(mergeSnapshots)(d),
+		"GET /v1/audit":     fanOut(mergeAudit)(d),
+		"GET /v1/usage":     fanOut(mergeUsage)(d),
+	}
+}
+
+// roleOf is who answers rt on a front.
+func (d *Daemon) roleOf(rt route) frontRole {
+	id := rt.method + " " + rt.pattern
+	switch {
+	case d.frontOwn()[id] != nil:
+		return roleFront
+	case d.frontLists()[id] != nil:
+		return roleEveryAgent
+	case strings.HasPrefix(rt.pattern, "/v1/sandboxes/{name}/"):
+		return roleSandboxAgent
+	case strings.HasPrefix(rt.pattern, "/v1/sessions/{id}"), strings.HasPrefix(rt.pattern, "/v1/snapshots/{snapshot}"):
+		return roleFoundAgent
+	}
+	return roleNone
+}
+
+// frontRoutes is the front's API: the single host's route table, row by row (roleOf), with the
+// same scopes.
+func (d *Daemon) frontRoutes() []route {
+	own, lists := d.frontOwn(), d.frontLists()
 	var rows []route
 	for _, rt := range d.routeTable() {
 		// The front keeps no receipts: its own calls are idempotent by what they write (the
 		// create's key rides on its Sandbox), and a routed call's key goes to the agent.
 		rt.idempotent = false
-		switch h, ok := own[rt.method+" "+rt.pattern]; {
-		case ok:
-			rt.handle = h
-		case strings.HasPrefix(rt.pattern, "/v1/sandboxes/{name}/"):
+		id := rt.method + " " + rt.pattern
+		switch d.roleOf(rt) {
+		case roleFront:
+			rt.handle = own[id]
+		case roleEveryAgent:
+			rt.handle = lists[id]
+		case roleSandboxAgent:
 			rt.handle = d.proxySandbox
-		case strings.HasPrefix(rt.pattern, "/v1/sessions/{id}"):
+		case roleFoundAgent:
 			rt.handle = d.proxyFound
 		default:
 			rt.handle = notOnCluster
