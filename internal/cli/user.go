@@ -69,6 +69,7 @@ who sees and acts on every user's resources and manages users.`,
 	}
 	cmd.Flags().BoolVar(&opts.Post.Admin, "admin", false, "make the user an admin")
 	cmd.Flags().StringVar(&opts.Post.TrustTokenTTL, "expires", "", "how long the trust token is good for, e.g. 2h or 7d (default 24h, at most 30d)")
+	cmd.Flags().StringVar(&opts.Post.Namespace, "namespace", "", "on a cluster: the Kubernetes namespace the user's sandboxes live in (default: the front's --default-user-namespace); a single host refuses it")
 	addOutputFlag(cmd, &opts.Output)
 	return cmd
 }
