@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,6 +207,40 @@ func (c cli) json(v any, args ...string) {
 	}
 }
 
+// process is a hiloop command left running.
+type process struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan struct{}
+}
+
+// start starts hiloop with args, until stop.
+func (c cli) start(args ...string) *process {
+	c.t.Helper()
+	p := &process{cmd: exec.Command(filepath.Join(c.bin, "hiloop"), args...), out: &bytes.Buffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "HILOOP_CONFIG_DIR="+c.dir, "HILOOP_REMOTE=front", "NO_COLOR=1")
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// stop interrupts the command, as Ctrl-C would, and waits for its end.
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
 // trusting is the CLI of a person who added the front as the remote "front" with a trust token
 // made on the front's unix socket (hiloop remote add, as on a single host).
 func trusting(t *testing.T, bin string, f *daemon, user string, addr string) cli {
@@ -400,6 +436,24 @@ func TestFront(t *testing.T) {
 		if _, _, code := bob.run("sandbox", "exec", "web", "--", "true"); code != api.ExitCodeNotFound {
 			t.Errorf("bob's exec in alice's web: exit %d", code)
 		}
+	})
+
+	t.Run("port forward", func(t *testing.T) {
+		// A server in the sandbox, running as long as its exec does.
+		server := alice.start("sandbox", "exec", "web", "--", "python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/etc")
+		defer server.stop()
+		local := strconv.Itoa(freePort(t))
+		forward := alice.start("sandbox", "port-forward", "web", "127.0.0.1:"+local+":8000")
+		defer forward.stop()
+		eventually(t, "the sandbox's web server through the front", func() (bool, string) {
+			res, err := http.Get("http://127.0.0.1:" + local + "/hostname")
+			if err != nil {
+				return false, err.Error()
+			}
+			defer res.Body.Close()
+			body, _ := io.ReadAll(res.Body)
+			return res.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "web", fmt.Sprintf("%s %q", res.Status, body)
+		})
 	})
 
 	t.Run("second replica", func(t *testing.T) {
