@@ -600,4 +600,35 @@ func TestFront(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("revocation", func(t *testing.T) {
+		// bob's exec runs through the first replica; the second removes him, and the first
+		// closes his stream once its watch sees the User gone.
+		bob.ok(append([]string{"sandbox", "create", "tmp"}, small...)...)
+		exec := bob.start("sandbox", "exec", "tmp", "--", "sh", "-c", "echo started; sleep 600")
+		eventually(t, "bob's exec running", func() (bool, string) {
+			return strings.Contains(exec.out.String(), "started"), exec.out.String()
+		})
+		if err := f2.local.RemoveUser(ctx, "bob"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-exec.done:
+		case <-time.After(time.Minute):
+			exec.stop()
+			t.Fatalf("bob's exec goes on after his removal: %s", exec.out.String())
+		}
+		if _, _, code := bob.run("sandbox", "list"); code != api.ExitCodeUnauthorized {
+			t.Errorf("bob lists after his removal: exit %d", code)
+		}
+		// What he owned stays, for an admin to delete.
+		asBob, err := client.New("unix://"+filepath.Join(dir, "front.sock"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		asBob.SetAs("bob")
+		if err := asBob.DeleteSandbox(ctx, "tmp", false); err != nil {
+			t.Error(err)
+		}
+	})
 }
