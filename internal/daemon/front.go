@@ -301,8 +301,11 @@ func (d *Daemon) frontCreateSandbox(w http.ResponseWriter, r *http.Request) erro
 	if err := ps.Err(); err != nil {
 		return err
 	}
-	if p.FromSnapshot != "" {
+	switch {
+	case p.FromSnapshot != "":
 		return api.Errorf(api.CodeUnsupported, "from_snapshot is not served on a cluster yet")
+	case len(p.Secrets) > 0:
+		return api.Errorf(api.CodeUnsupported, "secrets are not served on a cluster yet")
 	}
 	sb, err := d.front.Create(r.Context(), owner, identity.Key(owner, p.Name), p, idem)
 	if err != nil {

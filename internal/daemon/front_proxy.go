@@ -135,6 +135,10 @@ func (d *Daemon) proxyTo(w http.ResponseWriter, r *http.Request, a front.Agent) 
 		},
 		Transport:     a.Transport,
 		FlushInterval: -1, // streamed answers (events, builds) pass at once
+		ModifyResponse: func(res *http.Response) error {
+			res.Header.Del(api.VersionHeader) // the front's own is on the answer
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, d.log, api.Errorf(api.CodeUnavailable, "the node agent of node %s did not answer: %v", a.Node, err))
 		},
@@ -169,7 +173,7 @@ func (d *Daemon) agentCall(r *http.Request, a front.Agent, method, path, query s
 
 // fanOut answers a list by asking every ready node agent the same, as the caller, and merging
 // their answers; an agent that is not ready or fails leaves its part out, and the answer says
-// so in the header Hiloop-Partial (the nodes left out).
+// so in the header api.PartialHeader (the nodes left out).
 func fanOut[T any](merge func([]T) T) func(d *Daemon) handlerFunc {
 	return func(d *Daemon) handlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) error {
@@ -205,16 +209,12 @@ func fanOut[T any](merge func([]T) T) func(d *Daemon) handlerFunc {
 			}
 			if len(missing) > 0 {
 				slices.Sort(missing)
-				w.Header().Set(PartialHeader, strings.Join(missing, ","))
+				w.Header().Set(api.PartialHeader, strings.Join(missing, ","))
 			}
 			return writeJSON(w, http.StatusOK, merge(got))
 		}
 	}
 }
-
-// PartialHeader names, on a list the front gathered from the node agents, the nodes whose part
-// is missing (not ready, or failed).
-const PartialHeader = "Hiloop-Partial"
 
 // agentJSON GETs r's path and query from a as r's caller, into v.
 func (d *Daemon) agentJSON(r *http.Request, a front.Agent, v any) error {

@@ -14,6 +14,10 @@ const Version = "v1"
 // VersionHeader carries the daemon's version on every response.
 const VersionHeader = "Sandboxd-Version"
 
+// PartialHeader names, on a list a cluster's front gathered from its node agents, the nodes
+// whose part is missing (not ready, or failed), comma-separated; absent when none is.
+const PartialHeader = "Hiloop-Partial"
+
 // IdempotencyKeyHeader makes a mutating call safe to repeat: the same key and body returns the
 // first result; the same key with a different request is idempotency_key_reused.
 const IdempotencyKeyHeader = "Idempotency-Key"

@@ -78,6 +78,7 @@ func freePort(t *testing.T) int {
 type daemon struct {
 	t      *testing.T
 	name   string
+	bin    string
 	args   []string
 	log    string
 	cmd    *exec.Cmd
@@ -86,32 +87,41 @@ type daemon struct {
 }
 
 func startDaemon(t *testing.T, bin, dir, name string, args []string) *daemon {
-	d := &daemon{t: t, name: name, log: filepath.Join(dir, name+".log")}
+	d := &daemon{t: t, name: name, log: filepath.Join(dir, name+".log"), bin: bin}
 	socket := filepath.Join(dir, name+".sock")
 	d.args = append([]string{"--socket", socket}, args...)
 	var err error
 	if d.local, err = client.New("unix://"+socket, ""); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(d.log)
+	d.start()
+	return d
+}
+
+// start starts the daemon, and waits until it serves its unix socket.
+func (d *daemon) start() {
+	t := d.t
+	logf, err := os.OpenFile(d.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	d.cmd = exec.Command(filepath.Join(bin, "sandboxd"), d.args...)
+	d.cmd = exec.Command(filepath.Join(d.bin, "sandboxd"), d.args...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d.exited = make(chan struct{})
+	exited := make(chan struct{})
+	d.exited = exited
+	cmd := d.cmd
 	go func() {
-		_ = d.cmd.Wait()
-		close(d.exited)
+		_ = cmd.Wait()
+		close(exited)
 	}()
-	eventually(t, name+" serving", func() (bool, string) {
+	eventually(t, d.name+" serving", func() (bool, string) {
 		select {
-		case <-d.exited:
-			t.Fatalf("%s exited: %v\n%s", name, d.cmd.ProcessState, tail(d.log))
+		case <-exited:
+			t.Fatalf("%s exited: %v\n%s", d.name, cmd.ProcessState, tail(d.log))
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -119,7 +129,6 @@ func startDaemon(t *testing.T, bin, dir, name string, args []string) *daemon {
 		_, err := d.local.Version(ctx)
 		return err == nil, fmt.Sprint(err)
 	})
-	return d
 }
 
 func (d *daemon) stop() {
@@ -280,7 +289,9 @@ var small = []string{"--image", "minimal", "--cpus", "0.25", "--memory-mb", "128
 // drives it with the hiloop CLI of three people, as a team would.
 func TestFront(t *testing.T) {
 	testenv.RequireRoot(t)
-	c := k8stest.Start(t, k8stest.Options{})
+	// A node agent that stops renewing its lease is not ready after 20 s (40 s by default); it
+	// renews every 10 s.
+	c := k8stest.Start(t, k8stest.Options{ControllerManagerArgs: []string{"--node-monitor-grace-period=20s", "--node-monitor-period=1s"}})
 	root := repoRoot(t)
 	kubectl(t, c, "apply", "-f", filepath.Join(root, "deploy/crds"), "-f", filepath.Join(root, "deploy/rbac-front.yaml"),
 		"-f", filepath.Join(root, "deploy/rbac-users.yaml"), "-f", filepath.Join(root, "deploy/rbac-agent.yaml"))
@@ -333,6 +344,9 @@ func TestFront(t *testing.T) {
 		agents = append(agents, a)
 		t.Cleanup(func() {
 			// Nothing outlives the test: every sandbox on the node goes, then the agent.
+			if a.cmd == nil {
+				a.start()
+			}
 			if list, err := a.local.ListSandboxes(ctx); err == nil {
 				for _, sb := range list {
 					if err := a.local.DeleteSandbox(ctx, sb.Name, true); err != nil {
@@ -561,6 +575,35 @@ func TestFront(t *testing.T) {
 		}
 		if out := alice.ok("sandbox", "exec", "web", "--", "echo", "again"); strings.TrimSpace(out) != "again" {
 			t.Errorf("exec after the start said %q", out)
+		}
+	})
+
+	t.Run("node not ready", func(t *testing.T) {
+		var holder *daemon
+		for _, a := range agents {
+			if a.name == web.Node {
+				holder = a
+			}
+		}
+		holder.stop()
+		eventually(t, "web unavailable", func() (bool, string) {
+			var sb api.Sandbox
+			alice.json(&sb, "sandbox", "get", "web")
+			return sb.State == api.StateUnavailable && strings.Contains(sb.Message, web.Node), fmt.Sprintf("%s %q", sb.State, sb.Message)
+		})
+		_, errOut, code := alice.run("sandbox", "exec", "web", "--", "true")
+		if code != api.CodeUnavailable.ExitCode() || !strings.Contains(errOut, "node "+web.Node) {
+			t.Errorf("exec on a node that is not ready: exit %d: %s", code, errOut)
+		}
+		// The agent back, the sandbox it left running is reached again.
+		holder.start()
+		eventually(t, "web running again", func() (bool, string) {
+			var sb api.Sandbox
+			alice.json(&sb, "sandbox", "get", "web")
+			return sb.State == api.StateRunning, string(sb.State)
+		})
+		if out := alice.ok("sandbox", "exec", "web", "--", "echo", "back"); strings.TrimSpace(out) != "back" {
+			t.Errorf("exec once the node is back said %q", out)
 		}
 	})
 
