@@ -253,6 +253,11 @@ func (p *process) stop() {
 // trusting is the CLI of a person who added the front as the remote "front" with a trust token
 // made on the front's unix socket (hiloop remote add, as on a single host).
 func trusting(t *testing.T, bin string, f *daemon, user string, addr string) cli {
+	return trustingIn(t, bin, f, user, "", addr)
+}
+
+// trustingIn is trusting, for a user whose sandboxes live in the Kubernetes namespace ns.
+func trustingIn(t *testing.T, bin string, f *daemon, user, ns string, addr string) cli {
 	ctx := context.Background()
 	v, err := f.local.Version(ctx)
 	if err != nil {
@@ -266,7 +271,7 @@ func trusting(t *testing.T, bin string, f *daemon, user string, addr string) cli
 		}
 		token = created.TrustToken
 	} else {
-		created, err := f.local.CreateUser(ctx, api.UsersPost{Name: user})
+		created, err := f.local.CreateUser(ctx, api.UsersPost{Name: user, Namespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,6 +473,20 @@ func TestFront(t *testing.T) {
 			body, _ := io.ReadAll(res.Body)
 			return res.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "web", fmt.Sprintf("%s %q", res.Status, body)
 		})
+	})
+
+	t.Run("a user's namespace", func(t *testing.T) {
+		kubectl(t, c, "create", "namespace", "team-c")
+		carol := trustingIn(t, bin, f, "carol", "team-c", frontAddr)
+		var sb api.Sandbox
+		carol.json(&sb, append([]string{"sandbox", "create", "web", "--no-start"}, small...)...)
+		if sb.Owner != "carol" || sb.State != api.StateStopped {
+			t.Errorf("carol's web %+v", sb)
+		}
+		if _, err := c.Client().CoreV1().RESTClient().Get().AbsPath("/apis/hiloop.dev/v1alpha1/namespaces/team-c/sandboxes/carol.web").DoRaw(ctx); err != nil {
+			t.Errorf("carol's Sandbox in team-c: %v", err)
+		}
+		carol.ok("sandbox", "delete", "web")
 	})
 
 	t.Run("second replica", func(t *testing.T) {
