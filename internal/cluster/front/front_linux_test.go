@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -219,14 +220,32 @@ func (c cli) json(v any, args ...string) {
 // process is a hiloop command left running.
 type process struct {
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *syncBuffer
 	done chan struct{}
+}
+
+// syncBuffer is a bytes.Buffer a command writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // start starts hiloop with args, until stop.
 func (c cli) start(args ...string) *process {
 	c.t.Helper()
-	p := &process{cmd: exec.Command(filepath.Join(c.bin, "hiloop"), args...), out: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &process{cmd: exec.Command(filepath.Join(c.bin, "hiloop"), args...), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "HILOOP_CONFIG_DIR="+c.dir, "HILOOP_REMOTE=front", "NO_COLOR=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
