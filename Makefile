@@ -7,9 +7,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/hiloop/hiloop/internal/cli.Version=$(VERSION) -X github.com/hiloop/hiloop/internal/daemon.Version=$(VERSION)
 # sandboxd needs cgo (libcontainer's nsenter) and libseccomp for the seccomp filter.
 DAEMON_TAGS := seccomp
-# Debian packages the daemon and the tests need (nodejs: the claude-code launcher test;
-# etcd-server: the cluster tests' etcd, /usr/bin/etcd).
-DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs tmux time docker-registry etcd-server
+# Debian packages the daemon and the tests need (nodejs: the claude-code launcher test).
+DEB_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config xfsprogs debootstrap util-linux bsdutils iproute2 curl procps openssh-client rsync git nodejs tmux time docker-registry
+# What the cluster tests need besides (make k8s): etcd-server, their etcd (/usr/bin/etcd). Kept
+# out of `make deps`, which `make quickstart` runs: on a machine run by systemd the package also
+# starts a system etcd, which hiloop itself has no use for.
+K8S_DEB_PACKAGES := etcd-server
 # Where the tests keep the built test image and debootstrap's downloads between runs.
 TEST_CACHE ?= /var/cache/hiloop-test
 
@@ -25,15 +28,24 @@ build: ## build bin/hiloop, bin/hiloop-ssh, bin/sandboxd, bin/hiloop-init and bi
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/hiloop-fake-agent ./cmd/hiloop-fake-agent
 	CGO_ENABLED=1 $(GO) build -tags '$(DAEMON_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
 
-.PHONY: deps
-deps: ## install the Debian packages the daemon and the tests need (as root)
-	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+# install-debs installs the Debian packages of $(1) that are missing (as root).
+define install-debs
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then \
 		echo "missing Debian packages (install them as root): $$missing"; \
 	elif [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+endef
+
+.PHONY: deps
+deps: ## install the Debian packages the daemon and the tests need (as root)
+	$(call install-debs,$(DEB_PACKAGES))
+
+.PHONY: k8s-deps
+k8s-deps: ## install the Debian packages the cluster tests need besides (as root): their etcd
+	$(call install-debs,$(K8S_DEB_PACKAGES))
 
 .PHONY: install
 install: build ## install the binaries into $(PREFIX)/bin
@@ -180,7 +192,7 @@ K8S_CACHE ?= $(TEST_CACHE)/k8s
 K8S_BUILD := HILOOP_K8S_CACHE=$(K8S_CACHE) tools/k8s/build.sh
 
 .PHONY: k8s
-k8s: deps ## build the Kubernetes control plane the cluster tests run (minutes once, then cached in TEST_CACHE)
+k8s: deps k8s-deps ## build the Kubernetes control plane the cluster tests run (minutes once, then cached in TEST_CACHE)
 	@$(K8S_BUILD) >/dev/null
 
 # The first run on a machine also builds the test images into $(TEST_CACHE) (minimal, and agents
